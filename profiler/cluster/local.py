@@ -1,0 +1,40 @@
+"""The default cluster: plain processes on this machine, no root needed.
+
+Every node is a slot on loopback. Nodes share the host's CPU, memory and network, so
+node-level metrics on this cluster are the host's (per-process metrics stay per role).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from .base import Node, popen_in_group
+
+
+class LocalCluster:
+    """``count`` local slots named ``local0`` … ``localN``; grows on demand."""
+
+    name = "local"
+
+    def __init__(self, count: int = 1):
+        self._count = max(1, count)
+
+    def ensure(self, count: int) -> None:
+        """Local slots cost nothing: make sure at least ``count`` exist."""
+        self._count = max(self._count, count)
+
+    def nodes(self) -> list[Node]:
+        return [Node(name=f"local{i}", address="127.0.0.1", profile="host",
+                     scope={"interfaces": "lo"}) for i in range(self._count)]
+
+    def start(self, node: Node, argv: Sequence[str], env: Mapping[str, str],
+              log_path: Path, *, confine: bool = True) -> subprocess.Popen:
+        return popen_in_group(argv, env, log_path)
+
+    def oom_killed(self, node: Node) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,160 @@
+"""Cells and the sweep grid: the cartesian product of the settings, validated up front.
+
+A cell is one configuration (engine, model, layers, batch, devices, sync, epochs, ...).
+Its ``cell_id`` is a stable hash of that configuration, so a resumed sweep knows which
+cells are done no matter in which order the grid is expanded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Iterable, Sequence
+
+from ..errors import ConfigError
+
+MODELS = ("lenet-mlp", "lenet-cnn", "resnet")
+SYNC_MODES = ("sync", "async")
+ENGINES = ("mxnet", "horovod")
+PLACEMENTS = ("master", "colocated")
+DEFAULT_RESNET_LAYERS = 20
+RESNET_MIN_DEPTH = 8
+
+
+def resnet_depths(up_to: int = 110) -> list[int]:
+    """Valid CIFAR ResNet depths 6n+2 (8, 14, 20, 26, 32, ...)."""
+    return list(range(RESNET_MIN_DEPTH, up_to + 1, 6))
+
+
+@dataclass(frozen=True)
+class CellConfig:
+    """One configuration of the sweep; every field is a results column."""
+
+    engine: str = "mxnet"
+    model: str = "resnet"
+    layers: int | None = DEFAULT_RESNET_LAYERS  # None for LeNet (fixed depth)
+    batch: int = 32
+    devices: int = 1
+    sync: str = "sync"
+    epochs: int = 1
+    lr: float = 0.1
+    max_samples: int | None = None
+    dataset: str = "synthetic"
+    placement: str = "master"
+
+    @property
+    def cell_id(self) -> str:
+        """12 hex digits of SHA-256 over the configuration's canonical JSON."""
+        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+    @property
+    def kvstore(self) -> str:
+        """The MXNet KVStore type this cell trains with."""
+        if self.devices == 1:
+            return "local"
+        return "dist_sync" if self.sync == "sync" else "dist_async"
+
+    @property
+    def label(self) -> str:
+        """Short human name, e.g. ``resnet20 b32 d2 sync mxnet``."""
+        depth = f"{self.layers}" if self.layers else ""
+        return f"{self.model}{depth} b{self.batch} d{self.devices} {self.sync} {self.engine}"
+
+    def tags(self) -> dict[str, str]:
+        """The configuration as metric tags (strings, no empty values)."""
+        return {f.name: str(getattr(self, f.name)) for f in fields(self)
+                if getattr(self, f.name) is not None}
+
+
+def validate(cell: CellConfig) -> CellConfig:
+    """Raise ``ConfigError`` naming the problem and the fix; return the cell unchanged."""
+    if cell.model not in MODELS:
+        raise ConfigError(f"unknown model {cell.model!r}: use one of {', '.join(MODELS)}")
+    if cell.engine not in ENGINES:
+        raise ConfigError(f"unknown engine {cell.engine!r}: use one of {', '.join(ENGINES)}")
+    if cell.sync not in SYNC_MODES:
+        raise ConfigError(f"unknown sync mode {cell.sync!r}: use sync or async")
+    if cell.placement not in PLACEMENTS:
+        raise ConfigError(f"unknown placement {cell.placement!r}: use master or colocated")
+    if cell.model == "resnet":
+        if cell.layers is None or cell.layers < RESNET_MIN_DEPTH or (cell.layers - 2) % 6:
+            depths = ", ".join(map(str, resnet_depths(56)))
+            raise ConfigError(f"--layers {cell.layers} is not a CIFAR ResNet depth: "
+                              f"use 6n+2, e.g. {depths}, 80, 110")
+    elif cell.layers is not None:
+        raise ConfigError(f"--layers does not apply to {cell.model} (its depth is fixed): "
+                          "drop --layers or use --model resnet")
+    for name in ("batch", "devices", "epochs"):
+        if getattr(cell, name) < 1:
+            raise ConfigError(f"--{name} {getattr(cell, name)} must be at least 1")
+    if cell.lr <= 0:
+        raise ConfigError(f"--lr {cell.lr} must be positive")
+    if cell.max_samples is not None and cell.max_samples < 1:
+        raise ConfigError(f"--max-samples {cell.max_samples} must be at least 1")
+    if cell.engine == "horovod" and cell.sync == "async":
+        raise ConfigError("Horovod allreduce is synchronous only: use --sync sync "
+                          "with --engine horovod, or --engine mxnet for async")
+    return cell
+
+
+def expand(*, engines: Sequence[str], models: Sequence[str],
+           layers: Sequence[int | None], batches: Sequence[int], devices: Sequence[int],
+           syncs: Sequence[str], epochs: int = 1, lr: float = 0.1,
+           max_samples: int | None = None, dataset: str = "synthetic",
+           placement: str = "master") -> list[CellConfig]:
+    """The validated cartesian product, in a stable order, without duplicates.
+
+    ``layers`` applies to ResNet only; LeNet cells get ``layers=None`` (so a sweep over
+    ``--model lenet-mlp,resnet --layers 20,32`` makes one LeNet cell per other setting).
+    With one device, sync and async train identically (kvstore ``local``): one cell.
+    """
+    cells: list[CellConfig] = []
+    seen: set[str] = set()
+    for engine, model, depth, batch, ndev, sync in itertools.product(
+            engines, models, layers or [None], batches, devices, syncs):
+        if model != "resnet":
+            depth = None
+        elif depth is None:
+            depth = DEFAULT_RESNET_LAYERS
+        if ndev == 1 and engine == "mxnet":
+            sync = "sync"
+        cell = validate(CellConfig(engine=engine, model=model, layers=depth, batch=batch,
+                                   devices=ndev, sync=sync, epochs=epochs, lr=lr,
+                                   max_samples=max_samples, dataset=dataset,
+                                   placement=placement))
+        if cell.cell_id not in seen:
+            seen.add(cell.cell_id)
+            cells.append(cell)
+    return cells
+
+
+def parse_int_list(text: str, option: str) -> list[int]:
+    """``"32,64"`` → ``[32, 64]``; a bad item raises ``ConfigError`` naming ``option``."""
+    values = []
+    for item in _items(text):
+        try:
+            values.append(int(item))
+        except ValueError:
+            raise ConfigError(f"{option} {item!r} is not a whole number: "
+                              f"give a comma-separated list such as {option} 32,64") from None
+    return values
+
+
+def parse_choice_list(text: str, option: str, choices: Iterable[str]) -> list[str]:
+    """``"sync,async"`` → ``["sync", "async"]``, each checked against ``choices``."""
+    choices = tuple(choices)
+    values = _items(text)
+    for item in values:
+        if item not in choices:
+            raise ConfigError(f"{option} {item!r} is unknown: use one of {', '.join(choices)}")
+    return values
+
+
+def _items(text: str) -> list[str]:
+    items = [part.strip() for part in str(text).split(",") if part.strip()]
+    if not items:
+        raise ConfigError(f"empty list {text!r}: give at least one value")
+    return items
