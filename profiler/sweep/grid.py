@@ -103,14 +103,16 @@ def validate(cell: CellConfig) -> CellConfig:
 def expand(*, engines: Sequence[str], models: Sequence[str],
            layers: Sequence[int | None], batches: Sequence[int], devices: Sequence[int],
            syncs: Sequence[str], epochs: int = 1, lr: float = 0.1,
-           max_samples: int | None = None, dataset: str = "synthetic",
+           max_samples: int | None = None, datasets: dict[str, str] | None = None,
            placement: str = "master") -> list[CellConfig]:
     """The validated cartesian product, in a stable order, without duplicates.
 
     ``layers`` applies to ResNet only; LeNet cells get ``layers=None`` (so a sweep over
     ``--model lenet-mlp,resnet --layers 20,32`` makes one LeNet cell per other setting).
     With one device, sync and async train identically (kvstore ``local``): one cell.
+    ``datasets`` maps a model to the dataset it reads (default: ``synthetic``).
     """
+    datasets = datasets or {}
     cells: list[CellConfig] = []
     seen: set[str] = set()
     for engine, model, depth, batch, ndev, sync in itertools.product(
@@ -123,7 +125,8 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
             sync = "sync"
         cell = validate(CellConfig(engine=engine, model=model, layers=depth, batch=batch,
                                    devices=ndev, sync=sync, epochs=epochs, lr=lr,
-                                   max_samples=max_samples, dataset=dataset,
+                                   max_samples=max_samples,
+                                   dataset=datasets.get(model, "synthetic"),
                                    placement=placement))
         if cell.cell_id not in seen:
             seen.add(cell.cell_id)

@@ -1,0 +1,79 @@
+"""Reads the workers' JSON-lines events of a cell and turns them into result columns.
+
+Workers write ``events/worker-<rank>.jsonl`` (see ``workloads.events``). Times are
+``time.time()`` stamps, comparable across processes of one host; on real multi-host
+clusters they are as good as the nodes' clock sync (NTP).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import mean
+
+
+@dataclass
+class CellEvents:
+    by_rank: dict[int, list[dict]] = field(default_factory=dict)
+
+    def of(self, kind: str) -> list[dict]:
+        return [e for events in self.by_rank.values() for e in events if e.get("event") == kind]
+
+    def complete(self) -> bool:
+        """Every worker that started also ended."""
+        starts = self.of("start")
+        return bool(starts) and len(self.of("end")) >= len(starts) >= _num_workers(starts)
+
+    def error_of_kind(self, kind: str) -> str | None:
+        for e in self.of("error"):
+            if e.get("kind") == kind:
+                return f"worker {e.get('rank')}: {e.get('message', kind)}"
+        return None
+
+    def train_window(self) -> tuple[float, float] | None:
+        """(first worker start, last worker end), the training window, or None."""
+        starts, ends = self.of("start"), self.of("end")
+        if not starts or not ends:
+            return None
+        return min(e["t"] for e in starts), max(e["t"] for e in ends)
+
+    def columns(self, t_launch: float) -> dict:
+        """The events' share of a results row; missing values are None."""
+        ends, first_steps = self.of("end"), self.of("first_step")
+        rank0_epochs = sorted((e for e in self.by_rank.get(0, []) if e.get("event") == "epoch"),
+                              key=lambda e: e["epoch"])
+        accuracies = [e.get("val_accuracy") for e in rank0_epochs]
+        start0 = next((e for e in self.by_rank.get(0, []) if e.get("event") == "start"), {})
+        window = self.train_window()
+        return {
+            "elapsed_s": round(max(e["t"] for e in ends) - t_launch, 3) if ends else None,
+            "train_s": round(window[1] - window[0], 3) if window else None,
+            "first_step_s": (round(min(e["t"] for e in first_steps) - t_launch, 3)
+                             if first_steps else None),
+            "epoch_s": [round(e["epoch_s"], 3) for e in rank0_epochs],
+            "val_accuracy": accuracies[-1] if accuracies else None,
+            "val_accuracy_per_epoch": accuracies,
+            "samples_per_s": (round(sum(e["samples_per_s"] for e in ends), 2)
+                              if ends else None),
+            "syncs_per_worker": round(mean(e["syncs"] for e in ends), 1) if ends else None,
+            "train_samples": start0.get("train_samples"),
+        }
+
+
+def read_cell_events(events_dir: Path) -> CellEvents:
+    out = CellEvents()
+    for path in sorted(Path(events_dir).glob("worker-*.jsonl")):
+        events = []
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # torn last line of a killed worker
+        rank = int(path.stem.split("-", 1)[1])
+        out.by_rank[rank] = events
+    return out
+
+
+def _num_workers(starts: list[dict]) -> int:
+    return max((e.get("num_workers", 1) for e in starts), default=1)

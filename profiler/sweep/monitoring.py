@@ -1,0 +1,72 @@
+"""Starts the metrics agent beside a cell's processes, one per node, and summarizes it.
+
+The agent runs on each node (inside an emulated node's network namespace) but outside
+the node's CPU and memory limits (``confine=False``), so its own footprint is not charged
+to training. The runner tells it which pids belong to which role through
+``pids/<node>.json``, written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+from ..cluster.base import Cluster, Node, kill_group
+from .grid import CellConfig
+
+
+class CellMonitor:
+    """The agents of one cell: ``start`` before training, ``stop`` after, then ``summary``."""
+
+    def __init__(self, cluster: Cluster, cell_dir: Path, cell: CellConfig, sweep_id: str,
+                 interval_s: float):
+        self.cluster = cluster
+        self.cell_dir = cell_dir
+        self.cell = cell
+        self.sweep_id = sweep_id
+        self.interval_s = interval_s
+        self._agents: list[subprocess.Popen] = []
+
+    def pids_file(self, node: Node) -> Path:
+        return self.cell_dir / "pids" / f"{node.name}.json"
+
+    def start(self, nodes: list[Node]) -> None:
+        from ..agent.launch import agent_argv
+
+        (self.cell_dir / "pids").mkdir(parents=True, exist_ok=True)
+        for node in nodes:
+            tags = {"sweep": self.sweep_id, "cell": self.cell.cell_id, "node": node.name,
+                    "host": socket.gethostname(), **self.cell.tags()}
+            write_pids(self.pids_file(node), {})
+            argv = agent_argv(node, self.cell_dir / "metrics" / node.name,
+                              self.pids_file(node), tags, self.interval_s)
+            self._agents.append(self.cluster.start(
+                node, argv, {}, self.cell_dir / "logs" / f"agent-{node.name}.log",
+                confine=False))
+
+    def track(self, pids_by_node: dict[str, dict[str, list[int]]], nodes: list[Node]) -> None:
+        for node in nodes:
+            write_pids(self.pids_file(node), pids_by_node.get(node.name, {}))
+
+    def stop(self) -> None:
+        for proc in self._agents:
+            kill_group(proc, grace_s=3.0)
+        self._agents.clear()
+
+    def summary(self, worker_nodes: list[str], t_start: float, t_end: float) -> dict:
+        from ..agent.summary import summarize_cell
+        return summarize_cell(self.cell_dir, worker_nodes, t_start, t_end)
+
+
+def summary_columns() -> list[str]:
+    from ..agent.summary import SUMMARY_COLUMNS
+    return list(SUMMARY_COLUMNS)
+
+
+def write_pids(path: Path, pids_by_role: dict[str, list[int]]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(pids_by_role))
+    os.replace(tmp, path)

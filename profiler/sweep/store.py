@@ -1,0 +1,86 @@
+"""The results store of a sweep: an append-only JSON-lines log and a CSV table.
+
+``results.jsonl`` is the record: one line per finished cell, appended and fsynced, never
+rewritten, so a crash loses at most the cell that was running. ``results.csv`` is derived
+from it (last record per cell wins) and replaced atomically after every cell, so a reader
+never sees half a table.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+from .grid import CellConfig
+
+CONFIG_COLUMNS = [f for f in CellConfig.__dataclass_fields__]
+RESULT_COLUMNS = [
+    "status", "reason", "elapsed_s", "train_s", "first_step_s", "epoch_s", "val_accuracy",
+    "val_accuracy_per_epoch", "samples_per_s", "syncs_per_worker", "train_samples",
+]
+ID_COLUMNS = ["sweep_id", "cell_id", "cluster"]
+# Statuses that a resumed sweep does not run again; ``failed`` cells are retried
+# because failures are mostly transient (a port taken, an interrupted run).
+FINAL_STATUSES = ("ok", "oom", "timeout")
+
+
+class ResultsStore:
+    def __init__(self, sweep_dir: Path, extra_columns: Iterable[str] = ()):
+        self.sweep_dir = Path(sweep_dir)
+        self.jsonl_path = self.sweep_dir / "results.jsonl"
+        self.csv_path = self.sweep_dir / "results.csv"
+        self.columns = ID_COLUMNS + CONFIG_COLUMNS + RESULT_COLUMNS + [
+            c for c in extra_columns if c not in RESULT_COLUMNS]
+
+    def records(self) -> list[dict]:
+        """Every record, oldest first; a torn last line (crash mid-write) is ignored."""
+        if not self.jsonl_path.exists():
+            return []
+        records = []
+        with open(self.jsonl_path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+        return records
+
+    def latest(self) -> dict[str, dict]:
+        """The last record of each cell, by cell_id."""
+        return {r["cell_id"]: r for r in self.records()}
+
+    def finished_ids(self) -> set[str]:
+        return {cid for cid, r in self.latest().items() if r.get("status") in FINAL_STATUSES}
+
+    def append(self, record: dict) -> None:
+        line = json.dumps(record, sort_keys=True, default=str) + "\n"
+        with open(self.jsonl_path, "a", encoding="utf-8") as fh:
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.write_csv()
+
+    def write_csv(self) -> None:
+        rows = list(self.latest().values())
+        fd, tmp = tempfile.mkstemp(dir=self.sweep_dir, prefix=".results.", suffix=".csv")
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=self.columns, extrasaction="ignore")
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({k: _cell_text(row.get(k)) for k in self.columns})
+        os.replace(tmp, self.csv_path)
+
+
+def _cell_text(value) -> str:
+    """Lists become ``a;b;c`` (one CSV cell), None becomes empty."""
+    if value is None:
+        return ""
+    if isinstance(value, (list, tuple)):
+        return ";".join(_cell_text(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)

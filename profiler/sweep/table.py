@@ -1,0 +1,33 @@
+"""The plain-text table printed at the end of a sweep, in the spirit of the study's Table 1."""
+
+from __future__ import annotations
+
+COLUMNS = [  # (header, record key, format)
+    ("model", "model", "{}"), ("layers", "layers", "{}"), ("batch", "batch", "{}"),
+    ("devices", "devices", "{}"), ("sync", "sync", "{}"), ("engine", "engine", "{}"),
+    ("status", "status", "{}"), ("elapsed_s", "elapsed_s", "{:.1f}"),
+    ("val_acc", "val_accuracy", "{:.3f}"), ("samples/s", "samples_per_s", "{:.1f}"),
+    ("syncs", "syncs_per_worker", "{:.0f}"), ("cpu_%", "cpu_percent_mean", "{:.1f}"),
+    ("mem_MB", "mem_used_mb_mean", "{:.0f}"), ("sent_KB", "net_sent_kb", "{:.0f}"),
+    ("recv_KB", "net_recv_kb", "{:.0f}"),
+]
+
+
+def format_table(records: list[dict]) -> str:
+    """Aligned columns, one row per cell, ``-`` for a missing value."""
+    rows = [[h for h, _, _ in COLUMNS]]
+    for rec in records:
+        rows.append([_fmt(rec.get(key), fmt) for _, key, fmt in COLUMNS])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _fmt(value, fmt: str) -> str:
+    if value is None or value == "":
+        return "-"
+    try:
+        return fmt.format(value)
+    except (ValueError, TypeError):
+        return str(value)
