@@ -1,0 +1,230 @@
+"""The ``edgeprof`` command: a thin Click layer over the library.
+
+It parses options, calls one library function, and turns ``EdgeprofError`` (bad input)
+into one line and exit status 2, with no traceback. Everything else lives in the library.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from .errors import EdgeprofError
+from .sweep import grid
+
+EXIT_USAGE = 2
+
+
+class UsageFailure(click.ClickException):
+    """One line on stderr, exit 2 (what ``click.BadParameter`` does, for library errors)."""
+
+    exit_code = EXIT_USAGE
+
+    def show(self, file=None) -> None:
+        click.echo(f"edgeprof: error: {self.format_message()}", err=True)
+
+
+def reports_errors(func):
+    """Library errors become one clear line and exit 2; results already kept stay kept."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except EdgeprofError as exc:
+            raise UsageFailure(str(exc)) from None
+    return wrapper
+
+
+def grid_options(func):
+    """The options that define a grid of cells, shared by ``run`` and ``sweep``."""
+    options = [
+        click.option("--model", default="resnet", show_default=True,
+                     help="lenet-mlp, lenet-cnn or resnet (comma-separated for a sweep)."),
+        click.option("--layers", default=None,
+                     help="ResNet depths 6n+2, e.g. 20,32,110 (default 20; not for LeNet)."),
+        click.option("--batch", default="32", show_default=True, help="Batch size(s) per worker."),
+        click.option("--devices", default="1", show_default=True, help="Worker count(s)."),
+        click.option("--sync", default="sync", show_default=True,
+                     help="sync, async or sync,async (parameter server mode)."),
+        click.option("--engine", default="mxnet", show_default=True,
+                     help="mxnet (KVStore parameter server) or horovod (allreduce), or both."),
+        click.option("--epochs", default=1, show_default=True, type=int),
+        click.option("--lr", default=0.1, show_default=True, type=float, help="Learning rate."),
+        click.option("--max-samples", default=None, type=int,
+                     help="Cap the training set (before it is split among workers)."),
+        click.option("--val-samples", default=None, type=int,
+                     help="Cap the validation set."),
+        click.option("--data-dir", default=None, type=click.Path(path_type=Path),
+                     help="MNIST / CIFAR-10 folder (see `edgeprof data fetch`); "
+                          "default: a synthetic set of the same shapes."),
+        click.option("--placement", default="master", show_default=True,
+                     type=click.Choice(grid.PLACEMENTS),
+                     help="Parameter servers on a master node (as in the study) or "
+                          "one on every worker node."),
+        click.option("--cluster", "cluster_name", default="local", show_default=True,
+                     help="local (processes here) or emulated (Pi-class nodes, root)."),
+        click.option("--profile", default="pi3b", show_default=True,
+                     help="Node profile of the emulated cluster."),
+        click.option("--timeout", default=None, type=float,
+                     help="Seconds a cell may take before it is stopped (status timeout)."),
+        click.option("--threads", default=1, show_default=True, type=int,
+                     help="OpenMP threads per training process."),
+        click.option("--out", default=None, type=click.Path(path_type=Path),
+                     help="Sweep folder [default: runs/<sweep_id>]."),
+        click.option("--no-agent", is_flag=True,
+                     help="Do not sample CPU, memory and network beside the cells."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _with_agent_options(func):
+    # The agent contributes --interval and the InfluxDB options; imported here, not at
+    # the top, so that a broken optional piece cannot take the whole CLI down silently.
+    from .agent.options import influx_options, interval_option
+    return interval_option(influx_options(func))
+
+
+def _settings(kw: dict, resume: bool, max_cells: int | None = None):
+    from .sweep.sweep import SweepSettings
+    from .agent.options import target_from_options
+
+    if kw["data_dir"] is not None and not kw["data_dir"].is_dir():
+        raise EdgeprofError(f"--data-dir {kw['data_dir']} is not a folder: "
+                            "create it with `edgeprof data fetch --data-dir DIR`")
+    models = grid.parse_choice_list(kw["model"], "--model", grid.MODELS)
+    if kw["layers"] and "resnet" not in models:
+        raise EdgeprofError(f"--layers does not apply to {', '.join(models)} (their depth is "
+                            "fixed): drop --layers or use --model resnet")
+    datasets = {m: _dataset_of(m, kw["data_dir"]) for m in models}
+    cells = grid.expand(
+        engines=grid.parse_choice_list(kw["engine"], "--engine", grid.ENGINES),
+        models=models,
+        layers=grid.parse_int_list(kw["layers"], "--layers") if kw["layers"] else [None],
+        batches=grid.parse_int_list(kw["batch"], "--batch"),
+        devices=grid.parse_int_list(kw["devices"], "--devices"),
+        syncs=grid.parse_choice_list(kw["sync"], "--sync", grid.SYNC_MODES),
+        epochs=kw["epochs"], lr=kw["lr"], max_samples=kw["max_samples"],
+        datasets=datasets, placement=kw["placement"])
+    if max_cells is not None and len(cells) > max_cells:
+        raise EdgeprofError(f"`edgeprof run` takes one cell, these options make {len(cells)}: "
+                            "give single values or use `edgeprof sweep`")
+    if kw["threads"] < 1:
+        raise EdgeprofError(f"--threads {kw['threads']} must be at least 1")
+    if kw["timeout"] is not None and kw["timeout"] <= 0:
+        raise EdgeprofError(f"--timeout {kw['timeout']} must be positive (seconds)")
+    if kw["cluster_name"] not in ("local", "emulated"):
+        raise EdgeprofError(f"unknown cluster {kw['cluster_name']!r}: use local or emulated")
+    target = target_from_options(**{k: v for k, v in kw.items() if k.startswith("influx_")})
+    return SweepSettings(
+        cells=cells, out_dir=kw["out"], cluster=kw["cluster_name"], profile=kw["profile"],
+        data_dir=kw["data_dir"], timeout_s=kw["timeout"], resume=resume,
+        interval_s=None if kw["no_agent"] else kw["interval"],
+        threads_per_process=kw["threads"], val_samples=kw["val_samples"],
+        ship_target=target)
+
+
+def _dataset_of(model: str, data_dir: Path | None) -> str:
+    """Validate the dataset files up front (cheap, no MXNet) and name the dataset."""
+    from workloads import datasets
+    try:
+        return datasets.check(model, data_dir)
+    except EdgeprofError:
+        raise
+    except ValueError as exc:  # a workloads-level error: still bad input
+        raise EdgeprofError(str(exc)) from None
+
+
+def _run_and_print(settings) -> None:
+    from .sweep.sweep import run_sweep
+    from .sweep.table import format_table
+
+    click.echo(f"edgeprof: {len(settings.cells)} cell(s) on the {settings.cluster} cluster",
+               err=True)
+    try:
+        outcome = run_sweep(settings, progress=True)
+    except KeyboardInterrupt:
+        click.echo("edgeprof: interrupted; finished cells are kept, "
+                   "rerun with --resume --out DIR to continue", err=True)
+        sys.exit(130)
+    click.echo(format_table(outcome.records))
+    click.echo(f"\nresults: {outcome.sweep_dir / 'results.csv'}"
+               + (f" ({outcome.skipped} cell(s) already done, skipped)"
+                  if outcome.skipped else ""))
+    failed = [r for r in outcome.records if r.get("status") == "failed"]
+    for rec in failed:
+        click.echo(f"failed: {rec['cell_id']} {rec.get('reason', '')}", err=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="edgeprof")
+@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
+def cli(verbose: bool) -> None:
+    """Profile distributed deep-learning training on edge clusters.
+
+    Example:
+
+        edgeprof sweep --model resnet --layers 20,32 --batch 32,64 --devices 1,2
+    """
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@cli.command()
+@grid_options
+@click.option("--resume", is_flag=True,
+              help="Continue the sweep in --out, skipping finished cells.")
+@_with_agent_options
+@reports_errors
+def sweep(**kw) -> None:
+    """Run the cartesian sweep of real distributed training and keep every result.
+
+    Lists are comma-separated; every combination is one cell. Results go to
+    OUT/results.csv (one row per cell) as each cell ends; --resume --out OUT skips
+    the cells already done.
+
+    Example:
+
+        edgeprof sweep --model resnet --layers 20,32 --batch 32,64 --devices 1,2 \\
+            --sync sync,async --max-samples 2000
+    """
+    resume = kw.pop("resume")
+    _run_and_print(_settings(kw, resume))
+
+
+@cli.command()
+@grid_options
+@_with_agent_options
+@reports_errors
+def run(**kw) -> None:
+    """Run one cell (one configuration) and print its result.
+
+    Example:
+
+        edgeprof run --model lenet-mlp --batch 64 --devices 2 --sync async
+    """
+    _run_and_print(_settings(kw, resume=False, max_cells=1))
+
+
+def _register_optional_commands() -> None:
+    from .agent.cli import agent, ship
+    from .cluster.cli import cluster
+    from .data.cli import data
+    for command in (agent, ship, cluster, data):
+        cli.add_command(command)
+
+
+_register_optional_commands()
+
+
+def main() -> None:
+    cli(prog_name="edgeprof")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs everything edgeprof needs on Debian 12 with Python 3.11, into ./.venv.
+#
+# Debian packages: a C++ toolchain and cmake (Horovod is built from source), iproute2 and
+# ethtool (emulated cluster), influxdb and victoria-metrics (the servers the integration
+# tests ship to), python3-venv. Python packages: edgeprof with its pinned MXNet 1.9.1 and
+# NumPy < 1.24 (every pip call uses constraints.txt so that nothing pulls NumPy 2), then
+# Horovod 0.28.1 built against that MXNet with Gloo. Safe to run again: it skips what is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(python3-venv python3-dev g++ cmake make iproute2 ethtool influxdb victoria-metrics
+              curl procps)
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -q
+  # policy-rc.d keeps the packaged influxdb service from starting: tests start their own.
+  DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv with $($PYTHON --version)"
+  "$PYTHON" -m venv .venv
+fi
+PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
+"${PIP[@]}" install -c constraints.txt --upgrade pip wheel "setuptools<81"
+"${PIP[@]}" install -c constraints.txt -e ".[test]"
+
+if ! .venv/bin/python -c "import horovod.mxnet" 2>/dev/null; then
+  echo "setup: building Horovod 0.28.1 against MXNet with Gloo (about 5 minutes)"
+  HOROVOD_WITH_MXNET=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
+  HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 MAKEFLAGS="-j$(nproc)" \
+    "${PIP[@]}" install -c constraints.txt --no-build-isolation horovod==0.28.1
+fi
+.venv/bin/python -c "import mxnet, horovod.mxnet, numpy; print('setup: ok, mxnet', mxnet.__version__, 'numpy', numpy.__version__)"

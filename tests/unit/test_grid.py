@@ -1,0 +1,64 @@
+"""Grid expansion, cell ids and input validation (pure functions)."""
+
+import pytest
+
+from profiler.errors import ConfigError
+from profiler.sweep import grid
+
+
+def _expand(**kw):
+    base = dict(engines=["mxnet"], models=["resnet"], layers=[20], batches=[32],
+                devices=[2], syncs=["sync"])
+    base.update(kw)
+    return grid.expand(**base)
+
+
+def test_cartesian_product_in_stable_order():
+    cells = _expand(layers=[20, 32], batches=[32, 64], syncs=["sync", "async"])
+    assert len(cells) == 8
+    assert [(c.layers, c.batch, c.sync) for c in cells[:3]] == [
+        (20, 32, "sync"), (20, 32, "async"), (20, 64, "sync")]
+
+
+def test_cell_id_is_stable_and_distinct():
+    a, b = _expand(batches=[32, 64])
+    assert a.cell_id == _expand(batches=[32])[0].cell_id
+    assert a.cell_id != b.cell_id and len(a.cell_id) == 12
+
+
+def test_lenet_ignores_resnet_layers_and_one_device_collapses_sync():
+    cells = _expand(models=["lenet-mlp", "resnet"], layers=[20, 32], devices=[1],
+                    syncs=["sync", "async"])
+    lenet = [c for c in cells if c.model == "lenet-mlp"]
+    assert len(lenet) == 1 and lenet[0].layers is None and lenet[0].kvstore == "local"
+    assert len([c for c in cells if c.model == "resnet"]) == 2
+
+
+def test_kvstore_follows_sync_mode():
+    sync, async_ = _expand(syncs=["sync", "async"])
+    assert (sync.kvstore, async_.kvstore) == ("dist_sync", "dist_async")
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(layers=[33]), ["33", "6n+2", "110"]),
+    (dict(batches=[0]), ["--batch 0"]),
+    (dict(devices=[0]), ["--devices 0"]),
+    (dict(models=["vgg"]), ["vgg", "lenet-mlp"]),
+    (dict(syncs=["semi"]), ["semi", "async"]),
+    (dict(engines=["horovod"], syncs=["async"]), ["Horovod", "--sync sync"]),
+])
+def test_bad_input_names_problem_and_fix(kw, words):
+    with pytest.raises(ConfigError) as err:
+        _expand(**kw)
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_list_parsing():
+    assert grid.parse_int_list("32, 64", "--batch") == [32, 64]
+    with pytest.raises(ConfigError, match="--batch 'x'"):
+        grid.parse_int_list("32,x", "--batch")
+    with pytest.raises(ConfigError, match="empty"):
+        grid.parse_int_list(",", "--batch")
+    with pytest.raises(ConfigError, match="unknown"):
+        grid.parse_choice_list("sync,maybe", "--sync", grid.SYNC_MODES)
