@@ -1,0 +1,64 @@
+"""Training events as JSON lines: ``EVENTS_DIR/worker-<rank>.jsonl``, one object a line.
+
+Every event has ``event``, ``t`` (``time.time()``, seconds) and ``rank``. Events, in
+order: ``start``, ``first_step``, ``epoch`` (once per epoch), ``end``, or ``error``
+(kind ``oom`` | ``data`` | ``error``). docs/workloads.md lists their fields.
+
+Each line is written and flushed at once, because the cell runner and the report read
+the file while the worker runs, and a worker killed by the OOM killer or a timeout must
+leave every event before the kill on disk. The reader therefore tolerates a torn last
+line.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+
+def events_path(events_dir: str | Path, rank: int) -> Path:
+    return Path(events_dir) / f"worker-{rank}.jsonl"
+
+
+class EventWriter:
+    """Appends events of one worker; ``with EventWriter(dir, rank) as ev: ev.emit(...)``."""
+
+    def __init__(self, events_dir: str | Path, rank: int):
+        self.rank = rank
+        self.path = events_path(events_dir, rank)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", buffering=1, encoding="utf-8")
+
+    def emit(self, event: str, **fields: Any) -> dict:
+        record = {"event": event, "t": time.time(), "rank": self.rank, **fields}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        return record
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> "EventWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_events(path: str | Path) -> list[dict]:
+    """All complete events of a file, in order; a torn or garbled line is skipped."""
+    events = []
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return events
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # the writer was killed mid-line
+        if isinstance(record, dict) and "event" in record:
+            events.append(record)
+    return events

@@ -1,0 +1,168 @@
+"""The study's models as hybridizable Gluon blocks: LeNet MLP, LeNet-5 CNN, CIFAR ResNet.
+
+- ``lenet-mlp``: flatten, dense 128 relu, dense 64 relu, dense 10 (MNIST 1x28x28).
+- ``lenet-cnn``: LeNet-5 (conv 6@5x5, max pool, conv 16@5x5, max pool, dense 120, 84,
+  10) on MNIST padded 28 -> 32, as in Park, Lee & Kim 2019.
+- ``resnet``: He et al.'s CIFAR ResNet of depth 6n+2: a 3x3 conv, three stages of n basic
+  blocks (16/32/64 channels, the first block of stages 2 and 3 strides by 2 and projects
+  its shortcut with a 1x1 conv + BN, as MXNet's own examples do), global average pool,
+  dense 10. Convolutions followed by BN have no bias.
+
+MXNet is imported inside the functions that need it, so ``import workloads.models`` and
+``parameter_count`` stay cheap (the profiler uses them to validate cells and to compare
+network bytes per step with the model's size).
+"""
+
+from __future__ import annotations
+
+import functools
+
+MODELS = ("lenet-mlp", "lenet-cnn", "resnet")
+RESNET_STAGE_CHANNELS = (16, 32, 64)
+RESNET_MAX_DEPTH = 1202  # deepest CIFAR ResNet He et al. trained; only bounds the message
+MLP_HIDDEN = (128, 64)
+LENET_CONV_CHANNELS = (6, 16)
+LENET_DENSE = (120, 84)
+LENET_KERNEL = 5
+
+
+def _check(model: str, layers: int | None) -> int:
+    """Validate a model name and depth; return the number of blocks per ResNet stage."""
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}: use one of {', '.join(MODELS)}")
+    if model != "resnet":
+        return 0
+    if layers is None or layers < 8 or (layers - 2) % 6 != 0:
+        raise ValueError(f"--layers {layers} is not a CIFAR ResNet depth: use 6n+2 "
+                         f"(8, 14, 20, 26, 32, ..., 110)")
+    return (layers - 2) // 6
+
+
+def input_shape(model: str) -> tuple[int, int, int]:
+    """One sample's shape (C, H, W) as the model expects it."""
+    _check(model, 8 if model == "resnet" else None)
+    return {"lenet-mlp": (1, 28, 28), "lenet-cnn": (1, 32, 32), "resnet": (3, 32, 32)}[model]
+
+
+def dataset_for(model: str) -> str:
+    """The real dataset a model trains on: ``mnist`` for LeNet, ``cifar10`` for ResNet."""
+    _check(model, 8 if model == "resnet" else None)
+    return "cifar10" if model == "resnet" else "mnist"
+
+
+def _dense(n_in: int, n_out: int) -> int:
+    return n_in * n_out + n_out
+
+
+def _conv(c_in: int, c_out: int, kernel: int, bias: bool) -> int:
+    return c_in * c_out * kernel * kernel + (c_out if bias else 0)
+
+
+def parameter_count(model: str, layers: int | None = None, classes: int = 10) -> int:
+    """Exact number of trainable parameters (what KVStore/allreduce moves each step).
+
+    BatchNorm's running mean/variance are not trainable and never pushed, so they are
+    not counted; gamma and beta are. Model bytes on the wire = 4 * count (float32).
+    """
+    blocks = _check(model, layers)
+    if model == "lenet-mlp":
+        c, h, w = input_shape(model)
+        sizes = (c * h * w, *MLP_HIDDEN, classes)
+        return sum(_dense(a, b) for a, b in zip(sizes, sizes[1:]))
+    if model == "lenet-cnn":
+        c1, c2 = LENET_CONV_CHANNELS
+        k = LENET_KERNEL
+        side = ((32 - k + 1) // 2 - k + 1) // 2  # 32 -> 28 -> 14 -> 10 -> 5
+        sizes = (c2 * side * side, *LENET_DENSE, classes)
+        return (_conv(1, c1, k, True) + _conv(c1, c2, k, True)
+                + sum(_dense(a, b) for a, b in zip(sizes, sizes[1:])))
+    bn = 2  # gamma, beta per channel
+    first = RESNET_STAGE_CHANNELS[0]
+    total = _conv(3, first, 3, False) + bn * first
+    c_in = first
+    for stage, channels in enumerate(RESNET_STAGE_CHANNELS):
+        for block in range(blocks):
+            total += _conv(c_in, channels, 3, False) + bn * channels
+            total += _conv(channels, channels, 3, False) + bn * channels
+            if stage > 0 and block == 0:
+                total += _conv(c_in, channels, 1, False) + bn * channels
+            c_in = channels
+    return total + _dense(c_in, classes)
+
+
+def build(model: str, layers: int | None = None, classes: int = 10):
+    """A new, uninitialized ``gluon.HybridBlock`` for ``model`` (call ``hybridize()``)."""
+    blocks = _check(model, layers)
+    from mxnet.gluon import nn
+
+    net = nn.HybridSequential(prefix=f"{model.replace('-', '_')}_")
+    with net.name_scope():
+        if model == "lenet-mlp":
+            net.add(nn.Flatten())
+            for units in MLP_HIDDEN:
+                net.add(nn.Dense(units, activation="relu"))
+            net.add(nn.Dense(classes))
+        elif model == "lenet-cnn":
+            for channels in LENET_CONV_CHANNELS:
+                net.add(nn.Conv2D(channels, LENET_KERNEL, activation="relu"),
+                        nn.MaxPool2D(2, 2))
+            net.add(nn.Flatten())
+            for units in LENET_DENSE:
+                net.add(nn.Dense(units, activation="relu"))
+            net.add(nn.Dense(classes))
+        else:
+            _add_resnet(net, blocks, classes)
+    return net
+
+
+def _add_resnet(net, blocks: int, classes: int) -> None:
+    from mxnet.gluon import nn
+
+    first = RESNET_STAGE_CHANNELS[0]
+    net.add(nn.Conv2D(first, 3, padding=1, use_bias=False), nn.BatchNorm(),
+            nn.Activation("relu"))
+    c_in = first
+    for stage, channels in enumerate(RESNET_STAGE_CHANNELS):
+        for block in range(blocks):
+            downsample = stage > 0 and block == 0
+            net.add(_BasicBlock(channels, stride=2 if downsample else 1,
+                                project=downsample, in_channels=c_in))
+            c_in = channels
+    net.add(nn.GlobalAvgPool2D(), nn.Dense(classes))
+
+
+@functools.lru_cache(maxsize=None)
+def _basic_block_class():
+    # Defined lazily: subclassing HybridBlock needs mxnet at class-creation time.
+    from mxnet.gluon import nn
+
+    class BasicBlock(nn.HybridBlock):
+        """conv3x3-BN-relu-conv3x3-BN + shortcut, relu (He et al. 2016, CIFAR variant)."""
+
+        def __init__(self, channels: int, stride: int, project: bool, in_channels: int,
+                     **kwargs):
+            super().__init__(**kwargs)
+            with self.name_scope():
+                self.body = nn.HybridSequential(prefix="")
+                self.body.add(nn.Conv2D(channels, 3, stride, 1, use_bias=False,
+                                        in_channels=in_channels),
+                              nn.BatchNorm(), nn.Activation("relu"),
+                              nn.Conv2D(channels, 3, 1, 1, use_bias=False,
+                                        in_channels=channels),
+                              nn.BatchNorm())
+                self.shortcut = None
+                if project:
+                    self.shortcut = nn.HybridSequential(prefix="")
+                    self.shortcut.add(nn.Conv2D(channels, 1, stride, use_bias=False,
+                                                in_channels=in_channels),
+                                      nn.BatchNorm())
+
+        def hybrid_forward(self, F, x):
+            residual = x if self.shortcut is None else self.shortcut(x)
+            return F.Activation(self.body(x) + residual, act_type="relu")
+
+    return BasicBlock
+
+
+def _BasicBlock(*args, **kwargs):
+    return _basic_block_class()(*args, **kwargs)
