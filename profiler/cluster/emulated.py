@@ -1,0 +1,267 @@
+"""An emulated Pi-class cluster on one Linux host: netns + shaped veth + cgroup per node.
+
+``up(nodes, profile)`` builds it (``netns.py`` for the network, ``cgroups.py`` for CPU and
+memory, ``profiles.py`` for what a node is) and records it in ``/run/edgeprof/cluster.json``
+so any later process (``edgeprof cluster status``, a sweep) can ``attach()`` to it.
+``down()`` removes everything carrying the ``edgeprof`` prefix, found on the system rather
+than in the state file, so it also cleans up after a crash.
+
+``EmulatedCluster.start`` runs a process inside the node's namespace and, when confined,
+moves it into the node's cgroups in ``preexec_fn``, i.e. before ``exec``: not one
+instruction of the training process runs outside the node's limits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator, Mapping, Sequence
+
+from ..errors import ClusterError
+from . import cgroups, netns
+from .base import Node, popen_in_group
+from .profiles import cpu_scale, load_catalog, quota_cores
+
+STATE_DIR = Path(os.environ.get("EDGEPROF_RUN_DIR", "/run/edgeprof"))
+STATE_FILE = STATE_DIR / "cluster.json"
+LOCK_FILE = STATE_DIR / "cluster.lock"
+DEFAULT_PROFILE = "pi3b"
+REQUIRED_BINARIES = ("ip", "tc", "ethtool", "sysctl")
+
+
+class EmulatedCluster:
+    """A handle on an emulated cluster that is up (it never brings one up or down)."""
+
+    name = "emulated"
+
+    def __init__(self, state: dict):
+        self._state = state
+        self._nodes = [Node(name=n["name"], address=n["address"], profile=n["profile"],
+                            cpu_cores=n["cpu_cores"], memory_mb=n["memory_mb"],
+                            scope=dict(n["scope"])) for n in state["nodes"]]
+
+    @property
+    def profile(self) -> str:
+        return self._state["profile"]
+
+    @property
+    def state(self) -> dict:
+        return json.loads(json.dumps(self._state))
+
+    def nodes(self) -> list[Node]:
+        return list(self._nodes)
+
+    def start(self, node: Node, argv: Sequence[str], env: Mapping[str, str],
+              log_path: Path, *, confine: bool = True) -> subprocess.Popen:
+        ns = node.scope["netns"]
+        # `ip netns exec` execs the command itself (no fork): the Popen pid is the process.
+        wrapped = ["ip", "netns", "exec", ns, *argv]
+        preexec = None
+        if confine:
+            group = _node_cgroup(node)
+            preexec = lambda: group.attach(os.getpid())  # noqa: E731 - runs in the child
+        return popen_in_group(wrapped, env, log_path, preexec_fn=preexec)
+
+    def oom_killed(self, node: Node) -> int:
+        return _node_cgroup(node).oom_kills()
+
+    def busy(self) -> bool:
+        """Whether any process runs on any node (then the cluster must not be rebuilt)."""
+        return any(_node_cgroup(n).pids() or netns.netns_pids(n.scope["netns"])
+                   for n in self._nodes)
+
+    def close(self) -> None:
+        pass
+
+
+def _node_cgroup(node: Node) -> cgroups.NodeCgroup:
+    scope = node.scope
+    return cgroups.NodeCgroup(int(scope["cgroup_version"]), Path(scope["cgroup_cpu_quota"]),
+                              Path(scope["cgroup_cpu"]), Path(scope["cgroup_memory"]))
+
+
+def check_host() -> cgroups.CgroupLayout:
+    """Raise one line if this host cannot run the emulated cluster; return its cgroup layout."""
+    if os.geteuid() != 0:
+        raise ClusterError("the emulated cluster needs root (network namespaces, tc, cgroups): "
+                           "run with sudo, or use --cluster local")
+    for binary in REQUIRED_BINARIES:
+        if shutil.which(binary) is None:
+            raise ClusterError(f"{binary} not found: apt-get install iproute2 ethtool procps")
+    netns.check_netns_support()
+    return cgroups.detect_layout()
+
+
+def up(nodes: int, profile: str = DEFAULT_PROFILE) -> EmulatedCluster:
+    """Bring up ``nodes`` nodes of ``profile`` (a profile or a mix); fails if one is up."""
+    layout = check_host()
+    with _locked():
+        if STATE_FILE.exists() or netns.list_netns():
+            raise ClusterError("an emulated cluster is already up: `edgeprof cluster down` "
+                               "first, or use it as it is")
+        return _up(layout, nodes, profile)
+
+
+def _up(layout: cgroups.CgroupLayout, nodes: int, profile: str) -> EmulatedCluster:
+    node_profiles = load_catalog().node_profiles(profile, nodes)
+    if nodes > netns.MAX_NODES:
+        raise ClusterError(f"--nodes {nodes}: at most {netns.MAX_NODES} emulated nodes")
+    host_cores = float(len(os.sched_getaffinity(0)))
+    requested = [p.cpu_cores for p in node_profiles]
+    quotas = quota_cores(requested, host_cores)
+    state = {"profile": profile, "created_at": time.time(), "host_cores": host_cores,
+             "cpu_scale": round(cpu_scale(requested, host_cores), 4),
+             "cgroup_version": layout.version, "bridge": netns.BRIDGE,
+             "host_address": netns.HOST_ADDRESS, "nodes": []}
+    try:
+        netns.create_bridge()
+        for index, (node_profile, quota) in enumerate(zip(node_profiles, quotas)):
+            name = f"n{index}"
+            address = netns.create_node_network(name, index, node_profile.link_mbit)
+            group = cgroups.create_node_cgroup(layout, name, quota, node_profile.memory_mb)
+            state["nodes"].append({
+                "name": name, "address": address, "profile": node_profile.name,
+                "cpu_cores": quota, "memory_mb": node_profile.memory_mb,
+                "link_mbit": node_profile.link_mbit,
+                "scope": {"netns": netns.netns_name(name), "interfaces": netns.NODE_IFACE,
+                          "cgroup_version": str(layout.version),
+                          "cgroup_cpu": str(group.cpuacct_dir),
+                          "cgroup_cpu_quota": str(group.cpu_dir),
+                          "cgroup_memory": str(group.memory_dir)}})
+        _write_state(state)
+    except BaseException:
+        # Never leave half a cluster behind (also on Ctrl-C).
+        _down(layout)
+        raise
+    return EmulatedCluster(state)
+
+
+def attach() -> EmulatedCluster:
+    """The cluster that is up, as recorded by ``up``; raises if none is (fully) up."""
+    try:
+        state = json.loads(STATE_FILE.read_text())
+    except FileNotFoundError:
+        raise ClusterError("no emulated cluster is up: `edgeprof cluster up --nodes N "
+                           "--profile pi3b`") from None
+    except json.JSONDecodeError as exc:
+        raise ClusterError(f"{STATE_FILE} is corrupt: `edgeprof cluster down` and up "
+                           f"again") from exc
+    present = set(netns.list_netns())
+    missing = [n["scope"]["netns"] for n in state["nodes"] if n["scope"]["netns"] not in present]
+    if missing:
+        raise ClusterError(f"the emulated cluster lost {', '.join(missing)}: "
+                           f"`edgeprof cluster down` and up again")
+    return EmulatedCluster(state)
+
+
+def ensure_cluster(nodes: int, profile: str | None = None) -> tuple[EmulatedCluster, bool]:
+    """A cluster of at least ``nodes`` nodes; True if this call brought it up.
+
+    An idle cluster that is too small or of another profile is rebuilt; a busy one
+    (processes running on its nodes) is an error rather than pulled from under its user.
+    ``profile=None`` accepts whatever profile is up (``pi3b`` when bringing one up).
+    """
+    layout = check_host()
+    with _locked():
+        try:
+            current = attach()
+        except ClusterError:
+            current = None
+        if current is not None:
+            fits = len(current.nodes()) >= nodes and profile in (None, current.profile)
+            if fits:
+                return current, False
+            if current.busy():
+                raise ClusterError(
+                    f"the emulated cluster that is up ({len(current.nodes())} x "
+                    f"{current.profile}) is busy and does not fit {nodes} x "
+                    f"{profile or current.profile}: wait for it or `edgeprof cluster down`")
+        # Also clears what a crash left behind, which would make `_up` fail.
+        _down(layout)
+        return _up(layout, nodes, profile or DEFAULT_PROFILE), True
+
+
+def down() -> list[str]:
+    """Remove every edgeprof namespace, link and cgroup (and the state file)."""
+    layout = check_host()
+    with _locked():
+        return _down(layout)
+
+
+def _down(layout: cgroups.CgroupLayout) -> list[str]:
+    removed: list[str] = []
+    namespaces = netns.list_netns()
+    # Processes outside the node cgroups (the unconfined agent) still hold a namespace
+    # alive after `ip netns del`: stop them first.
+    for ns in namespaces:
+        for pid in netns.netns_pids(ns):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+    removed += [f"cgroup {path}" for path in cgroups.remove_all(layout)]
+    # Deleting a veth's host end deletes the pair at once; namespace teardown alone
+    # would leave the host end around until the kernel's async cleanup ran.
+    links = netns.list_links()
+    for link in sorted(links, key=lambda name: name == netns.BRIDGE):
+        with contextlib.suppress(ClusterError):
+            netns.delete_link(link)
+            removed.append(f"link {link}")
+    for ns in namespaces:
+        netns.delete_netns(ns)
+        removed.append(f"netns {ns}")
+    if STATE_FILE.exists():
+        STATE_FILE.unlink()
+        removed.append(f"state {STATE_FILE}")
+    left = netns.list_netns() + netns.list_links()
+    if left:
+        raise ClusterError(f"could not remove {', '.join(left)}: remove them with `ip netns "
+                           f"del` / `ip link del` and run `edgeprof cluster down` again")
+    return removed
+
+
+def status() -> dict:
+    """What is up: per node its limits, current usage and interface counters."""
+    check_host()
+    try:
+        cluster = attach()
+    except ClusterError as exc:
+        leftovers = netns.list_netns() + netns.list_links()
+        return {"up": False, "reason": str(exc), "leftovers": leftovers}
+    state = cluster.state
+    nodes = []
+    for node, recorded in zip(cluster.nodes(), state["nodes"]):
+        group = _node_cgroup(node)
+        counters = netns.interface_counters(node.scope["netns"])
+        nodes.append({"name": node.name, "address": node.address, "profile": node.profile,
+                      "link_mbit": recorded["link_mbit"], "cpu_cores": node.cpu_cores,
+                      "memory_mb": node.memory_mb, "processes": len(group.pids()),
+                      "cpu_used_s": round(group.cpu_usage_s(), 2),
+                      "mem_used_mb": round(group.memory_used_mb(), 1),
+                      "oom_kills": group.oom_kills(), **counters})
+    return {"up": True, "profile": state["profile"], "host_cores": state["host_cores"],
+            "cpu_scale": state["cpu_scale"], "cgroup_version": state["cgroup_version"],
+            "host_address": state["host_address"], "nodes": nodes}
+
+
+def _write_state(state: dict) -> None:
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = STATE_FILE.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
+    os.replace(tmp, STATE_FILE)
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    """Serialise up/down/ensure across processes (two sweeps starting together)."""
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(LOCK_FILE, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -1,0 +1,175 @@
+"""Network plumbing of the emulated cluster: namespaces, veth pairs, a bridge, tbf shaping.
+
+Each node is a network namespace ``edgeprof-<node>`` whose ``eth0`` is one end of a veth
+pair; the other end (``edgeprof-<node>h``) is a port of the bridge ``edgeprof-br0``, like
+a Pi's cable into a switch. The link is shaped with ``tbf`` on both ends' egress (the
+node's upload on its ``eth0``, its download on the bridge port), since this kernel has no
+``netem`` and tbf only shapes what leaves a device. Segmentation offloads are switched
+off on both ends: with them a veth hands the kernel ~35 KB "packets", so packet counts
+and the shaping of bursts would not be those of a real 1500-byte Ethernet.
+
+Addresses: the private subnet ``10.213.0.0/24`` lives only on the bridge; node ``i`` is
+``10.213.0.(i+1)`` and the host's end of the bridge is ``10.213.0.254`` (what a node uses
+to reach a service on the host). Nothing is routed or forwarded anywhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import ClusterError
+
+PREFIX = "edgeprof"
+BRIDGE = f"{PREFIX}-br0"
+SUBNET_PREFIX = "10.213.0"
+SUBNET_BITS = 24
+HOST_ADDRESS = f"{SUBNET_PREFIX}.254"
+NODE_IFACE = "eth0"
+MAX_NODES = 250
+NETNS_DIR = Path("/run/netns")
+COMMAND_TIMEOUT_S = 30
+# tbf queues at most this long before dropping, about what a small switch port buffers.
+TBF_LATENCY_MS = 50
+ETHERNET_FRAME_BYTES = 1514
+IPV6_CONF = Path("/proc/sys/net/ipv6/conf")
+
+
+def netns_name(node_name: str) -> str:
+    return f"{PREFIX}-{node_name}"
+
+
+def host_veth_name(node_name: str) -> str:
+    return f"{PREFIX}-{node_name}h"
+
+
+def node_address(index: int) -> str:
+    if not 0 <= index < MAX_NODES:
+        raise ClusterError(f"node index {index} out of range: at most {MAX_NODES} nodes")
+    return f"{SUBNET_PREFIX}.{index + 1}"
+
+
+def run(argv: Sequence[str], netns: str | None = None) -> str:
+    """Run one ``ip``/``tc``/``ethtool`` command (inside ``netns`` if given); raise on failure."""
+    full = ["ip", "netns", "exec", netns, *argv] if netns else list(argv)
+    try:
+        done = subprocess.run(full, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    except FileNotFoundError as exc:
+        raise ClusterError(f"{full[0]} not found: install iproute2 and ethtool "
+                           f"(apt-get install iproute2 ethtool)") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise ClusterError(f"`{' '.join(full)}` hung for {COMMAND_TIMEOUT_S} s") from exc
+    if done.returncode != 0:
+        message = (done.stderr.strip().splitlines() or ["exit status %d" % done.returncode])[-1]
+        raise ClusterError(f"`{' '.join(full)}` failed: {message}")
+    return done.stdout
+
+
+def create_bridge() -> None:
+    """The switch every node plugs into, with the host's address on it."""
+    run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+    run(["ip", "addr", "add", f"{HOST_ADDRESS}/{SUBNET_BITS}", "dev", BRIDGE])
+    _ipv6_off(BRIDGE)
+    run(["ip", "link", "set", BRIDGE, "up"])
+
+
+def create_node_network(node_name: str, index: int, link_mbit: float) -> str:
+    """Create the node's namespace and shaped link; returns the node's address."""
+    ns, host_end, address = netns_name(node_name), host_veth_name(node_name), node_address(index)
+    run(["ip", "netns", "add", ns])
+    if IPV6_CONF.is_dir():
+        # Before eth0 exists, so it is born without IPv6 ("default" applies to new links).
+        run(["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1",
+             "net.ipv6.conf.default.disable_ipv6=1"], ns)
+    run(["ip", "link", "add", host_end, "type", "veth", "peer", "name", NODE_IFACE,
+         "netns", ns])
+    _ipv6_off(host_end)
+    run(["ip", "link", "set", host_end, "master", BRIDGE, "up"])
+    run(["ip", "-n", ns, "link", "set", "lo", "up"])
+    run(["ip", "-n", ns, "addr", "add", f"{address}/{SUBNET_BITS}", "dev", NODE_IFACE])
+    run(["ip", "-n", ns, "link", "set", NODE_IFACE, "up"])
+    _offloads_off(host_end)
+    _offloads_off(NODE_IFACE, ns)
+    shape(host_end, link_mbit)
+    shape(NODE_IFACE, link_mbit, ns)
+    return address
+
+
+def _ipv6_off(device: str) -> None:
+    # IPv6 autoconfiguration chatter (router and neighbour solicitations) would be
+    # counted as the node's traffic; the cluster speaks IPv4 only.
+    conf = IPV6_CONF / device / "disable_ipv6"
+    if conf.exists():
+        conf.write_text("1")
+
+
+def _offloads_off(device: str, netns: str | None = None) -> None:
+    run(["ethtool", "-K", device, "tso", "off", "gso", "off", "gro", "off"], netns)
+
+
+def shape(device: str, link_mbit: float, netns: str | None = None) -> None:
+    """Limit ``device``'s egress to ``link_mbit`` with a token bucket."""
+    rate_bytes_per_s = link_mbit * 1e6 / 8
+    # One millisecond of traffic per burst (never less than a few frames) keeps the
+    # rate smooth at the timer resolution without letting bursts exceed the wire.
+    burst_bytes = max(4 * ETHERNET_FRAME_BYTES, int(rate_bytes_per_s / 1000))
+    argv = ["tc", "qdisc", "replace", "dev", device, "root", "tbf",
+            "rate", f"{int(link_mbit * 1000)}kbit", "burst", str(burst_bytes),
+            "latency", f"{TBF_LATENCY_MS}ms"]
+    if netns:
+        argv[1:1] = ["-n", netns]
+    try:
+        run(argv)
+    except ClusterError as exc:
+        if "unknown" in str(exc).lower():
+            raise ClusterError("the kernel lacks the tbf qdisc (sch_tbf): `modprobe sch_tbf` "
+                               "or use a kernel with CONFIG_NET_SCH_TBF") from exc
+        raise
+
+
+def interface_counters(netns: str, device: str = NODE_IFACE) -> dict[str, int]:
+    """The device's byte and packet counters as the node sees them."""
+    out = run(["ip", "-n", netns, "-j", "-s", "link", "show", "dev", device])
+    stats = json.loads(out)[0]["stats64"]
+    return {"rx_bytes": stats["rx"]["bytes"], "rx_packets": stats["rx"]["packets"],
+            "tx_bytes": stats["tx"]["bytes"], "tx_packets": stats["tx"]["packets"]}
+
+
+def list_netns() -> list[str]:
+    """Namespaces carrying the edgeprof prefix."""
+    if not NETNS_DIR.is_dir():
+        return []
+    return sorted(p.name for p in NETNS_DIR.iterdir() if p.name.startswith(f"{PREFIX}-"))
+
+
+def list_links() -> list[str]:
+    """Host interfaces carrying the edgeprof prefix (bridge and veth host ends)."""
+    out = run(["ip", "-j", "link", "show"])
+    return sorted(link["ifname"] for link in json.loads(out)
+                  if link.get("ifname", "").startswith(f"{PREFIX}-"))
+
+
+def netns_pids(netns: str) -> list[int]:
+    """Processes living in ``netns`` (any cgroup, e.g. the unconfined metrics agent)."""
+    try:
+        return [int(p) for p in run(["ip", "netns", "pids", netns]).split()]
+    except ClusterError:
+        return []
+
+
+def delete_link(name: str) -> None:
+    run(["ip", "link", "del", name])
+
+
+def delete_netns(name: str) -> None:
+    run(["ip", "netns", "del", name])
+
+
+def check_netns_support() -> None:
+    """Raise one line when this kernel or process cannot create network namespaces."""
+    if not os.path.exists("/proc/self/ns/net"):
+        raise ClusterError("the kernel lacks network namespaces (CONFIG_NET_NS): the "
+                           "emulated cluster needs them; use --cluster local")
