@@ -1,0 +1,135 @@
+"""``edgeprof cluster up|down|status|profiles``: the emulated Pi cluster from the shell.
+
+A thin Click layer over ``profiler.cluster.emulated``; library errors (not root, a kernel
+feature missing, a cluster already up) become one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import click
+
+from ..errors import EdgeprofError
+
+EXIT_USAGE = 2
+
+
+class _UsageFailure(click.ClickException):
+    # Same contract as profiler.cli's UsageFailure; not imported from there because
+    # profiler.cli imports this module while it is itself being imported.
+    exit_code = EXIT_USAGE
+
+    def show(self, file=None) -> None:
+        click.echo(f"edgeprof: error: {self.format_message()}", err=True)
+
+
+def _reports_errors(func):
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except EdgeprofError as exc:
+            raise _UsageFailure(str(exc)) from None
+    return wrapper
+
+
+@click.group()
+def cluster() -> None:
+    """An emulated cluster of Pi-class nodes on this host (root; see docs/emulated.md).
+
+    Example:
+
+        sudo edgeprof cluster up --nodes 4 --profile pi3b
+    """
+
+
+@cluster.command()
+@click.option("--nodes", default=4, show_default=True, type=int, help="How many nodes.")
+@click.option("--profile", default="pi3b", show_default=True,
+              help="Node profile or mix (see `edgeprof cluster profiles`).")
+@_reports_errors
+def up(nodes: int, profile: str) -> None:
+    """Bring up NODES network namespaces with shaped links and cgroup limits.
+
+    Example:
+
+        sudo edgeprof cluster up --nodes 10 --profile mix-2pi4-8pi3b
+    """
+    from .emulated import status, up as bring_up
+    bring_up(nodes, profile)
+    _print_status(status())
+
+
+@cluster.command()
+@_reports_errors
+def down() -> None:
+    """Remove every edgeprof namespace, link and cgroup (also after a crash).
+
+    Example:
+
+        sudo edgeprof cluster down
+    """
+    from .emulated import down as take_down
+    removed = take_down()
+    click.echo(f"removed {len(removed)} item(s)" if removed else "nothing to remove")
+    for item in removed:
+        click.echo(f"  {item}")
+
+
+@cluster.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@_reports_errors
+def status(as_json: bool) -> None:
+    """Show each node's limits, usage and interface counters.
+
+    Example:
+
+        sudo edgeprof cluster status --json
+    """
+    from .emulated import status as get_status
+    info = get_status()
+    if as_json:
+        click.echo(json.dumps(info, indent=2, sort_keys=True))
+    else:
+        _print_status(info)
+
+
+@cluster.command()
+@_reports_errors
+def profiles() -> None:
+    """List the node profiles and mixes (packaged, ~/.config/edgeprof, $EDGEPROF_PROFILES).
+
+    Example:
+
+        edgeprof cluster profiles
+    """
+    from .profiles import load_catalog, profile_files
+    catalog = load_catalog()
+    click.echo("files: " + ", ".join(str(p) for p in profile_files()))
+    for profile in catalog.profiles.values():
+        click.echo(f"{profile.name:<16} {profile.link_mbit:>6g} Mbit {profile.memory_mb:>6} MB "
+                   f"{profile.cpu_cores:>5g} cores  {profile.description}")
+    for name, members in catalog.mixes.items():
+        click.echo(f"{name:<16} {len(members)} nodes: {', '.join(members)}")
+
+
+def _print_status(info: dict) -> None:
+    if not info["up"]:
+        click.echo(f"no cluster up ({info['reason']})")
+        if info["leftovers"]:
+            click.echo("leftovers (remove with `edgeprof cluster down`): "
+                       + ", ".join(info["leftovers"]))
+        return
+    click.echo(f"emulated cluster: {len(info['nodes'])} x {info['profile']}, cgroup "
+               f"v{info['cgroup_version']}, host {info['host_address']}, CPU quotas x"
+               f"{info['cpu_scale']} of the profiles' ({info['host_cores']:g} host cores)")
+    click.echo(f"{'node':<5} {'address':<12} {'profile':<8} {'Mbit':>6} {'cores':>6} "
+               f"{'mem MB':>7} {'procs':>5} {'cpu s':>8} {'used MB':>8} {'oom':>4} "
+               f"{'rx KB':>9} {'tx KB':>9}")
+    for n in info["nodes"]:
+        click.echo(f"{n['name']:<5} {n['address']:<12} {n['profile']:<8} {n['link_mbit']:>6g} "
+                   f"{n['cpu_cores']:>6g} {n['memory_mb']:>7} {n['processes']:>5} "
+                   f"{n['cpu_used_s']:>8.1f} {n['mem_used_mb']:>8.1f} {n['oom_kills']:>4} "
+                   f"{n['rx_bytes'] / 1024:>9.1f} {n['tx_bytes'] / 1024:>9.1f}")
