@@ -1,0 +1,84 @@
+"""Real MXNet KVStore trainings through the cell runner: scheduler, server and workers on
+loopback, each in its own process group, every process reaped at the end."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+import pytest
+
+from profiler.cluster.local import LocalCluster
+from profiler.engines.base import TrainOptions
+from profiler.engines.mxnet import MXNetEngine
+from profiler.sweep.grid import CellConfig, validate
+from profiler.sweep.runner import run_cell
+
+pytestmark = pytest.mark.integration
+TINY = TrainOptions(val_samples=200)
+
+
+def _run(tmp_path, timeout_s=240, **kw):
+    cell = validate(CellConfig(**{"max_samples": 640, "batch": 32, **kw}))
+    engine = MXNetEngine()
+    cluster = LocalCluster(engine.nodes_needed(cell))
+    return run_cell(cell, cluster, engine, tmp_path / cell.cell_id, TINY, sweep_id="t",
+                    timeout_s=timeout_s, monitor_interval_s=None)
+
+
+def _no_children_left():
+    return [p for p in psutil.Process(os.getpid()).children(recursive=True)
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.parametrize("model, layers, sync", [
+    ("lenet-mlp", None, "sync"), ("lenet-mlp", None, "async"),
+    ("resnet", 20, "sync"), ("resnet", 20, "async"),
+])
+def test_two_workers_train_above_chance(tmp_path, model, layers, sync):
+    epochs = 2 if model == "lenet-mlp" else 1
+    rec = _run(tmp_path, model=model, layers=layers, devices=2, sync=sync, epochs=epochs)
+    assert rec["status"] == "ok", rec["reason"]
+    # 640 samples split between 2 workers, batch 32: 10 steps each per epoch.
+    assert rec["syncs_per_worker"] == 10 * epochs
+    assert len(rec["epoch_s"]) == epochs and rec["elapsed_s"] > 0
+    if model == "lenet-mlp":  # ten classes: chance is 0.1
+        assert rec["val_accuracy"] > 0.3
+    else:
+        assert 0.0 <= rec["val_accuracy"] <= 1.0
+    logs = sorted(p.name for p in (tmp_path / rec["cell_id"] / "logs").iterdir())
+    assert logs == ["scheduler-0.log", "server-0.log", "worker-0.log", "worker-1.log"]
+    assert _no_children_left() == []
+
+
+def test_one_device_uses_local_kvstore(tmp_path):
+    rec = _run(tmp_path, model="lenet-cnn", layers=None, devices=1)
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["syncs_per_worker"] == 20 and rec["val_accuracy"] is not None
+
+
+def test_colocated_placement_runs_a_server_per_worker(tmp_path):
+    rec = _run(tmp_path, model="lenet-mlp", layers=None, devices=2, placement="colocated")
+    assert rec["status"] == "ok", rec["reason"]
+    assert (tmp_path / rec["cell_id"] / "logs" / "server-1.log").exists()
+
+
+def test_timeout_kills_every_process(tmp_path):
+    rec = _run(tmp_path, timeout_s=3, model="resnet", layers=56, devices=2,
+               max_samples=20000, epochs=5)
+    assert rec["status"] == "timeout" and "--timeout 3" in rec["reason"]
+    assert _no_children_left() == []
+
+
+def test_failing_worker_stops_the_cell_with_its_reason(tmp_path, monkeypatch):
+    # A data folder without the files: each worker exits 2 with a clear message.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cell = validate(CellConfig(model="lenet-mlp", layers=None, devices=2, max_samples=64))
+    engine = MXNetEngine()
+    rec = run_cell(cell, LocalCluster(3), engine, tmp_path / "c",
+                   TrainOptions(data_dir=empty), sweep_id="t", timeout_s=120,
+                   monitor_interval_s=None)
+    assert rec["status"] == "failed"
+    assert rec["reason"].startswith("worker-0 exited 2") and "mnist" in rec["reason"].lower()
+    assert _no_children_left() == []
