@@ -1,0 +1,1 @@
+"""Dataset management for edgeprof: ``fetch`` downloads and verifies MNIST and CIFAR-10."""

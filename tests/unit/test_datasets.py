@@ -1,0 +1,182 @@
+"""Datasets: real-format MNIST IDX and CIFAR-10 files written here, synthetic set."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from profiler.errors import DataError
+from workloads import datasets
+
+
+def write_idx(path: Path, images: np.ndarray | None = None,
+              labels: np.ndarray | None = None) -> None:
+    """Write an IDX file (images uint8 Nx28x28 or labels uint8 N), gz if path ends .gz."""
+    if images is not None:
+        payload = struct.pack(">IIII", 2051, len(images), 28, 28) + images.tobytes()
+    else:
+        payload = struct.pack(">II", 2049, len(labels)) + labels.tobytes()
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "wb") as fh:
+        fh.write(payload)
+
+
+def make_mnist(folder: Path, train_n=40, test_n=10, gz=True, seed=0) -> dict:
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    suffix = ".gz" if gz else ""
+    arrays = {}
+    for split, n in (("train", train_n), ("test", test_n)):
+        images_name, labels_name = datasets.MNIST_FILES[split]
+        x = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+        y = rng.integers(0, 10, n, dtype=np.uint8)
+        write_idx(folder / (images_name + suffix), images=x)
+        write_idx(folder / (labels_name + suffix), labels=y)
+        arrays[split] = (x, y)
+    return arrays
+
+
+def make_cifar(folder: Path, per_batch=6, seed=0) -> dict:
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for split, names in datasets.CIFAR_FILES.items():
+        xs, ys = [], []
+        for name in names:
+            x = rng.integers(0, 256, (per_batch, 3, 32, 32), dtype=np.uint8)
+            y = rng.integers(0, 10, per_batch, dtype=np.uint8)
+            records = np.concatenate([y[:, None], x.reshape(per_batch, -1)], axis=1)
+            (folder / name).write_bytes(records.tobytes())
+            xs.append(x)
+            ys.append(y)
+        arrays[split] = (np.concatenate(xs), np.concatenate(ys))
+    return arrays
+
+
+@pytest.mark.parametrize("gz,subdir", [(True, "mnist"), (False, "mnist"), (True, "")])
+def test_mnist_round_trip(tmp_path, gz, subdir):
+    arrays = make_mnist(tmp_path / subdir, gz=gz)
+    assert datasets.check("lenet-mlp", tmp_path) == "mnist"
+    data = datasets.load("lenet-mlp", tmp_path)
+    x, y = arrays["train"]
+    assert data.name == "mnist" and data.train_total == 40
+    assert data.x_train.shape == (40, 1, 28, 28) and data.x_train.dtype == np.float32
+    np.testing.assert_array_equal(data.y_train, y)
+    mean, std = datasets.NORMALIZATION["mnist"]
+    np.testing.assert_allclose(data.x_train[3, 0], (x[3] / 255 - mean[0]) / std[0],
+                               rtol=1e-5, atol=1e-5)
+    assert data.x_test.shape == (10, 1, 28, 28)
+
+
+def test_lenet_cnn_pads_mnist_to_32(tmp_path):
+    make_mnist(tmp_path / "mnist")
+    data = datasets.load("lenet-cnn", tmp_path)
+    assert data.x_train.shape == (40, 1, 32, 32)
+    background = (0 - 0.1307) / 0.3081
+    np.testing.assert_allclose(data.x_train[:, :, :2, :], background, rtol=1e-5)
+
+
+@pytest.mark.parametrize("subdir", ["cifar10/cifar-10-batches-bin", "cifar-10-batches-bin"])
+def test_cifar_round_trip(tmp_path, subdir):
+    arrays = make_cifar(tmp_path / subdir)
+    assert datasets.check("resnet", tmp_path) == "cifar10"
+    data = datasets.load("resnet", tmp_path)
+    x, y = arrays["train"]
+    assert data.x_train.shape == (30, 3, 32, 32)
+    np.testing.assert_array_equal(data.y_train, y)
+    mean, std = datasets.NORMALIZATION["cifar10"]
+    np.testing.assert_allclose(data.x_train[7, 2], (x[7, 2] / 255 - mean[2]) / std[2],
+                               rtol=1e-5, atol=1e-5)
+    assert data.x_test.shape == (6, 3, 32, 32)
+
+
+def test_shards_are_equal_contiguous_and_capped(tmp_path):
+    make_mnist(tmp_path / "mnist", train_n=40)
+    shards = [datasets.load("lenet-mlp", tmp_path, max_samples=31, rank=r, num_workers=3)
+              for r in range(3)]
+    assert [len(s.x_train) for s in shards] == [10, 10, 10]  # 31 // 3, remainder dropped
+    assert all(s.train_total == 31 for s in shards)
+    whole = datasets.load("lenet-mlp", tmp_path, max_samples=30)
+    np.testing.assert_array_equal(np.concatenate([s.x_train for s in shards]), whole.x_train)
+
+
+def test_val_samples_caps_test_set(tmp_path):
+    make_mnist(tmp_path / "mnist", test_n=10)
+    assert len(datasets.load("lenet-mlp", tmp_path, val_samples=4).x_test) == 4
+
+
+def test_missing_file_names_file_and_fix(tmp_path):
+    make_mnist(tmp_path / "mnist")
+    (tmp_path / "mnist" / "t10k-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(DataError, match=r"t10k-labels-idx1-ubyte.*edgeprof data fetch"):
+        datasets.check("lenet-mlp", tmp_path)
+
+
+def test_truncated_mnist_detected(tmp_path):
+    make_mnist(tmp_path / "mnist", gz=False)
+    path = tmp_path / "mnist" / "train-images-idx3-ubyte"
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(DataError, match="truncated"):
+        datasets.check("lenet-mlp", tmp_path)
+
+
+def test_wrong_magic_detected(tmp_path):
+    make_mnist(tmp_path / "mnist")
+    labels = tmp_path / "mnist" / "train-labels-idx1-ubyte.gz"
+    images = tmp_path / "mnist" / "train-images-idx3-ubyte.gz"
+    images.write_bytes(labels.read_bytes())  # a label file under the image name
+    with pytest.raises(DataError, match="not an MNIST image file"):
+        datasets.check("lenet-mlp", tmp_path)
+
+
+def test_not_gzip_detected(tmp_path):
+    make_mnist(tmp_path / "mnist")
+    (tmp_path / "mnist" / "train-images-idx3-ubyte.gz").write_bytes(b"<html>404</html>")
+    with pytest.raises(DataError, match="unreadable"):
+        datasets.check("lenet-mlp", tmp_path)
+
+
+def test_corrupt_cifar_detected(tmp_path):
+    make_cifar(tmp_path / "cifar-10-batches-bin")
+    batch = tmp_path / "cifar-10-batches-bin" / "data_batch_3.bin"
+    batch.write_bytes(batch.read_bytes()[:-1])
+    with pytest.raises(DataError, match="data_batch_3.bin"):
+        datasets.check("resnet", tmp_path)
+
+
+def test_cifar_missing_folder(tmp_path):
+    make_mnist(tmp_path / "mnist")  # MNIST alone does not serve a ResNet
+    with pytest.raises(DataError, match="CIFAR-10 folder missing"):
+        datasets.check("resnet", tmp_path)
+
+
+def test_missing_data_dir(tmp_path):
+    with pytest.raises(DataError, match="data folder not found"):
+        datasets.check("resnet", tmp_path / "nope")
+
+
+def test_synthetic_is_deterministic_and_shaped():
+    assert datasets.check("resnet", None) == "synthetic"
+    a = datasets.load("resnet", None, max_samples=50, val_samples=20, seed=3)
+    b = datasets.load("resnet", None, max_samples=50, val_samples=20, seed=3)
+    np.testing.assert_array_equal(a.x_train, b.x_train)
+    assert a.x_train.shape == (50, 3, 32, 32) and a.x_test.shape == (20, 3, 32, 32)
+    assert datasets.load("lenet-cnn", None, max_samples=8).x_train.shape == (8, 1, 32, 32)
+    full = datasets.load("lenet-mlp", None)
+    assert len(full.x_train) == datasets.SYNTHETIC_TRAIN_SAMPLES
+    assert len(full.x_test) == datasets.SYNTHETIC_TEST_SAMPLES
+
+
+def test_synthetic_is_learnable():
+    """A nearest-class-mean classifier fit on train beats chance by far on test."""
+    data = datasets.load("resnet", None, max_samples=1000, val_samples=500, seed=7)
+    x_train = data.x_train.reshape(len(data.x_train), -1)
+    means = np.stack([x_train[data.y_train == c].mean(axis=0) for c in range(10)])
+    x_test = data.x_test.reshape(len(data.x_test), -1)
+    predicted = ((x_test[:, None, :] - means[None]) ** 2).sum(axis=2).argmin(axis=1)
+    assert (predicted == data.y_test).mean() > 0.5
+    assert 0.05 < np.bincount(data.y_train, minlength=10).min() / len(data.y_train)
