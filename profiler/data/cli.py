@@ -10,6 +10,21 @@ from ..errors import DataError
 from . import fetch as fetching
 
 
+EXIT_USAGE = 2
+
+
+class _DataFailure(click.ClickException):
+    """A library DataError as one line and exit 2, like ``profiler.cli``'s errors.
+
+    Not ``profiler.cli.UsageFailure``: that module imports this one while it loads.
+    """
+
+    exit_code = EXIT_USAGE
+
+    def show(self, file=None) -> None:
+        click.echo(f"edgeprof: error: {self.format_message()}", err=True)
+
+
 def _dataset_list(ctx, param, value: str) -> list[str]:
     names = [v.strip() for v in value.split(",") if v.strip()]
     unknown = [n for n in names if n not in fetching.DATASETS]
@@ -47,10 +62,7 @@ def fetch_command(data_dir: Path, datasets: list[str], mnist_mirror: str,
                                  mirrors={"mnist": mnist_mirror, "cifar10": cifar_mirror},
                                  show_progress=True)
     except DataError as exc:
-        # Imported here: profiler.cli imports this module while it loads.
-        from ..cli import UsageFailure
-
-        raise UsageFailure(str(exc)) from None
+        raise _DataFailure(str(exc)) from None
     for name, state in outcome.items():
         click.echo(f"{state:10} {name}")
     click.echo(f"data ready in {data_dir}")
