@@ -1,0 +1,114 @@
+"""``edgeprof agent`` and ``edgeprof ship``: thin Click commands over the agent library.
+
+The lead registers both on the ``edgeprof`` group; ``python -m profiler.agent`` runs
+``agent`` alone (how the cell runner starts one per node).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+
+import click
+
+from ..errors import ConfigError, EdgeprofError
+from .options import influx_options, interval_option, target_from_options
+from .sampler import AgentConfig, run_agent
+
+MB = 1024 * 1024
+
+
+class _UserError(click.ClickException):
+    exit_code = 2
+
+
+def _parse_tags(values: tuple[str, ...]) -> dict[str, str]:
+    tags = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--tag {item!r} is not key=value: write e.g. --tag sweep=s1")
+        tags[key.strip()] = value.strip()
+    return tags
+
+
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@click.command()
+@click.option("--node", required=True, help="This node's name (tag node).")
+@click.option("--spool", "spool_dir", type=click.Path(path_type=Path, file_okay=False),
+              required=True, help="Spool directory (created if missing).")
+@interval_option
+@click.option("--tag", "tag_items", multiple=True, metavar="KEY=VALUE",
+              help="A tag for every point (repeatable), e.g. --tag sweep=s1.")
+@click.option("--pids-file", type=click.Path(path_type=Path, dir_okay=False),
+              help='JSON {"worker": [pid, ...], ...}: processes to follow by role.')
+@click.option("--interfaces", default="", help="Comma-separated interfaces to count "
+              "(default: all but lo).")
+@click.option("--cgroup-cpu", help="cgroup directory: take the node's CPU from it.")
+@click.option("--cgroup-memory", help="cgroup directory: take the node's memory from it.")
+@click.option("--cpu-cores", type=float, help="The node's CPU quota in cores.")
+@click.option("--memory-mb", type=float, help="The node's memory limit in MB.")
+@click.option("--spool-max-mb", type=click.IntRange(8), default=256, show_default=True,
+              help="Bound on the spool's size; the oldest segments go first.")
+@influx_options
+def agent(node, spool_dir, interval_s, tag_items, pids_file, interfaces, cgroup_cpu,
+          cgroup_memory, cpu_cores, memory_mb, spool_max_mb, **influx):
+    """Sample this node's CPU, memory, network, disk, temperature and training processes
+    into an on-disk spool until stopped (SIGTERM/SIGINT), shipping it live if
+    --influx-url is given.
+
+    Example:
+
+        INFLUX_TOKEN=... edgeprof agent --node pi1 --spool /var/lib/edgeprof/spool \\
+            --interval 1 --tag site=lab --influx-url http://monitor:8086 \\
+            --influx-org lab --influx-bucket edgeprof
+    """
+    _logging()
+    try:
+        config = AgentConfig(
+            node=node, spool_dir=spool_dir, interval_s=interval_s,
+            tags=_parse_tags(tag_items), pids_file=pids_file,
+            interfaces=[name.strip() for name in interfaces.split(",") if name.strip()],
+            cgroup_cpu=cgroup_cpu, cgroup_memory=cgroup_memory, cpu_cores=cpu_cores,
+            memory_mb=memory_mb, spool_max_bytes=spool_max_mb * MB)
+        target = target_from_options(**influx)
+        stop = threading.Event()
+        # Signal handlers run in the main thread and only set the event: the loop wakes
+        # at once, closes the spool and exits well within the runner's 2 s grace.
+        signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+        signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
+        run_agent(config, target, stop=stop)
+    except EdgeprofError as exc:
+        raise _UserError(str(exc)) from None
+
+
+@click.command()
+@click.argument("sweep_dir", type=click.Path(path_type=Path, file_okay=False, exists=True))
+@influx_options
+def ship(sweep_dir, **influx):
+    """Deliver a sweep's metrics to InfluxDB: every point exactly once, resuming where an
+    earlier ship or the live shipper stopped.
+
+    Example:
+
+        INFLUX_TOKEN=... edgeprof ship runs/2024-05-01-a \\
+            --influx-url http://127.0.0.1:8086 --influx-org lab --influx-bucket edgeprof
+    """
+    _logging()
+    try:
+        target = target_from_options(**influx)
+        if target is None:
+            raise ConfigError("edgeprof ship needs --influx-url and --influx-org/"
+                              "--influx-bucket (or --influx-db for InfluxDB 1.7 and older)")
+        from .ship import ship_sweep  # not imported by the agent: keeps it small
+
+        sent = ship_sweep(sweep_dir, target)
+    except EdgeprofError as exc:
+        raise _UserError(str(exc)) from None
+    click.echo(f"shipped {sent} points to {target.label}")

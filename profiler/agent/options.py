@@ -1,0 +1,62 @@
+"""Click options shared by ``edgeprof sweep``, ``agent`` and ``ship`` (one decorator each).
+
+The token is deliberately not an option: argv is visible to every user in ``ps``. It
+comes from ``--influx-token-file`` (mode 0600) or the ``INFLUX_TOKEN`` environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import ConfigError
+from .sampler import MAX_INTERVAL_S, MIN_INTERVAL_S
+from .targets import InfluxTarget, check_target, read_token
+
+_INFLUX_OPTIONS = [
+    click.option("--influx-url", metavar="URL",
+                 help="InfluxDB-compatible server to ship metrics to, e.g. "
+                      "http://127.0.0.1:8086 (none: metrics stay on disk)."),
+    click.option("--influx-org", metavar="ORG", help="Organization (v2 write API)."),
+    click.option("--influx-bucket", metavar="BUCKET",
+                 help="Bucket (v2 write API: InfluxDB 1.8+, 2.x, 3.x, VictoriaMetrics)."),
+    click.option("--influx-db", metavar="DB",
+                 help="Database, for InfluxDB 1.7 and older (v1 /write API)."),
+    click.option("--influx-token-file", type=click.Path(path_type=Path, dir_okay=False),
+                 help="File holding the token (mode 0600); default: $INFLUX_TOKEN. "
+                      "For v1, user:password."),
+]
+
+
+def influx_options(func):
+    """Add --influx-url/--influx-org/--influx-bucket/--influx-db/--influx-token-file."""
+    for option in reversed(_INFLUX_OPTIONS):
+        func = option(func)
+    return func
+
+
+def interval_option(func):
+    """Add --interval (seconds between samples)."""
+    return click.option(
+        "--interval", "interval_s", type=click.FloatRange(MIN_INTERVAL_S, MAX_INTERVAL_S),
+        default=1.0, show_default=True,
+        help="Seconds between metric samples (0.1 to 3600; the study sampled every 30).",
+    )(func)
+
+
+def target_from_options(influx_url: str | None = None, influx_org: str | None = None,
+                        influx_bucket: str | None = None, influx_db: str | None = None,
+                        influx_token_file: Path | None = None, **_ignored) -> InfluxTarget | None:
+    """The shipping target the options describe, or None when no --influx-url is given."""
+    if not influx_url:
+        given = [name for name, value in (("--influx-org", influx_org),
+                                          ("--influx-bucket", influx_bucket),
+                                          ("--influx-db", influx_db),
+                                          ("--influx-token-file", influx_token_file)) if value]
+        if given:
+            raise ConfigError(f"{given[0]} needs --influx-url: give the server's URL, "
+                              "e.g. --influx-url http://127.0.0.1:8086")
+        return None
+    return check_target(InfluxTarget(url=influx_url, org=influx_org, bucket=influx_bucket,
+                                     db=influx_db, token=read_token(influx_token_file)))

@@ -1,0 +1,149 @@
+"""The sampling loop: every ``interval_s``, all collectors → one spool write.
+
+The loop waits on an ``Event`` (``stop()`` wakes it at once) against a monotonic
+schedule, so ticks do not drift by the time sampling takes. All points of a tick share
+one wall-clock timestamp (ms). Node-level points are tagged with the roles present on
+the node (``role="worker"``, ``"scheduler+server"``; ``"none"`` before the cell's
+processes start); process points carry their own role.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psutil
+from pathlib import Path
+
+from . import collectors as c
+from . import lineproto
+from .spool import SEGMENT_MAX_BYTES, SPOOL_MAX_BYTES, SpoolWriter
+
+log = logging.getLogger(__name__)
+
+MIN_INTERVAL_S = 0.1
+MAX_INTERVAL_S = 3600.0
+
+
+@dataclass
+class AgentConfig:
+    """Everything one agent needs; the CLI and ``launch.agent_argv`` both build it."""
+
+    node: str
+    spool_dir: Path
+    interval_s: float = 1.0
+    tags: dict[str, str] = field(default_factory=dict)
+    pids_file: Path | None = None
+    interfaces: list[str] = field(default_factory=list)  # empty: all but loopback
+    cgroup_cpu: str | None = None
+    cgroup_memory: str | None = None
+    cpu_cores: float | None = None
+    memory_mb: float | None = None
+    segment_max_bytes: int = SEGMENT_MAX_BYTES
+    spool_max_bytes: int = SPOOL_MAX_BYTES
+
+    def base_tags(self) -> dict[str, str]:
+        tags = {"host": socket.gethostname(), **self.tags, "node": self.node}
+        return {key: str(value) for key, value in tags.items() if str(value) != ""}
+
+
+def build_collectors(config: AgentConfig, processes: c.Processes, spool) -> list:
+    """The collectors available here; a missing sensor is logged once and left out."""
+    interfaces = config.interfaces or [
+        name for name in psutil.net_if_addrs() if name != "lo"]
+    makers = [
+        lambda: c.HostCpu(include_total=not config.cgroup_cpu),
+        lambda: c.CgroupCpu(config.cgroup_cpu, config.cpu_cores) if config.cgroup_cpu else None,
+        c.Load, c.CpuFreq,
+        lambda: (c.CgroupMemory(config.cgroup_memory, config.memory_mb)
+                 if config.cgroup_memory else c.HostMemory()),
+        lambda: c.Network(interfaces), c.Disk, c.Temperature, c.PiThrottling,
+        lambda: processes, lambda: c.Agent(spool),
+    ]
+    built = []
+    for make in makers:
+        try:
+            collector = make()
+        except c.Unavailable as exc:
+            log.info("not collected here: %s", exc)
+            continue
+        if collector is not None:
+            built.append(collector)
+    return built
+
+
+class Sampler:
+    """Samples every ``interval_s`` into the node's spool until stopped."""
+
+    def __init__(self, config: AgentConfig, stop: threading.Event | None = None):
+        if not MIN_INTERVAL_S <= config.interval_s <= MAX_INTERVAL_S:
+            from ..errors import ConfigError
+            raise ConfigError(f"--interval {config.interval_s} is out of range: use "
+                              f"{MIN_INTERVAL_S} to {MAX_INTERVAL_S:.0f} seconds")
+        self.config = config
+        self.spool = SpoolWriter(config.spool_dir, config.base_tags(),
+                                 segment_max_bytes=config.segment_max_bytes,
+                                 max_bytes=config.spool_max_bytes)
+        self.processes = c.Processes(config.pids_file)
+        self.collectors = build_collectors(config, self.processes, self.spool)
+        self.ticks = 0
+        self._stop = stop or threading.Event()
+        self._failed: set[str] = set()
+
+    def tick(self) -> int:
+        """Sample once; returns the number of points written."""
+        time_ms = int(time.time() * 1000)
+        role = self.processes.role_tag()
+        lines = []
+        for collector in self.collectors:
+            try:
+                samples = collector.collect()
+            except (OSError, ValueError, RuntimeError) as exc:
+                name = type(collector).__name__
+                if name not in self._failed:  # say it once, not every tick
+                    self._failed.add(name)
+                    log.warning("collector %s failed, skipping it this tick: %s", name, exc)
+                continue
+            for measurement, tags, fields in samples:
+                tags = tags if "role" in tags else {**tags, "role": role}
+                lines.append(lineproto.encode(measurement, tags, fields, time_ms))
+        self.spool.append(lines)
+        self.ticks += 1
+        return len(lines)
+
+    def run(self) -> None:
+        """Sample until ``stop()``; then close the spool (flushed and fsynced)."""
+        next_s = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                self.tick()
+                next_s += self.config.interval_s
+                now = time.monotonic()
+                if next_s < now:  # fell behind (suspended, overloaded): do not burst
+                    next_s = now + self.config.interval_s
+                self._stop.wait(next_s - now)
+        finally:
+            self.spool.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def run_agent(config: AgentConfig, target=None, stop: threading.Event | None = None
+              ) -> Sampler:
+    """Sample until ``stop`` is set (by a signal handler or another thread), shipping
+    the node's spool live when ``target`` is given."""
+    sampler = Sampler(config, stop)
+    shipper = None
+    if target is not None:
+        from .ship import LiveShipper
+        shipper = LiveShipper(config.spool_dir, target).start()
+    try:
+        sampler.run()
+    finally:
+        if shipper is not None:
+            shipper.stop(timeout_s=5.0)
+    return sampler
