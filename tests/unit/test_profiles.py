@@ -1,0 +1,115 @@
+"""Node profiles: the packaged file, user overrides, mixes, CPU scaling, cgroup detection."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiler.cluster import cgroups
+from profiler.cluster.profiles import (PACKAGED_PROFILES, cpu_scale, load_catalog,
+                                       profile_files, quota_cores)
+from profiler.errors import ClusterError, ConfigError
+
+
+def test_packaged_profiles_describe_the_study_device():
+    catalog = load_catalog([PACKAGED_PROFILES])
+    pi3b = catalog.profiles["pi3b"]
+    assert (pi3b.link_mbit, pi3b.memory_mb) == (100, 1024)
+    assert {"pi3b", "pi4", "pi5", "mix-2pi4-8pi3b"} <= set(catalog.names())
+
+
+def test_a_mix_lists_its_nodes_in_order_and_can_be_cut_short():
+    catalog = load_catalog([PACKAGED_PROFILES])
+    names = [p.name for p in catalog.node_profiles("mix-2pi4-8pi3b", 10)]
+    assert names == ["pi4"] * 2 + ["pi3b"] * 8
+    assert [p.name for p in catalog.node_profiles("mix-2pi4-8pi3b", 3)] == ["pi4", "pi4", "pi3b"]
+    with pytest.raises(ConfigError, match="has 10 nodes, 11 asked"):
+        catalog.node_profiles("mix-2pi4-8pi3b", 11)
+
+
+def test_a_user_file_overrides_and_extends(tmp_path, monkeypatch):
+    user = tmp_path / "mine.yaml"
+    user.write_text("profiles:\n  pi3b: {link_mbit: 10, memory_mb: 512, cpu_cores: 0.2}\n"
+                    "  zero: {link_mbit: 54, memory_mb: 512, cpu_cores: 0.05}\n"
+                    "mixes:\n  mix-z:\n    nodes: [{profile: zero, count: 3}, {profile: pi5}]\n")
+    monkeypatch.setenv("EDGEPROF_PROFILES", str(user))
+    assert profile_files()[-1] == user
+    catalog = load_catalog()
+    assert catalog.profiles["pi3b"].link_mbit == 10
+    assert catalog.profiles["pi4"].link_mbit == 1000  # packaged ones stay
+    assert [p.name for p in catalog.node_profiles("mix-z", 4)] == ["zero"] * 3 + ["pi5"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("profiles:\n  x: {link_mbit: 100, memory_mb: 1024}\n", "lacks cpu_cores"),
+    ("profiles:\n  x: {link_mbit: fast, memory_mb: 1, cpu_cores: 1}\n", "must be numbers"),
+    ("profiles:\n  x: {link_mbit: 0, memory_mb: 1024, cpu_cores: 1}\n", "link_mbit > 0"),
+    ("mixes:\n  m:\n    nodes: [{profile: nope}]\n", "unknown profile"),
+    ("profiles: [\n", "not valid YAML"),
+])
+def test_bad_profile_files_name_the_problem(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_catalog([PACKAGED_PROFILES, path])
+
+
+def test_unknown_profile_and_missing_env_file(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match="unknown profile 'pi9'.*pi3b"):
+        load_catalog([PACKAGED_PROFILES]).node_profiles("pi9", 2)
+    monkeypatch.setenv("EDGEPROF_PROFILES", str(tmp_path / "absent.yaml"))
+    with pytest.raises(ConfigError, match="is not a file"):
+        profile_files()
+
+
+def test_cpu_quota_scales_all_nodes_alike_only_when_the_host_is_short():
+    assert quota_cores([0.3] * 4, host_cores=2) == [0.3] * 4
+    # 2 x pi4 + 8 x pi3b ask 3.8 cores of a 2-core host: everyone gets 2/3.8 of theirs.
+    quotas = quota_cores([0.7] * 2 + [0.3] * 8, host_cores=2)
+    assert sum(quotas) == pytest.approx(2, abs=0.01)
+    assert quotas[0] / quotas[2] == pytest.approx(0.7 / 0.3, rel=0.01)
+    assert cpu_scale([0.7] * 2 + [0.3] * 8, 2) == pytest.approx(2 / 3.8)
+
+
+def _mounts(tmp_path, lines: list[str]):
+    path = tmp_path / "mounts"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_cgroup_v1_detection_with_separate_and_comounted_cpuacct(tmp_path):
+    separate = cgroups.detect_layout(_mounts(tmp_path, [
+        "cgroup /sys/fs/cgroup/cpu cgroup rw,relatime,cpu 0 0",
+        "cgroup /sys/fs/cgroup/cpuacct cgroup rw,relatime,cpuacct 0 0",
+        "cgroup /sys/fs/cgroup/memory cgroup rw,relatime,memory 0 0",
+        "cgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0"]))
+    assert separate.version == 1 and str(separate.cpuacct_root) == "/sys/fs/cgroup/cpuacct"
+    comounted = cgroups.detect_layout(_mounts(tmp_path, [
+        "cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,cpu,cpuacct 0 0",
+        "cgroup /sys/fs/cgroup/memory cgroup rw,memory 0 0"]))
+    assert comounted.cpu_root == comounted.cpuacct_root
+    assert len(comounted.roots()) == 2
+
+
+def test_cgroup_v2_detection_needs_cpu_and_memory_offered(tmp_path):
+    unified = tmp_path / "cg2"
+    unified.mkdir()
+    (unified / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    layout = cgroups.detect_layout(_mounts(tmp_path, [f"cgroup2 {unified} cgroup2 rw 0 0"]))
+    assert layout.version == 2 and layout.roots() == [unified]
+    (unified / "cgroup.controllers").write_text("pids\n")
+    with pytest.raises(ClusterError, match="no usable cgroup"):
+        cgroups.detect_layout(_mounts(tmp_path, [f"cgroup2 {unified} cgroup2 rw 0 0"]))
+
+
+def test_v2_limits_and_oom_count_use_the_v2_files(tmp_path):
+    """A directory with v2's file names stands in for a v2 host, which this one is not."""
+    group = cgroups.NodeCgroup(2, tmp_path, tmp_path, tmp_path)
+    (tmp_path / "memory.swap.max").write_text("max\n")
+    group.set_limits(cpu_cores=0.3, memory_mb=1024)
+    assert (tmp_path / "cpu.max").read_text() == "30000 100000"
+    assert (tmp_path / "memory.max").read_text() == str(1024 ** 3)
+    assert (tmp_path / "memory.swap.max").read_text() == "0"
+    (tmp_path / "memory.events").write_text("low 0\nhigh 0\nmax 7\noom 2\noom_kill 2\n")
+    assert group.oom_kills() == 2
+    (tmp_path / "cpu.stat").write_text("usage_usec 1500000\nuser_usec 1000000\n")
+    assert group.cpu_usage_s() == 1.5
