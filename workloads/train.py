@@ -31,6 +31,8 @@ DMLC_VARIABLES = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
                   "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
 MOMENTUM = 0.9
 WEIGHT_DECAY = 1e-4
+# How MXNet words a failed allocation (std::bad_alloc, its CPU storage manager).
+OOM_MARKERS = ("bad_alloc", "out of memory", "failed to allocate")
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_OOM = 0, 1, 2, 3
 
 
@@ -83,8 +85,8 @@ def _is_oom(exc: BaseException) -> bool:
     if isinstance(exc, MemoryError):
         return True
     text = str(exc).lower()
-    return type(exc).__name__ == "MXNetError" and ("bad_alloc" in text
-                                                   or "out of memory" in text)
+    return type(exc).__name__ == "MXNetError" and any(
+        marker in text for marker in OOM_MARKERS)
 
 
 class _Worker:
@@ -218,7 +220,9 @@ class _Worker:
 def _one_line(exc: BaseException) -> str:
     # MXNetError messages carry a C++ stack first and the reason on the last line.
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"
+    reason = lines[-1] if lines else ""
+    name = type(exc).__name__
+    return reason if reason.startswith(name) else f"{name}: {reason}"
 
 
 def _fail(events, kind: str, message: str, code: int) -> None:
