@@ -57,7 +57,7 @@ def _logging() -> None:
 @click.option("--spool-max-mb", type=click.IntRange(8), default=256, show_default=True,
               help="Bound on the spool's size; the oldest segments go first.")
 @influx_options
-def agent(node, spool_dir, interval_s, tag_items, pids_file, interfaces, cgroup_cpu,
+def agent(node, spool_dir, interval, tag_items, pids_file, interfaces, cgroup_cpu,
           cgroup_memory, cpu_cores, memory_mb, spool_max_mb, **influx):
     """Sample this node's CPU, memory, network, disk, temperature and training processes
     into an on-disk spool until stopped (SIGTERM/SIGINT), shipping it live if
@@ -72,7 +72,7 @@ def agent(node, spool_dir, interval_s, tag_items, pids_file, interfaces, cgroup_
     _logging()
     try:
         config = AgentConfig(
-            node=node, spool_dir=spool_dir, interval_s=interval_s,
+            node=node, spool_dir=spool_dir, interval_s=interval,
             tags=_parse_tags(tag_items), pids_file=pids_file,
             interfaces=[name.strip() for name in interfaces.split(",") if name.strip()],
             cgroup_cpu=cgroup_cpu, cgroup_memory=cgroup_memory, cpu_cores=cpu_cores,

@@ -37,9 +37,9 @@ def influx_options(func):
 
 
 def interval_option(func):
-    """Add --interval (seconds between samples)."""
+    """Add --interval (seconds between samples; the parameter is named ``interval``)."""
     return click.option(
-        "--interval", "interval_s", type=click.FloatRange(MIN_INTERVAL_S, MAX_INTERVAL_S),
+        "--interval", "interval", type=click.FloatRange(MIN_INTERVAL_S, MAX_INTERVAL_S),
         default=1.0, show_default=True,
         help="Seconds between metric samples (0.1 to 3600; the study sampled every 30).",
     )(func)

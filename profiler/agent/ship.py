@@ -159,16 +159,17 @@ def is_loopback(url: str) -> bool:
         return False
 
 
-def _record_traffic(sweep_dir: Path, target: InfluxTarget, writer, since=(0, 0)) -> tuple:
+def _record_traffic(sweep_dir: Path, target: InfluxTarget, writer,
+                    since=(0, 0, 0)) -> tuple[int, int, int]:
     """Append the writer's traffic since ``since`` to the sweep's traffic file."""
-    sent = writer.traffic.sent_bytes - since[0]
-    recv = writer.traffic.recv_bytes - since[1]
-    if sent or recv:
+    now = (writer.traffic.sent_bytes, writer.traffic.recv_bytes, writer.traffic.requests)
+    sent, recv, requests = (a - b for a, b in zip(now, since))
+    if requests:
         record = {"t_ms": int(time.time() * 1000), "sent_bytes": sent, "recv_bytes": recv,
-                  "loopback": is_loopback(target.url)}
+                  "requests": requests, "loopback": is_loopback(target.url)}
         with open(sweep_dir / TRAFFIC_FILE, "a") as handle:
             handle.write(json.dumps(record) + "\n")
-    return writer.traffic.sent_bytes, writer.traffic.recv_bytes
+    return now
 
 
 class LiveShipper:
@@ -188,7 +189,7 @@ class LiveShipper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._writer = None
-        self._traffic_mark = (0, 0)
+        self._traffic_mark = (0, 0, 0)
 
     def start(self) -> "LiveShipper":
         self._writer = self.target.writer()

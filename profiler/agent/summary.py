@@ -1,0 +1,154 @@
+"""A cell's resource columns, computed from its spools alone (no server needed).
+
+For each worker node, over the training window [t_start, t_end] (first worker start to
+last worker end):
+
+- ``cpu_percent``: the node's ``cpu.cpu_percent`` samples in the window (host, or the
+  node's cgroup as % of its quota): mean, and the highest sample;
+- ``mem_used_mb``: the node's ``mem.used_mb`` (host or cgroup): mean and peak;
+- ``rss_mb``: the summed RSS of the node's worker processes (with their descendants)
+  at each tick: mean and peak;
+- ``net_*``: the counters of the interfaces the agent counted, interpolated linearly
+  at t_start and t_end, summed over interfaces; KB = 1024 bytes.
+
+Each column is then the mean over the worker nodes that have data (None if none).
+
+The live shipper's own traffic is not training traffic: when it ships to a loopback
+address and a node counts ``lo`` (the local cluster), the bytes it recorded in the
+sweep's ``shipper-traffic.jsonl`` during the window are subtracted from both directions
+of ``lo`` (on loopback every byte is counted once sent and once received), and 4
+packets per HTTP request. On emulated nodes the shipper (in the host's namespace)
+never crosses a node's ``eth0``, and agents started by the sweep do not ship.
+"""
+
+from __future__ import annotations
+
+import json
+from bisect import bisect_left
+from pathlib import Path
+from statistics import fmean
+
+from .ship import TRAFFIC_FILE
+from .spool import read_points
+
+SUMMARY_COLUMNS = [
+    "cpu_percent_mean", "cpu_percent_peak",
+    "mem_used_mb_mean", "mem_used_mb_peak",
+    "rss_mb_mean", "rss_mb_peak",
+    "net_sent_kb", "net_recv_kb", "net_sent_packets", "net_recv_packets",
+    "metrics_nodes",
+]
+PACKETS_PER_REQUEST = 4
+_COUNTERS = ("sent_bytes", "recv_bytes", "sent_packets", "recv_packets")
+
+
+def summarize_cell(cell_dir: Path, worker_nodes: list[str], t_start: float,
+                   t_end: float) -> dict:
+    """The cell's ``SUMMARY_COLUMNS`` (floats, ints or None) from ``cell_dir/metrics``."""
+    cell_dir = Path(cell_dir)
+    start_ms, end_ms = int(t_start * 1000), int(t_end * 1000)
+    shipper = _shipper_traffic(cell_dir.parent.parent / TRAFFIC_FILE, start_ms, end_ms)
+    per_node = [_node(cell_dir / "metrics" / name, start_ms, end_ms, shipper)
+                for name in worker_nodes]
+    per_node = [node for node in per_node if node]
+    row: dict = {column: None for column in SUMMARY_COLUMNS}
+    row["metrics_nodes"] = len(per_node)
+    for column in SUMMARY_COLUMNS[:-1]:
+        values = [node[column] for node in per_node if node.get(column) is not None]
+        if values:
+            mean = fmean(values)
+            row[column] = round(mean) if column.endswith("_packets") else round(mean, 3)
+    return row
+
+
+def _node(spool_dir: Path, start_ms: int, end_ms: int, shipper: dict) -> dict:
+    cpu: list[tuple[int, float]] = []
+    mem: list[tuple[int, float]] = []
+    rss_by_time: dict[int, float] = {}
+    counters: dict[str, list[tuple[int, dict]]] = {}
+    for _base, point in read_points(spool_dir):
+        if point.measurement == "net":
+            # Counters are interpolated at the window's edges: keep the samples around it.
+            counters.setdefault(point.tags.get("interface", ""), []).append(
+                (point.time_ms, point.fields))
+        elif point.time_ms < start_ms:
+            continue
+        elif point.measurement == "cpu" and "cpu_percent" in point.fields:
+            cpu.append((point.time_ms, point.fields["cpu_percent"]))
+        elif point.measurement == "mem" and "used_mb" in point.fields:
+            mem.append((point.time_ms, point.fields["used_mb"]))
+        elif point.measurement == "proc" and point.tags.get("role") == "worker":
+            rss_by_time[point.time_ms] = rss_by_time.get(point.time_ms, 0.0) + point.fields["rss_mb"]
+    out: dict = {}
+    cpu_values = _in_window(cpu, end_ms)
+    if cpu_values:
+        out.update(cpu_percent_mean=fmean(cpu_values), cpu_percent_peak=max(cpu_values))
+    mem_values = _in_window(mem, end_ms)
+    if mem_values:
+        out.update(mem_used_mb_mean=fmean(mem_values), mem_used_mb_peak=max(mem_values))
+    rss_values = _in_window(sorted(rss_by_time.items()), end_ms)
+    if rss_values:
+        out.update(rss_mb_mean=fmean(rss_values), rss_mb_peak=max(rss_values))
+    if counters:
+        out.update(_net(counters, start_ms, end_ms, shipper))
+    return out
+
+
+def _in_window(samples: list[tuple[int, float]], end_ms: int) -> list[float]:
+    """Values sampled in the window (samples before it are already dropped).
+
+    A sample describes the interval that ends at its timestamp, so when the window is
+    shorter than the interval and holds no sample, the first one after it covers it.
+    """
+    inside = [value for time_ms, value in samples if time_ms <= end_ms]
+    return inside or [value for _, value in samples[:1]]
+
+
+def _net(counters: dict[str, list[tuple[int, dict]]], start_ms: int, end_ms: int,
+         shipper: dict) -> dict:
+    totals = dict.fromkeys(_COUNTERS, 0.0)
+    for series in counters.values():
+        for name in _COUNTERS:
+            totals[name] += _value_at(series, name, end_ms) - _value_at(series, name, start_ms)
+    if "lo" in counters:
+        both_bytes = shipper["sent_bytes"] + shipper["recv_bytes"]
+        totals["sent_bytes"] -= both_bytes
+        totals["recv_bytes"] -= both_bytes
+        totals["sent_packets"] -= shipper["packets"]
+        totals["recv_packets"] -= shipper["packets"]
+    return {"net_sent_kb": max(0.0, totals["sent_bytes"]) / 1024,
+            "net_recv_kb": max(0.0, totals["recv_bytes"]) / 1024,
+            "net_sent_packets": max(0.0, totals["sent_packets"]),
+            "net_recv_packets": max(0.0, totals["recv_packets"])}
+
+
+def _value_at(series: list[tuple[int, dict]], name: str, time_ms: int) -> float:
+    """A counter at ``time_ms``, linear between the samples around it (clamped at ends)."""
+    times = [t for t, _ in series]
+    index = bisect_left(times, time_ms)
+    if index == 0:
+        return float(series[0][1].get(name, 0))
+    if index >= len(series):
+        return float(series[-1][1].get(name, 0))
+    (t0, f0), (t1, f1) = series[index - 1], series[index]
+    v0, v1 = f0.get(name, 0), f1.get(name, 0)
+    return v0 + (v1 - v0) * (time_ms - t0) / max(t1 - t0, 1)
+
+
+def _shipper_traffic(path: Path, start_ms: int, end_ms: int) -> dict:
+    """The live shipper's loopback bytes and estimated packets inside the window."""
+    total = {"sent_bytes": 0, "recv_bytes": 0, "packets": 0}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return total
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line torn by a crash
+        if record.get("loopback") and start_ms <= record.get("t_ms", 0) <= end_ms:
+            total["sent_bytes"] += record.get("sent_bytes", 0)
+            total["recv_bytes"] += record.get("recv_bytes", 0)
+            total["packets"] += PACKETS_PER_REQUEST * record.get("requests", 0)
+    return total
