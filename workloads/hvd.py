@@ -1,0 +1,126 @@
+"""Horovod (allreduce over Gloo) for ``workloads.train``, and the cell's rendezvous server.
+
+Two uses, both small:
+
+- a worker: ``workloads.train --kvstore horovod`` calls ``init()`` then ``trainer()``;
+  rank and size come from the ``HOROVOD_*`` environment the engine
+  (``profiler.engines.horovod``) sets, the way ``horovodrun --gloo`` sets it.
+- the launcher: ``python -m workloads.hvd --hosts local0:1,local1:1 --port P`` runs
+  Horovod's own Gloo rendezvous server (the one ``horovodrun --gloo`` starts in its
+  driver) until it is stopped. It imports no MXNet, so it is up long before any worker
+  has imported MXNet and asks for it.
+
+Learning rate: none is rescaled here. Horovod's ``DistributedTrainer`` averages the
+workers' gradients (``trainer.step(batch)`` then applies the global-batch mean), and
+``workloads.train`` normalises MXNet ``dist_sync`` by the global batch (the server sums
+N per-worker gradients, ``step(batch * N)``), so at the same ``--lr`` both engines apply
+the same update for the same gradients: an engine-by-engine comparison compares
+communication, not optimisation. (The usual Horovod recipe, ``lr * size``, would be the
+right one against per-worker-normalised updates; it is not what dist_sync does here.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import threading
+import time
+
+# Horovod's HTTP store retries a refused connection 3 times, 0.5 s apart: on a slow node
+# the rendezvous process may still be starting, so workers wait for its port first.
+RENDEZVOUS_WAIT_S = 60.0
+
+
+def init() -> tuple[int, int]:
+    """Join the Horovod job described by the environment; return ``(rank, size)``."""
+    addr = os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR")
+    port = os.environ.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
+    if addr and port:
+        wait_for_port(addr, int(port), RENDEZVOUS_WAIT_S)
+    import horovod.mxnet as hvd
+
+    hvd.init()
+    return hvd.rank(), hvd.size()
+
+
+def trainer(params, optimizer: str, optimizer_params: dict):
+    """A ``hvd.DistributedTrainer`` over ``params``, after rank 0's values are broadcast.
+
+    ``params`` must already be initialised with their real shapes; the learning rate is
+    used as given (see the module docstring).
+    """
+    import horovod.mxnet as hvd
+
+    broadcast_from_root(params)
+    return hvd.DistributedTrainer(params, optimizer, optimizer_params)
+
+
+def broadcast_from_root(params) -> None:
+    """Give every worker rank 0's parameter values (``hvd.broadcast_parameters``, safely).
+
+    ``hvd.broadcast_parameters`` fails on a ResNet initialised by a forward pass outside
+    ``autograd.record()``: MKL-DNN then keeps convolution weights in its own blocked
+    layout, and Horovod reads tensors as plain buffers ("We can't generate TBlob for
+    MKLDNN data"). ``copy()`` yields a plain-layout array; it is broadcast and copied
+    back (MXNet converts the layout on that copy). Gradients are plain already.
+    """
+    import horovod.mxnet as hvd
+    import mxnet as mx
+
+    for name, param in sorted(params.items()):
+        weights = param.data()
+        plain = weights.copy()
+        hvd.broadcast_(plain, root_rank=0, name=name)
+        plain.copyto(weights)
+    mx.nd.waitall()
+
+
+def wait_for_port(address: str, port: int, timeout_s: float) -> None:
+    """Return once ``address:port`` accepts TCP connections; ``TimeoutError`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((address, port), timeout=1.0):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Horovod rendezvous {address}:{port} did not answer "
+                                   f"within {timeout_s:.0f} s") from None
+            time.sleep(0.2)
+
+
+def serve_rendezvous(hosts: str, port: int, stop: threading.Event) -> None:
+    """Run Horovod's Gloo rendezvous for ``hosts`` (``name:slots,...``) until ``stop`` is set."""
+    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+    from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
+
+    slots = get_host_assignments(parse_hosts(hosts), 1)
+    # RendezvousServer.start() picks a random port; the engine must know the port when it
+    # plans the workers, so the same server class is bound to the planned port here.
+    server = RendezvousHTTPServer(("0.0.0.0", port), RendezvousHandler, 0)
+    server.init(slots)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        stop.wait()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Horovod Gloo rendezvous for one cell.")
+    parser.add_argument("--hosts", required=True, help="name:slots,... in rank order")
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"rendezvous for {args.hosts} on port {args.port}", flush=True)
+    serve_rendezvous(args.hosts, args.port, stop)
+
+
+if __name__ == "__main__":
+    main()
