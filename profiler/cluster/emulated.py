@@ -6,7 +6,7 @@ so any later process (``edgeprof cluster status``, a sweep) can ``attach()`` to 
 ``down()`` removes everything carrying the ``edgeprof`` prefix, found on the system rather
 than in the state file, so it also cleans up after a crash.
 
-``EmulatedCluster.start`` runs a process inside the node's namespace and, when confined,
+``EmulatedCluster.start`` runs a process in the node's network namespace and, when confined,
 moves it into the node's cgroups in ``preexec_fn``, i.e. before ``exec``: not one
 instruction of the training process runs outside the node's limits.
 """
@@ -32,7 +32,7 @@ STATE_DIR = Path(os.environ.get("EDGEPROF_RUN_DIR", "/run/edgeprof"))
 STATE_FILE = STATE_DIR / "cluster.json"
 LOCK_FILE = STATE_DIR / "cluster.lock"
 DEFAULT_PROFILE = "pi3b"
-REQUIRED_BINARIES = ("ip", "tc", "ethtool", "sysctl")
+REQUIRED_BINARIES = ("ip", "tc", "ethtool", "sysctl", "nsenter")
 
 
 class EmulatedCluster:
@@ -59,9 +59,12 @@ class EmulatedCluster:
 
     def start(self, node: Node, argv: Sequence[str], env: Mapping[str, str],
               log_path: Path, *, confine: bool = True) -> subprocess.Popen:
-        ns = node.scope["netns"]
-        # `ip netns exec` execs the command itself (no fork): the Popen pid is the process.
-        wrapped = ["ip", "netns", "exec", ns, *argv]
+        # nsenter, not `ip netns exec`: the latter remounts /sys in a new mount namespace,
+        # which hides /sys/fs/cgroup from the agent. Entering only the network namespace
+        # keeps the host's filesystem view; /proc/net (what counters are read from)
+        # follows the network namespace either way. nsenter execs argv itself (no fork),
+        # so the Popen pid is the process.
+        wrapped = ["nsenter", f"--net={netns.NETNS_DIR / node.scope['netns']}", "--", *argv]
         preexec = None
         if confine:
             group = _node_cgroup(node)
@@ -93,7 +96,7 @@ def check_host() -> cgroups.CgroupLayout:
                            "run with sudo, or use --cluster local")
     for binary in REQUIRED_BINARIES:
         if shutil.which(binary) is None:
-            raise ClusterError(f"{binary} not found: apt-get install iproute2 ethtool procps")
+            raise ClusterError(f"{binary} not found: apt-get install iproute2 ethtool procps util-linux")
     netns.check_netns_support()
     return cgroups.detect_layout()
 

@@ -67,7 +67,7 @@ BUSY = "import time\nend = time.monotonic() + float(__import__('sys').argv[1])\n
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
     need_root()
-    for binary in ("ip", "tc", "ethtool", "sysctl"):
+    for binary in ("ip", "tc", "ethtool", "sysctl", "nsenter"):
         need_binary(binary)
     from profiler.cluster import emulated as em
     profiles = tmp_path_factory.mktemp("profiles") / "profiles.yaml"
@@ -163,9 +163,21 @@ def test_cpu_bound_processes_are_held_to_the_quota(emulated, tmp_path):
     assert abs(cores - CPU_CORES) <= 0.10 * CPU_CORES
 
 
+def test_a_node_process_sees_its_own_interfaces_and_its_cgroup(emulated, tmp_path):
+    """What the agent needs: the node's counters in /proc/net/dev, the cgroup files."""
+    node = emulated.nodes()[0]
+    code = ("import sys\nnames = [l.split(':')[0].strip() for l in "
+            "open('/proc/net/dev').readlines()[2:]]\nprint(sorted(names))\n"
+            "import os\nprint('cgroup.procs' in os.listdir(sys.argv[1])))")
+    proc = _start(emulated, node, code, node.scope["cgroup_cpu"], log=tmp_path / "see.log",
+                  confine=False)
+    assert proc.wait(timeout=20) == 0, (tmp_path / "see.log").read_text()
+    assert (tmp_path / "see.log").read_text().split("\n")[:2] == ["['eth0', 'lo']", "True"]
+
+
 def test_unconfined_process_runs_in_the_node_but_outside_its_cgroup(emulated, tmp_path):
     node = emulated.nodes()[0]
-    code = "import socket, time\nprint(socket.gethostbyname('localhost'))\ntime.sleep(30)"
+    code = "import time\ntime.sleep(30)"
     from profiler.cluster.emulated import _node_cgroup
     from profiler.cluster.netns import netns_pids
     confined = _start(emulated, node, code, log=tmp_path / "c.log")
