@@ -168,7 +168,7 @@ def test_a_node_process_sees_its_own_interfaces_and_its_cgroup(emulated, tmp_pat
     node = emulated.nodes()[0]
     code = ("import sys\nnames = [l.split(':')[0].strip() for l in "
             "open('/proc/net/dev').readlines()[2:]]\nprint(sorted(names))\n"
-            "import os\nprint('cgroup.procs' in os.listdir(sys.argv[1])))")
+            "import os\nprint('cgroup.procs' in os.listdir(sys.argv[1]))")
     proc = _start(emulated, node, code, node.scope["cgroup_cpu"], log=tmp_path / "see.log",
                   confine=False)
     assert proc.wait(timeout=20) == 0, (tmp_path / "see.log").read_text()
