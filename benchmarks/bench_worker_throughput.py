@@ -1,0 +1,104 @@
+"""Does ``workloads.train`` train as fast as a plain Gluon loop? Prints the ratio.
+
+Both sides train ResNet-20, batch 32, on the same synthetic samples, one OpenMP thread,
+each in its own fresh process (OpenMP settings are read when MXNet loads). The worker's
+samples/s comes from its ``end`` event (training loop only); the plain loop times its
+own loop the same way (first step included, ``waitall`` at the end). Runs alternate so
+that a busy machine slows both sides alike; the medians are compared. Target: >= 0.95.
+
+    .venv/bin/python benchmarks/bench_worker_throughput.py [--samples 960] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script from a checkout
+MODEL, LAYERS, BATCH, SEED = "resnet", 20, 32, 42
+
+
+def plain_loop(samples: int) -> float:
+    """The textbook Gluon loop over the same data; returns samples/s."""
+    import mxnet as mx
+    from mxnet import autograd, gluon
+
+    from workloads import datasets, models
+
+    data = datasets.load(MODEL, None, max_samples=samples, val_samples=BATCH, seed=SEED)
+    mx.random.seed(SEED)
+    net = models.build(MODEL, LAYERS)
+    net.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2))
+    net.hybridize()
+    trainer = gluon.Trainer(net.collect_params(), "sgd",
+                            {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4})
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    x, y = data.x_train, data.y_train.astype("float32")
+    steps = len(x) // BATCH
+    t0 = time.perf_counter()
+    for step in range(steps):
+        batch = slice(step * BATCH, (step + 1) * BATCH)
+        with autograd.record():
+            loss = loss_fn(net(mx.nd.array(x[batch])), mx.nd.array(y[batch]))
+        loss.backward()
+        trainer.step(BATCH)
+    mx.nd.waitall()
+    return steps * BATCH / (time.perf_counter() - t0)
+
+
+def worker_run(samples: int) -> float:
+    """samples/s of ``python -m workloads.train --kvstore local`` (its ``end`` event)."""
+    from workloads.events import read_events
+
+    with tempfile.TemporaryDirectory() as events_dir:
+        subprocess.run([sys.executable, "-m", "workloads.train", "--model", MODEL,
+                        "--layers", str(LAYERS), "--batch", str(BATCH), "--epochs", "1",
+                        "--kvstore", "local", "--threads", "1", "--seed", str(SEED),
+                        "--max-samples", str(samples), "--val-samples", str(BATCH),
+                        "--events-dir", events_dir], check=True, env=_env(), cwd=ROOT)
+        end = read_events(Path(events_dir) / "worker-0.jsonl")[-1]
+    return end["samples_per_s"]
+
+
+def _env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def plain_run(samples: int) -> float:
+    out = subprocess.run([sys.executable, __file__, "--plain", "--samples", str(samples)],
+                         check=True, env=_env(), capture_output=True, text=True, cwd=ROOT)
+    return json.loads(out.stdout.strip().splitlines()[-1])["samples_per_s"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=960)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.plain:
+        print(json.dumps({"samples_per_s": plain_loop(args.samples)}))
+        return
+    worker, plain = [], []
+    for _ in range(args.repeats):
+        worker.append(worker_run(args.samples))
+        plain.append(plain_run(args.samples))
+    w, p = statistics.median(worker), statistics.median(plain)
+    print(f"resnet-{LAYERS} batch {BATCH}, {args.samples} samples, 1 thread, "
+          f"{args.repeats} runs each")
+    print(f"workloads.train: {w:7.1f} samples/s  (runs: {', '.join(f'{v:.1f}' for v in worker)})")
+    print(f"plain Gluon:     {p:7.1f} samples/s  (runs: {', '.join(f'{v:.1f}' for v in plain)})")
+    print(f"ratio: {w / p:.3f}  (target >= 0.95)")
+
+
+if __name__ == "__main__":
+    main()
