@@ -1,0 +1,201 @@
+"""Shipping to real servers on loopback, queried back point by point.
+
+Debian's InfluxDB 1.6.7 stands for the v1 ``/write`` API; VictoriaMetrics for the v2
+write API (InfluxDB 2.x is not packaged here): it stores each field as the metric
+``<measurement>_<field>``, so the expected count there is points × fields.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from profiler.agent import lineproto
+from profiler.agent.cli import ship
+from profiler.agent.servers import LocalServer, influx_query, vm_export
+from profiler.agent.ship import LiveShipper, ship_sweep
+from profiler.agent.spool import SpoolWriter, find_spools, read_points
+from profiler.agent.targets import InfluxTarget
+from tests.conftest import need_binary
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def influxdb(tmp_path):
+    need_binary("influxd")
+    with LocalServer("influxdb1", tmp_path / "influxdb") as server:
+        yield server
+
+
+@pytest.fixture
+def victoria(tmp_path):
+    need_binary("victoria-metrics")
+    with LocalServer("victoria-metrics", tmp_path / "vm") as server:
+        yield server
+
+
+def _v1(server) -> InfluxTarget:
+    return InfluxTarget(url=server.url, db="edgeprof")
+
+
+def _v2(server) -> InfluxTarget:
+    return InfluxTarget(url=server.url, org="lab", bucket="edgeprof")
+
+
+def _expected(sweep_dir: Path) -> tuple[Counter, Counter]:
+    """Points per measurement and samples per VictoriaMetrics metric in the spools."""
+    points, samples = Counter(), Counter()
+    for spool in find_spools(sweep_dir):
+        for _, point in read_points(spool):
+            points[point.measurement] += 1
+            for name in point.fields:
+                samples[f"{point.measurement}_{name}"] += 1
+    return points, samples
+
+
+def _influx_counts(server, sweep_id: str) -> Counter:
+    counts = Counter()
+    for series in influx_query(server.url, "edgeprof",
+                               f"SELECT * FROM /.*/ WHERE sweep = '{sweep_id}'"):
+        counts[series["name"]] += len(series["values"])
+    return counts
+
+
+def _vm_counts(server, sweep_id: str, expected: Counter, timeout_s: float = 20.0) -> Counter:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        counts = Counter()
+        for series in vm_export(server.url, f'{{sweep="{sweep_id}"}}'):
+            counts[series["metric"]["__name__"]] += len(series["values"])
+        if counts == expected or time.monotonic() > deadline:
+            return counts
+        time.sleep(0.5)  # VictoriaMetrics makes fresh samples searchable within ~1 s
+
+
+# Recent: VictoriaMetrics drops samples older than its retention (1 month by default).
+T0_MS = (int(time.time()) - 3600) * 1000
+
+
+def _synthetic_sweep(sweep_dir: Path, ticks: int = 400) -> None:
+    for node in ("n1", "n2"):
+        writer = SpoolWriter(sweep_dir / "cells" / "c1" / "metrics" / node,
+                             {"sweep": "syn", "node": node, "host": "h"},
+                             segment_max_bytes=20_000)
+        for i in range(ticks):
+            t_ms = T0_MS + i * 100
+            writer.append([
+                lineproto.encode("cpu", {"role": "worker"}, {"cpu_percent": i / 4}, t_ms),
+                lineproto.encode("net", {"interface": "lo", "role": "worker"},
+                                 {"sent_bytes": 1000 * i, "ok": True}, t_ms)])
+        writer.close()
+
+
+def test_ship_v1_exact_values_and_resume(tmp_path, influxdb):
+    _synthetic_sweep(tmp_path / "sweep")
+    assert ship_sweep(tmp_path / "sweep", _v1(influxdb), batch_points=300) == 1600
+    assert ship_sweep(tmp_path / "sweep", _v1(influxdb)) == 0  # already delivered
+    series = influx_query(influxdb.url, "edgeprof",
+                          "SELECT cpu_percent FROM cpu WHERE node = 'n2'")
+    values = series[0]["values"]
+    assert [v[1] for v in values] == [i / 4 for i in range(400)]
+    assert values[7][0] == T0_MS + 700
+    assert _influx_counts(influxdb, "syn") == Counter(cpu=800, net=800)
+
+
+def test_ship_v2_cli_exact_counts(tmp_path, victoria):
+    _synthetic_sweep(tmp_path / "sweep")
+    result = CliRunner().invoke(ship, [str(tmp_path / "sweep"), "--influx-url", victoria.url,
+                                       "--influx-org", "lab", "--influx-bucket", "edgeprof"])
+    assert result.exit_code == 0, result.output
+    assert "shipped 1600 points" in result.output
+    _, samples = _expected(tmp_path / "sweep")
+    assert _vm_counts(victoria, "syn", samples) == samples
+    export = vm_export(victoria.url, '{__name__="cpu_cpu_percent", node="n1"}')
+    assert export[0]["values"] == [i / 4 for i in range(400)]
+
+
+def test_ship_to_absent_server_is_one_clear_error(tmp_path):
+    _synthetic_sweep(tmp_path / "sweep", ticks=3)
+    result = CliRunner().invoke(ship, [str(tmp_path / "sweep"), "--influx-url",
+                                       "http://127.0.0.1:9", "--influx-db", "x"])
+    assert result.exit_code == 2 and "health check" in result.output
+
+
+def _agent(sweep_dir: Path, node: str, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "profiler.agent", "--node", node, "--interval", "0.1",
+         "--spool", str(sweep_dir / "cells" / "c1" / "metrics" / node),
+         "--interfaces", "lo", "--tag", "sweep=outage"],
+        stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+@pytest.mark.parametrize("kind", ["influxdb1", "victoria-metrics"])
+def test_outage_mid_run_every_point_exactly_once(tmp_path, kind):
+    need_binary("influxd" if kind == "influxdb1" else "victoria-metrics")
+    server = LocalServer(kind, tmp_path / kind).start()
+    target = _v1(server) if kind == "influxdb1" else _v2(server)
+    sweep = tmp_path / "sweep"
+    agents = [_agent(sweep, node, tmp_path / f"agent-{node}.log") for node in ("n1", "n2")]
+    shipper = LiveShipper(sweep, target, interval_s=0.2).start()
+    try:
+        time.sleep(2.0)
+        server.stop()  # the outage: agents keep sampling, the shipper keeps retrying
+        time.sleep(3.0)
+        server.start()  # same port, same data
+        time.sleep(2.0)
+        for agent in agents:
+            os.killpg(agent.pid, signal.SIGTERM)
+            assert agent.wait(timeout=5) == 0
+        shipper.stop()
+        points, samples = _expected(sweep)
+        assert sum(points.values()) > 1000
+        if kind == "influxdb1":
+            assert _influx_counts(server, "outage") == points
+        else:
+            assert _vm_counts(server, "outage", samples) == samples
+        assert shipper.points_sent == sum(points.values())
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                os.killpg(agent.pid, signal.SIGKILL)
+        server.stop()
+
+
+@pytest.mark.parametrize("kind", ["influxdb1", "victoria-metrics"])
+def test_real_sweep_ships_every_point_live(tmp_path, kind):
+    """``edgeprof sweep`` with the influx options: a real 2-worker MXNet cell."""
+    need_binary("influxd" if kind == "influxdb1" else "victoria-metrics")
+    server = LocalServer(kind, tmp_path / kind).start()
+    influx = (["--influx-db", "edgeprof"] if kind == "influxdb1"
+              else ["--influx-org", "lab", "--influx-bucket", "edgeprof"])
+    out = tmp_path / "sweep"
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "profiler.cli", "sweep", "--model", "lenet-mlp",
+             "--batch", "32", "--devices", "2", "--sync", "sync", "--max-samples", "300",
+             "--epochs", "1", "--out", str(out), "--interval", "0.2",
+             "--influx-url", server.url, *influx],
+            capture_output=True, text=True, timeout=240)
+        assert run.returncode == 0, run.stderr[-2000:]
+        import csv
+        row = next(csv.DictReader(open(out / "results.csv")))
+        assert row["status"] == "ok"
+        for column in ("cpu_percent_mean", "mem_used_mb_mean", "rss_mb_peak", "net_sent_kb"):
+            assert float(row[column]) > 0, column
+        sweep_id = row["sweep_id"]
+        points, samples = _expected(out)
+        assert sum(points.values()) > 50
+        assert {"cpu", "mem", "net", "proc"} <= set(points)
+        if kind == "influxdb1":
+            assert _influx_counts(server, sweep_id) == points
+        else:
+            assert _vm_counts(server, sweep_id, samples) == samples
+    finally:
+        server.stop()
