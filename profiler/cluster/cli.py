@@ -11,27 +11,14 @@ import json
 
 import click
 
-from ..errors import EdgeprofError
-
-EXIT_USAGE = 2
-
-
-class _UsageFailure(click.ClickException):
-    # Same contract as profiler.cli's UsageFailure; not imported from there because
-    # profiler.cli imports this module while it is itself being imported.
-    exit_code = EXIT_USAGE
-
-    def show(self, file=None) -> None:
-        click.echo(f"edgeprof: error: {self.format_message()}", err=True)
-
 
 def _reports_errors(func):
+    """profiler.cli's error display (one line, exit 2), looked up when a command runs:
+    profiler.cli imports this module while it is itself being imported."""
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except EdgeprofError as exc:
-            raise _UsageFailure(str(exc)) from None
+        from ..cli import reports_errors
+        return reports_errors(func)(*args, **kwargs)
     return wrapper
 
 
