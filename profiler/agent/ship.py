@@ -40,7 +40,7 @@ from .targets import InfluxTarget, RejectedBatch, TransientError
 
 log = logging.getLogger(__name__)
 
-BATCH_POINTS = 5000
+BATCH_POINTS = 10_000
 BACKOFF_START_S = 0.5
 BACKOFF_MAX_S = 30.0
 TRAFFIC_FILE = "shipper-traffic.jsonl"
