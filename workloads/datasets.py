@@ -70,7 +70,7 @@ LENET_CNN_PAD = 2  # MNIST 28x28 -> 32x32, LeNet-5's input size
 
 @dataclass
 class Dataset:
-    """A worker's data: float32 normalized NCHW images and int labels."""
+    """A worker's data: NCHW images (float32 normalized, or uint8 if ``raw``), int labels."""
 
     name: str
     x_train: np.ndarray
@@ -78,6 +78,11 @@ class Dataset:
     x_test: np.ndarray
     y_test: np.ndarray
     train_total: int  # training samples of the whole cell, before sharding
+    raw: bool = False  # uint8 images: pass each batch through normalize()
+
+    def normalize(self, x: np.ndarray) -> np.ndarray:
+        """float32 normalized copy of uint8 images (already padded for the model)."""
+        return _scale(x, self.name)
 
 
 def _fix_hint(data_dir: Path) -> str:
@@ -246,14 +251,19 @@ def check(model: str, data_dir: str | Path | None) -> str:
     return name
 
 
-def _normalize(x: np.ndarray, name: str, model: str) -> np.ndarray:
-    if model == "lenet-cnn":
-        pad = LENET_CNN_PAD
-        x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+def _pad(x: np.ndarray, model: str) -> np.ndarray:
+    if model != "lenet-cnn":
+        return x
+    pad = LENET_CNN_PAD
+    return np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+
+
+def _scale(x: np.ndarray, name: str) -> np.ndarray:
     channels = x.shape[1]
     mean, std = NORMALIZATION[name] or ((0.5,) * channels, (0.25,) * channels)
-    # Scale first, then shift per channel in place: one float32 copy of the shard.
-    out = x.astype(np.float32) * np.float32(1 / 255)
+    # In place after the one conversion: a single float32 copy, even for a whole shard.
+    out = x.astype(np.float32)
+    out *= np.float32(1 / 255)
     out -= np.asarray(mean, np.float32).reshape(1, channels, 1, 1)
     out /= np.asarray(std, np.float32).reshape(1, channels, 1, 1)
     return out
@@ -261,13 +271,16 @@ def _normalize(x: np.ndarray, name: str, model: str) -> np.ndarray:
 
 def load(model: str, data_dir: str | Path | None = None, max_samples: int | None = None,
          val_samples: int | None = None, seed: int = 42, rank: int = 0,
-         num_workers: int = 1) -> Dataset:
+         num_workers: int = 1, raw: bool = False) -> Dataset:
     """This worker's training shard and the test set, float32 normalized NCHW.
 
     ``max_samples`` caps the whole training set before sharding; each of
     ``num_workers`` workers gets the same number of samples (a contiguous slice by
     ``rank``; the remainder is dropped), so sync training never waits on a short shard.
     ``val_samples`` caps the test set. Only the shard is converted to float32.
+    With ``raw`` the images stay uint8 (padded for the model) and the caller
+    normalizes each batch (``Dataset.normalize``): the full CIFAR-10 training set is
+    150 MB as uint8 but 600 MB as float32, too much beside MXNet on a 1 GB Pi.
     """
     if not 0 <= rank < num_workers:
         raise ValueError(f"rank {rank} outside 0..{num_workers - 1}")
@@ -289,5 +302,10 @@ def load(model: str, data_dir: str | Path | None = None, max_samples: int | None
     shard = slice(rank * per_worker, (rank + 1) * per_worker)
     if val_samples:
         x_test, y_test = x_test[:val_samples], y_test[:val_samples]
-    return Dataset(name, _normalize(x_train[shard], name, model), y_train[shard].copy(),
-                   _normalize(x_test, name, model), y_test.copy(), total)
+    x_train, x_test = _pad(x_train[shard], model), _pad(x_test, model)
+    if raw:
+        # Copies, so the full set read from disk can be freed once the shard is taken.
+        return Dataset(name, x_train.copy(), y_train[shard].copy(), x_test.copy(),
+                       y_test.copy(), total, raw=True)
+    return Dataset(name, _scale(x_train, name), y_train[shard].copy(),
+                   _scale(x_test, name), y_test.copy(), total)

@@ -110,7 +110,7 @@ class _Worker:
             self.rank, self.num_workers = hvd.init()
 
     def prepare(self):
-        """Data shard, initialized hybridized net, trainer."""
+        """Data shard (uint8, normalized per batch), initialized hybridized net, trainer."""
         import mxnet as mx
         from mxnet import gluon
 
@@ -118,7 +118,8 @@ class _Worker:
 
         args = self.args
         self.data = datasets.load(args.model, args.data_dir, args.max_samples,
-                                  args.val_samples, args.seed, self.rank, self.num_workers)
+                                  args.val_samples, args.seed, self.rank, self.num_workers,
+                                  raw=True)
         self.y_train = self.data.y_train.astype("float32")
         self.steps_per_epoch = len(self.data.x_train) // args.batch
         if self.steps_per_epoch == 0:
@@ -165,7 +166,8 @@ class _Worker:
         loss_sum = mx.nd.zeros((1,))
         for step in range(self.steps_per_epoch):
             idx = order[step * batch:(step + 1) * batch]
-            data, label = mx.nd.array(x[idx]), mx.nd.array(y[idx])
+            data = mx.nd.array(self.data.normalize(x[idx]))
+            label = mx.nd.array(y[idx])
             with autograd.record():
                 loss = self.loss_fn(self.net(data), label)
             loss.backward()
@@ -186,7 +188,7 @@ class _Worker:
         x, y = self.data.x_test, self.data.y_test.astype("float32")
         correct = mx.nd.zeros((1,))
         for start in range(0, len(x), batch):
-            out = self.net(mx.nd.array(x[start:start + batch]))
+            out = self.net(mx.nd.array(self.data.normalize(x[start:start + batch])))
             correct += (out.argmax(axis=1) == mx.nd.array(y[start:start + batch])).sum()
         return float(correct.asscalar()) / max(len(x), 1)
 

@@ -180,3 +180,12 @@ def test_synthetic_is_learnable():
     predicted = ((x_test[:, None, :] - means[None]) ** 2).sum(axis=2).argmin(axis=1)
     assert (predicted == data.y_test).mean() > 0.5
     assert 0.05 < np.bincount(data.y_train, minlength=10).min() / len(data.y_train)
+
+
+def test_raw_keeps_uint8_and_normalizes_per_batch_like_load(tmp_path):
+    make_mnist(tmp_path / "mnist")
+    normalized = datasets.load("lenet-cnn", tmp_path, rank=1, num_workers=2)
+    raw = datasets.load("lenet-cnn", tmp_path, rank=1, num_workers=2, raw=True)
+    assert raw.raw and raw.x_train.dtype == np.uint8 and raw.x_train.shape == (20, 1, 32, 32)
+    np.testing.assert_array_equal(raw.normalize(raw.x_train[5:9]), normalized.x_train[5:9])
+    np.testing.assert_array_equal(raw.normalize(raw.x_test), normalized.x_test)
