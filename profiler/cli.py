@@ -67,8 +67,9 @@ def grid_options(func):
                           "one on every worker node."),
         click.option("--cluster", "cluster_name", default="local", show_default=True,
                      help="local (processes here) or emulated (Pi-class nodes, root)."),
-        click.option("--profile", default="pi3b", show_default=True,
-                     help="Node profile of the emulated cluster."),
+        click.option("--profile", default=None,
+                     help="Node profile of the emulated cluster [default: the cluster that "
+                          "is up, else pi3b]."),
         click.option("--timeout", default=None, type=float,
                      help="Seconds a cell may take before it is stopped (status timeout)."),
         click.option("--threads", default=1, show_default=True, type=int,

@@ -8,7 +8,8 @@ from .base import Cluster, Node
 CLUSTERS = ("local", "emulated")
 
 
-def open_cluster(name: str, nodes_needed: int, profile: str = "pi3b") -> tuple[Cluster, bool]:
+def open_cluster(name: str, nodes_needed: int,
+                 profile: str | None = None) -> tuple[Cluster, bool]:
     """A cluster with at least ``nodes_needed`` nodes, and whether this call created it.
 
     The sweep takes down (``close`` + ``teardown``) only what it brought up itself.

@@ -35,7 +35,7 @@ class SweepSettings:
     cells: list[CellConfig]
     out_dir: Path | None = None  # default: runs/<sweep_id>
     cluster: str = "local"
-    profile: str = "pi3b"  # emulated cluster profile
+    profile: str | None = None  # emulated cluster profile; None: what is up, else pi3b
     data_dir: Path | None = None
     timeout_s: float | None = None  # per cell
     resume: bool = False
