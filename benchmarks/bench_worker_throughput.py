@@ -97,7 +97,9 @@ def main() -> None:
           f"{args.repeats} runs each")
     print(f"workloads.train: {w:7.1f} samples/s  (runs: {', '.join(f'{v:.1f}' for v in worker)})")
     print(f"plain Gluon:     {p:7.1f} samples/s  (runs: {', '.join(f'{v:.1f}' for v in plain)})")
-    print(f"ratio: {w / p:.3f}  (target >= 0.95)")
+    # On a shared machine the best run is the one least disturbed by other load.
+    print(f"ratio of medians: {w / p:.3f}, of best runs: {max(worker) / max(plain):.3f}"
+          f"  (target >= 0.95)")
 
 
 if __name__ == "__main__":
