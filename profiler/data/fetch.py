@@ -19,6 +19,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +64,15 @@ def md5_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _shown(url: str) -> str:
+    """``url`` without any ``user:password@`` a private mirror may carry (never logged)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.hostname +
+                                                  (f":{parts.port}" if parts.port else "")))
+
+
 def _download(url: str, target: Path, expected_md5: str, show_progress: bool) -> None:
     """Stream ``url`` to ``target`` through a ``.part`` file; rename only if MD5 matches."""
     import requests
@@ -84,11 +94,12 @@ def _download(url: str, target: Path, expected_md5: str, show_progress: bool) ->
     except (requests.RequestException, OSError) as exc:
         part.unlink(missing_ok=True)
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DataError(f"cannot download {url}: {reason}; check the network or pass "
+        reason = reason.replace(url, _shown(url))  # requests quotes the URL it tried
+        raise DataError(f"cannot download {_shown(url)}: {reason}; check the network or pass "
                         f"another mirror (--mnist-mirror/--cifar-mirror)") from exc
     if digest.hexdigest() != expected_md5:
         part.unlink(missing_ok=True)
-        raise DataError(f"checksum mismatch for {url}: MD5 {digest.hexdigest()}, expected "
+        raise DataError(f"checksum mismatch for {_shown(url)}: MD5 {digest.hexdigest()}, expected "
                         f"{expected_md5}; the mirror serves a corrupt file, retry or pass "
                         f"another mirror")
     os.replace(part, target)

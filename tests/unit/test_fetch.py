@@ -136,3 +136,14 @@ def test_published_checksums_are_the_known_ones():
     assert md5s["cifar-10-binary.tar.gz"] == "c32a1d4ab5d03f1284b67883e8d87530"
     assert md5s["train-images-idx3-ubyte.gz"] == "f68b3c2dcbeaaa9fbdd348bbdeb94873"
     assert len(md5s) == 5
+
+
+def test_mirror_credentials_never_in_messages(mirror, tmp_path):
+    url, served, _ = mirror
+    manifest = _serve_small_datasets(served, tmp_path)
+    (served / "cifar-10-binary.tar.gz").unlink()
+    private = url.replace("http://", "http://reader:s3cret@")
+    with pytest.raises(DataError) as caught:
+        fetching.fetch(tmp_path / "data", ["cifar10"], mirrors={"cifar10": private},
+                       manifest=manifest)
+    assert "s3cret" not in str(caught.value) and "127.0.0.1" in str(caught.value)
