@@ -39,6 +39,7 @@ def init() -> tuple[int, int]:
     port = os.environ.get("HOROVOD_GLOO_RENDEZVOUS_PORT")
     if addr and port:
         wait_for_port(addr, int(port), RENDEZVOUS_WAIT_S)
+    bind_hostname_to_gloo_iface()
     import horovod.mxnet as hvd
 
     hvd.init()
@@ -75,6 +76,51 @@ def broadcast_from_root(params) -> None:
         hvd.broadcast_(plain, root_rank=0, name=name)
         plain.copyto(weights)
     mx.nd.waitall()
+
+
+def bind_hostname_to_gloo_iface() -> None:
+    """Make this process's hostname resolve to ``HOROVOD_GLOO_IFACE``'s address.
+
+    Horovod 0.28.1 honours ``HOROVOD_GLOO_IFACE`` for its global, local and cross Gloo
+    contexts but not for the process-set context that carries every allreduce
+    (``GlooContext::InitializeForProcessSet`` reads its own, never-set ``gloo_iface_``).
+    Gloo then binds to whatever the machine's hostname resolves to: 127.0.1.1 on a stock
+    Raspberry Pi OS, the host's loopback inside an emulated node, and peers are told to
+    connect there ("connect [127.0.0.1]:N: Connection refused"). Nothing to do when the
+    hostname already resolves to the interface (a well-configured cluster) or on ``lo``;
+    as root (the emulated cluster) this process gets its own UTS namespace whose hostname
+    is the interface's IPv4 address, which resolves to itself. Otherwise: a clear error.
+    """
+    from profiler.errors import ClusterError
+
+    iface = os.environ.get("HOROVOD_GLOO_IFACE")
+    if not iface or iface == "lo":
+        return
+    import psutil
+
+    addresses = sorted(a.address for a in psutil.net_if_addrs().get(iface, [])
+                       if a.family == socket.AF_INET)
+    if not addresses:
+        return  # Gloo itself reports an interface without an address
+    hostname = socket.gethostname()
+    try:
+        resolved = {info[4][0] for info in socket.getaddrinfo(hostname, None, socket.AF_INET)}
+    except socket.gaierror:
+        resolved = set()
+    if resolved & set(addresses):
+        return
+    if os.geteuid() != 0:
+        where = ", ".join(sorted(resolved)) or "nothing"
+        raise ClusterError(f"hostname {hostname} resolves to {where}, not to {iface}'s "
+                           f"{addresses[0]}: Horovod's Gloo would bind there; map {hostname} "
+                           f"to {addresses[0]} in /etc/hosts on this node")
+    import ctypes
+
+    clone_newuts = 0x04000000
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(clone_newuts) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUTS) failed")
+    socket.sethostname(addresses[0])
 
 
 def wait_for_port(address: str, port: int, timeout_s: float) -> None:
