@@ -97,7 +97,10 @@ def test_real_sweep_then_resume(tmp_path):
         assert r["dataset"] == "synthetic" and r["val_accuracy"] != ""
         steps = 512 // int(r["devices"]) // int(r["batch"])
         assert float(r["syncs_per_worker"]) == steps
-        assert float(r["cpu_percent_mean"]) > 0 and float(r["rss_mb_peak"]) > 50
+        if float(r["train_s"]) >= 2 * 0.5:  # at least two samples of the 0.5 s interval
+            assert float(r["cpu_percent_mean"]) > 0 and float(r["rss_mb_peak"]) > 50
+        if r["devices"] == "2" and r["model"] == "resnet":  # parameters cross loopback
+            assert float(r["net_sent_kb"]) > 100 and int(r["metrics_nodes"]) == 2
     assert "val_acc" in proc.stdout and proc.stdout.count("ok") >= 12
 
     again = _sweep(out, "--resume")
