@@ -68,7 +68,7 @@ def _influx_counts(server, sweep_id: str) -> Counter:
     return counts
 
 
-def _vm_counts(server, sweep_id: str, expected: Counter, timeout_s: float = 20.0) -> Counter:
+def _vm_counts(server, sweep_id: str, expected: Counter, timeout_s: float = 60.0) -> Counter:
     deadline = time.monotonic() + timeout_s
     while True:
         counts = Counter()
