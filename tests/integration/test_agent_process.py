@@ -104,7 +104,8 @@ def test_node_cpu_and_memory_from_its_cgroup(tmp_path):
     name = f"edgeprof-agent-test-{os.getpid()}"
     cpu_dir, mem_dir = _cgroup("cpuacct", name), _cgroup("memory", name)
     hog = subprocess.Popen([sys.executable, "-c",
-                            "b = bytearray(120 * 2**20)\nwhile True: pass"])
+                            # Filled, not zeroed: calloc'd pages are not charged until touched.
+                            "b = bytearray(b'1' * (120 * 2**20))\nwhile True: pass"])
     agent = None
     try:
         (cpu_dir / "cgroup.procs").write_text(str(hog.pid))
