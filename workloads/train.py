@@ -203,19 +203,22 @@ class _Worker:
                     dataset=self.data.name, train_samples=self.data.train_total,
                     val_samples=len(self.data.x_test), steps_per_epoch=self.steps_per_epoch,
                     param_count=models.parameter_count(args.model, args.layers))
-        train_s = 0.0
+        train_s = train_cpu_s = 0.0
         first_step = lambda: events.emit("first_step")  # noqa: E731
         for epoch in range(1, args.epochs + 1):
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), time.process_time()
             loss = self.train_epoch(epoch, first_step if epoch == 1 else None)
             epoch_s = time.perf_counter() - t0
             train_s += epoch_s
+            # All threads of this process: MXNet's engine and OpenMP workers included.
+            train_cpu_s += time.process_time() - cpu0
             accuracy = self.accuracy() if self.rank == 0 else None
             events.emit("epoch", epoch=epoch, epoch_s=epoch_s, train_loss=loss,
                         val_accuracy=accuracy, samples=self.steps_per_epoch * args.batch)
         samples = self.steps_per_epoch * args.batch * args.epochs
         events.emit("end", elapsed_s=time.time() - started, train_s=train_s, samples=samples,
                     samples_per_s=samples / train_s if train_s > 0 else None,
+                    train_cpu_s=train_cpu_s,
                     syncs=self.syncs)
 
 

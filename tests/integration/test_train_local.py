@@ -38,6 +38,7 @@ def test_local_training_writes_events(tmp_path, model, epochs):
     assert end["syncs"] == 20 * epochs and end["samples"] == 320 * epochs
     assert 0 < end["train_s"] <= end["elapsed_s"]
     assert end["samples_per_s"] == pytest.approx(end["samples"] / end["train_s"])
+    assert end["train_cpu_s"] > 0
     assert all(e["rank"] == 0 and e["t"] > 0 for e in events)
     assert events[1]["t"] <= events[2]["t"]
     accuracy = events[-2]["val_accuracy"]
