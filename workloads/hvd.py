@@ -124,7 +124,8 @@ def bind_hostname_to_gloo_iface() -> None:
 
 
 def wait_for_port(address: str, port: int, timeout_s: float) -> None:
-    """Return once ``address:port`` accepts TCP connections; ``TimeoutError`` after ``timeout_s``."""
+    """Return once ``address:port`` accepts TCP connections; raise ``TimeoutError`` past
+    ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
