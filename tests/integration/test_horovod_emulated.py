@@ -8,6 +8,8 @@ context binds to the host's loopback inside the namespaces and the cell fails.
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from profiler.engines.base import TrainOptions
@@ -22,13 +24,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 @pytest.fixture
 def cluster():
+    """The emulated cluster that is up (2 nodes at least), or one brought up for this test."""
+    from profiler.cluster import emulated
+
     need_root()
-    for binary in ("ip", "tc", "ethtool", "sysctl", "nsenter"):
+    for binary in emulated.REQUIRED_BINARIES:
         need_binary(binary)
-    import importlib.util
     need("Horovod built with MXNet (docs/horovod.md)",
          importlib.util.find_spec("horovod.mxnet") is not None)
-    from profiler.cluster import emulated
     up, brought_up = emulated.ensure_cluster(2)
     try:
         yield up
