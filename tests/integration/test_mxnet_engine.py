@@ -15,7 +15,7 @@ from profiler.sweep.grid import CellConfig, validate
 from profiler.sweep.runner import run_cell
 
 pytestmark = pytest.mark.integration
-TINY = TrainOptions(val_samples=200)
+TINY = TrainOptions(val_samples=500)
 
 
 def _run(tmp_path, timeout_s=240, **kw):
@@ -31,21 +31,32 @@ def _no_children_left():
             if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
+# Enough steps for each model to learn the synthetic set well above chance (0.1):
+# ResNet's batch norm needs a few dozen steps before its running statistics settle.
+# Async applies every worker's stale gradient on its own, so ResNet needs a smaller step.
+LEARNS = {("lenet-mlp", "sync"): dict(epochs=2, batch=32, max_samples=640),
+          ("lenet-mlp", "async"): dict(epochs=2, batch=32, max_samples=640),
+          ("resnet", "sync"): dict(epochs=3, batch=16, max_samples=1024, lr=0.1),
+          ("resnet", "async"): dict(epochs=3, batch=16, max_samples=1024, lr=0.02)}
+
+
 @pytest.mark.parametrize("model, layers, sync", [
     ("lenet-mlp", None, "sync"), ("lenet-mlp", None, "async"),
     ("resnet", 20, "sync"), ("resnet", 20, "async"),
 ])
 def test_two_workers_train_above_chance(tmp_path, model, layers, sync):
-    epochs = 2 if model == "lenet-mlp" else 1
-    rec = _run(tmp_path, model=model, layers=layers, devices=2, sync=sync, epochs=epochs)
+    kw = LEARNS[model, sync]
+    rec = _run(tmp_path, model=model, layers=layers, devices=2, sync=sync, **kw)
     assert rec["status"] == "ok", rec["reason"]
-    # 640 samples split between 2 workers, batch 32: 10 steps each per epoch.
-    assert rec["syncs_per_worker"] == 10 * epochs
-    assert len(rec["epoch_s"]) == epochs and rec["elapsed_s"] > 0
-    if model == "lenet-mlp":  # ten classes: chance is 0.1
-        assert rec["val_accuracy"] > 0.3
+    steps_per_epoch = kw["max_samples"] // 2 // kw["batch"]
+    assert rec["syncs_per_worker"] == steps_per_epoch * kw["epochs"]
+    assert len(rec["epoch_s"]) == kw["epochs"] and rec["elapsed_s"] > 0
+    if sync == "sync":
+        assert rec["val_accuracy"] > 0.3, rec["val_accuracy_per_epoch"]
     else:
-        assert 0.0 <= rec["val_accuracy"] <= 1.0
+        # Async accuracy swings from epoch to epoch (stale gradients; the study saw it
+        # collapse with more devices): require its best epoch well above chance (0.1).
+        assert max(rec["val_accuracy_per_epoch"]) > 0.3, rec["val_accuracy_per_epoch"]
     logs = sorted(p.name for p in (tmp_path / rec["cell_id"] / "logs").iterdir())
     assert logs == ["scheduler-0.log", "server-0.log", "worker-0.log", "worker-1.log"]
     assert _no_children_left() == []
