@@ -6,37 +6,15 @@ into one line and exit status 2, with no traceback. Everything else lives in the
 
 from __future__ import annotations
 
-import functools
 import logging
 import sys
 from pathlib import Path
 
 import click
 
+from .cli_errors import reports_errors
 from .errors import EdgeprofError
 from .sweep import grid
-
-EXIT_USAGE = 2
-
-
-class UsageFailure(click.ClickException):
-    """One line on stderr, exit 2 (what ``click.BadParameter`` does, for library errors)."""
-
-    exit_code = EXIT_USAGE
-
-    def show(self, file=None) -> None:
-        click.echo(f"edgeprof: error: {self.format_message()}", err=True)
-
-
-def reports_errors(func):
-    """Library errors become one clear line and exit 2; results already kept stay kept."""
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except EdgeprofError as exc:
-            raise UsageFailure(str(exc)) from None
-    return wrapper
 
 
 def grid_options(func):

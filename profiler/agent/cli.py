@@ -13,15 +13,12 @@ from pathlib import Path
 
 import click
 
-from ..errors import ConfigError, EdgeprofError
+from ..cli_errors import reports_errors
+from ..errors import ConfigError
 from .options import influx_options, interval_option, target_from_options
 from .sampler import AgentConfig, run_agent
 
 MB = 1024 * 1024
-
-
-class _UserError(click.ClickException):
-    exit_code = 2
 
 
 def _parse_tags(values: tuple[str, ...]) -> dict[str, str]:
@@ -57,6 +54,7 @@ def _logging() -> None:
 @click.option("--spool-max-mb", type=click.IntRange(8), default=256, show_default=True,
               help="Bound on the spool's size; the oldest segments go first.")
 @influx_options
+@reports_errors
 def agent(node, spool_dir, interval, tag_items, pids_file, interfaces, cgroup_cpu,
           cgroup_memory, cpu_cores, memory_mb, spool_max_mb, **influx):
     """Sample this node's CPU, memory, network, disk, temperature and training processes
@@ -70,27 +68,25 @@ def agent(node, spool_dir, interval, tag_items, pids_file, interfaces, cgroup_cp
             --influx-org lab --influx-bucket edgeprof
     """
     _logging()
-    try:
-        config = AgentConfig(
-            node=node, spool_dir=spool_dir, interval_s=interval,
-            tags=_parse_tags(tag_items), pids_file=pids_file,
-            interfaces=[name.strip() for name in interfaces.split(",") if name.strip()],
-            cgroup_cpu=cgroup_cpu, cgroup_memory=cgroup_memory, cpu_cores=cpu_cores,
-            memory_mb=memory_mb, spool_max_bytes=spool_max_mb * MB)
-        target = target_from_options(**influx)
-        stop = threading.Event()
-        # Signal handlers run in the main thread and only set the event: the loop wakes
-        # at once, closes the spool and exits well within the runner's 2 s grace.
-        signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
-        signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
-        run_agent(config, target, stop=stop)
-    except EdgeprofError as exc:
-        raise _UserError(str(exc)) from None
+    config = AgentConfig(
+        node=node, spool_dir=spool_dir, interval_s=interval,
+        tags=_parse_tags(tag_items), pids_file=pids_file,
+        interfaces=[name.strip() for name in interfaces.split(",") if name.strip()],
+        cgroup_cpu=cgroup_cpu, cgroup_memory=cgroup_memory, cpu_cores=cpu_cores,
+        memory_mb=memory_mb, spool_max_bytes=spool_max_mb * MB)
+    target = target_from_options(**influx)
+    stop = threading.Event()
+    # Signal handlers run in the main thread and only set the event: the loop wakes
+    # at once, closes the spool and exits well within the runner's 2 s grace.
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
+    run_agent(config, target, stop=stop)
 
 
 @click.command()
 @click.argument("sweep_dir", type=click.Path(path_type=Path, file_okay=False, exists=True))
 @influx_options
+@reports_errors
 def ship(sweep_dir, **influx):
     """Deliver a sweep's metrics to InfluxDB: every point exactly once, resuming where an
     earlier ship or the live shipper stopped.
@@ -101,14 +97,11 @@ def ship(sweep_dir, **influx):
             --influx-url http://127.0.0.1:8086 --influx-org lab --influx-bucket edgeprof
     """
     _logging()
-    try:
-        target = target_from_options(**influx)
-        if target is None:
-            raise ConfigError("edgeprof ship needs --influx-url and --influx-org/"
-                              "--influx-bucket (or --influx-db for InfluxDB 1.7 and older)")
-        from .ship import ship_sweep  # not imported by the agent: keeps it small
+    target = target_from_options(**influx)
+    if target is None:
+        raise ConfigError("edgeprof ship needs --influx-url and --influx-org/"
+                          "--influx-bucket (or --influx-db for InfluxDB 1.7 and older)")
+    from .ship import ship_sweep  # not imported by the agent: keeps it small
 
-        sent = ship_sweep(sweep_dir, target)
-    except EdgeprofError as exc:
-        raise _UserError(str(exc)) from None
+    sent = ship_sweep(sweep_dir, target)
     click.echo(f"shipped {sent} points to {target.label}")

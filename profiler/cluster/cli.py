@@ -6,20 +6,11 @@ feature missing, a cluster already up) become one line on stderr and exit status
 
 from __future__ import annotations
 
-import functools
 import json
 
 import click
 
-
-def _reports_errors(func):
-    """profiler.cli's error display (one line, exit 2), looked up when a command runs:
-    profiler.cli imports this module while it is itself being imported."""
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        from ..cli import reports_errors
-        return reports_errors(func)(*args, **kwargs)
-    return wrapper
+from ..cli_errors import reports_errors
 
 
 @click.group()
@@ -36,7 +27,7 @@ def cluster() -> None:
 @click.option("--nodes", default=4, show_default=True, type=int, help="How many nodes.")
 @click.option("--profile", default="pi3b", show_default=True,
               help="Node profile or mix (see `edgeprof cluster profiles`).")
-@_reports_errors
+@reports_errors
 def up(nodes: int, profile: str) -> None:
     """Bring up NODES network namespaces with shaped links and cgroup limits.
 
@@ -50,7 +41,7 @@ def up(nodes: int, profile: str) -> None:
 
 
 @cluster.command()
-@_reports_errors
+@reports_errors
 def down() -> None:
     """Remove every edgeprof namespace, link and cgroup (also after a crash).
 
@@ -67,7 +58,7 @@ def down() -> None:
 
 @cluster.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
-@_reports_errors
+@reports_errors
 def status(as_json: bool) -> None:
     """Show each node's limits, usage and interface counters.
 
@@ -84,7 +75,7 @@ def status(as_json: bool) -> None:
 
 
 @cluster.command()
-@_reports_errors
+@reports_errors
 def profiles() -> None:
     """List the node profiles and mixes (packaged, ~/.config/edgeprof, $EDGEPROF_PROFILES).
 

@@ -6,23 +6,8 @@ from pathlib import Path
 
 import click
 
-from ..errors import DataError
+from ..cli_errors import reports_errors
 from . import fetch as fetching
-
-
-EXIT_USAGE = 2
-
-
-class _DataFailure(click.ClickException):
-    """A library DataError as one line and exit 2, like ``profiler.cli``'s errors.
-
-    Not ``profiler.cli.UsageFailure``: that module imports this one while it loads.
-    """
-
-    exit_code = EXIT_USAGE
-
-    def show(self, file=None) -> None:
-        click.echo(f"edgeprof: error: {self.format_message()}", err=True)
 
 
 def _dataset_list(ctx, param, value: str) -> list[str]:
@@ -49,6 +34,7 @@ def data() -> None:
               help="Base URL serving the four MNIST .gz files.")
 @click.option("--cifar-mirror", default=fetching.CIFAR_MIRROR, show_default=True,
               help="Base URL serving cifar-10-binary.tar.gz.")
+@reports_errors
 def fetch_command(data_dir: Path, datasets: list[str], mnist_mirror: str,
                   cifar_mirror: str) -> None:
     """Download and verify (MD5) MNIST and CIFAR-10; files already valid are kept.
@@ -57,12 +43,9 @@ def fetch_command(data_dir: Path, datasets: list[str], mnist_mirror: str,
 
         edgeprof data fetch --data-dir ~/edgeprof-data --dataset mnist
     """
-    try:
-        outcome = fetching.fetch(data_dir, datasets,
-                                 mirrors={"mnist": mnist_mirror, "cifar10": cifar_mirror},
-                                 show_progress=True)
-    except DataError as exc:
-        raise _DataFailure(str(exc)) from None
+    outcome = fetching.fetch(data_dir, datasets,
+                             mirrors={"mnist": mnist_mirror, "cifar10": cifar_mirror},
+                             show_progress=True)
     for name, state in outcome.items():
         click.echo(f"{state:10} {name}")
     click.echo(f"data ready in {data_dir}")

@@ -110,6 +110,8 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
     ``layers`` applies to ResNet only; LeNet cells get ``layers=None`` (so a sweep over
     ``--model lenet-mlp,resnet --layers 20,32`` makes one LeNet cell per other setting).
     With one device, sync and async train identically (kvstore ``local``): one cell.
+    Horovod is synchronous: with ``--sync sync,async`` its async cells are left out, with
+    ``--sync async`` alone it is an error.
     ``datasets`` maps a model to the dataset it reads (default: ``synthetic``).
     """
     datasets = datasets or {}
@@ -123,6 +125,8 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
             depth = DEFAULT_RESNET_LAYERS
         if ndev == 1 and engine == "mxnet":
             sync = "sync"
+        if engine == "horovod" and sync == "async" and "sync" in syncs:
+            continue  # allreduce is sync only; with --sync sync,async it runs the sync cells
         cell = validate(CellConfig(engine=engine, model=model, layers=depth, batch=batch,
                                    devices=ndev, sync=sync, epochs=epochs, lr=lr,
                                    max_samples=max_samples,

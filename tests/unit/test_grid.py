@@ -62,3 +62,9 @@ def test_list_parsing():
         grid.parse_int_list(",", "--batch")
     with pytest.raises(ConfigError, match="unknown"):
         grid.parse_choice_list("sync,maybe", "--sync", grid.SYNC_MODES)
+
+
+def test_horovod_skips_async_in_a_mixed_grid():
+    cells = _expand(engines=["mxnet", "horovod"], syncs=["sync", "async"])
+    assert [(c.engine, c.sync) for c in cells] == [
+        ("mxnet", "sync"), ("mxnet", "async"), ("horovod", "sync")]
