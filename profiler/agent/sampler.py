@@ -125,6 +125,9 @@ class Sampler:
                 if next_s < now:  # fell behind (suspended, overloaded): do not burst
                     next_s = now + self.config.interval_s
                 self._stop.wait(next_s - now)
+            # One last sample on stop, so that the counters bracket the end of a run
+            # shorter than the interval (summaries interpolate between samples).
+            self.tick()
         finally:
             self.spool.close()
 
