@@ -31,6 +31,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
+# Horovod's setup.py builds with --no-build-isolation, i.e. with these; setuptools 81
+# drops pkg_resources, which older build scripts still import.
 "${PIP[@]}" install -c constraints.txt --upgrade pip wheel "setuptools<81"
 "${PIP[@]}" install -c constraints.txt -e ".[test]"
 
