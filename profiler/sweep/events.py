@@ -75,5 +75,16 @@ def read_cell_events(events_dir: Path) -> CellEvents:
     return out
 
 
+def epochs_done(events_dir: Path) -> int:
+    """Epochs rank 0 has finished so far (cheap enough to call every second)."""
+    try:
+        text = (Path(events_dir) / "worker-0.jsonl").read_text(encoding="utf-8",
+                                                               errors="replace")
+    except OSError:
+        return 0
+    # workloads.events writes json.dumps() lines (default separators): '"event": "epoch"'.
+    return text.count('"event": "epoch"')
+
+
 def _num_workers(starts: list[dict]) -> int:
     return max((e.get("num_workers", 1) for e in starts), default=1)

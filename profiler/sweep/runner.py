@@ -13,14 +13,16 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 from ..cluster.base import Cluster, kill_group
 from ..engines.base import Engine, ProcessSpec, TrainOptions
-from .events import CellEvents, read_cell_events
+from .events import CellEvents, epochs_done, read_cell_events
 from .grid import CellConfig
 from .monitoring import CellMonitor
 
 POLL_S = 0.05
+PROGRESS_EVERY_S = 1.0  # how often a long cell reports its epochs to the progress bar
 # Scheduler and servers exit by themselves once the workers finalize; past this grace
 # they are killed (a server stuck in ps-lite's shutdown must not hold the sweep).
 ROLE_EXIT_GRACE_S = 1.0
@@ -37,8 +39,13 @@ class Launched:
 
 def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
              options: TrainOptions, *, sweep_id: str, timeout_s: float | None = None,
-             monitor_interval_s: float | None = 1.0) -> dict:
-    """Run one cell to its end and return its result record (not yet stored)."""
+             monitor_interval_s: float | None = 1.0,
+             on_epoch: Callable[[int], None] | None = None) -> dict:
+    """Run one cell to its end and return its result record (not yet stored).
+
+    ``on_epoch(epochs_done)`` is called about every second while the cell trains (cells
+    of the study's size run for hours: the progress bar shows where they are).
+    """
     cell_dir.mkdir(parents=True, exist_ok=True)
     (cell_dir / "cell.json").write_text(json.dumps(asdict(cell), indent=1, sort_keys=True))
     nodes = cluster.nodes()[: engine.nodes_needed(cell)]
@@ -59,7 +66,8 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
             launched.append(Launched(spec, proc))
         if monitor:
             monitor.track(_pids_by_node(launched), nodes)
-        outcome = _wait(launched, t_launch, timeout_s)
+        outcome = _wait(launched, t_launch, timeout_s,
+                        _epoch_reporter(cell_dir / "events", on_epoch))
     finally:
         _reap(launched)
         if monitor:
@@ -81,10 +89,15 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
     return record
 
 
-def _wait(launched: list[Launched], t_launch: float, timeout_s: float | None) -> str:
+def _wait(launched: list[Launched], t_launch: float, timeout_s: float | None,
+          report: Callable[[], None]) -> str:
     """Poll until every decisive process ended; ``ok``, ``error`` or ``timeout``."""
     decisive = [l for l in launched if l.spec.decisive]
+    next_report_s = time.monotonic() + PROGRESS_EVERY_S
     while True:
+        if time.monotonic() >= next_report_s:
+            report()
+            next_report_s += PROGRESS_EVERY_S
         for l in launched:
             if l.returncode is None:
                 l.returncode = l.proc.poll()
@@ -98,6 +111,21 @@ def _wait(launched: list[Launched], t_launch: float, timeout_s: float | None) ->
         if timeout_s is not None and time.time() - t_launch > timeout_s:
             return "timeout"
         time.sleep(POLL_S)
+
+
+def _epoch_reporter(events_dir: Path, on_epoch: Callable[[int], None] | None
+                    ) -> Callable[[], None]:
+    """A callable that tells ``on_epoch`` how many epochs rank 0 has finished, on change."""
+    last = [0]
+
+    def report() -> None:
+        if on_epoch is None:
+            return
+        done = epochs_done(events_dir)
+        if done != last[0]:
+            last[0] = done
+            on_epoch(done)
+    return report
 
 
 def _reap(launched: list[Launched]) -> None:

@@ -106,8 +106,7 @@ def run_sweep(settings: SweepSettings, *, progress: bool = True,
     cluster, created = open_cluster(settings.cluster, nodes_needed, settings.profile)
     shipper = _start_shipper(sweep_dir, settings.ship_target)
     records: list[dict] = []
-    bar = tqdm(total=len(settings.cells), unit="cell", disable=not progress,
-               dynamic_ncols=True)
+    bar = tqdm(total=len(settings.cells), unit="cell", disable=not progress)
     try:
         for cell in settings.cells:
             if cell.cell_id in done:
@@ -115,8 +114,13 @@ def run_sweep(settings: SweepSettings, *, progress: bool = True,
                 bar.update(1)
                 continue
             bar.set_description(cell.label)
+            bar.set_postfix_str(f"epoch 0/{cell.epochs}")
+
+            def on_epoch(done: int, epochs=cell.epochs) -> None:
+                bar.set_postfix_str(f"epoch {done}/{epochs}")
+
             record = _run_one(cell, cluster, engines[cell.engine], sweep_dir, options,
-                              sweep_id, settings, store)
+                              sweep_id, settings, store, on_epoch)
             records.append(record)
             if on_record:
                 on_record(record)
@@ -133,11 +137,13 @@ def run_sweep(settings: SweepSettings, *, progress: bool = True,
     return SweepOutcome(sweep_id, sweep_dir, records, skipped=len(done))
 
 
-def _run_one(cell, cluster, engine, sweep_dir, options, sweep_id, settings, store) -> dict:
+def _run_one(cell, cluster, engine, sweep_dir, options, sweep_id, settings, store,
+             on_epoch) -> dict:
     cell_dir = sweep_dir / "cells" / cell.cell_id
     try:
         record = run_cell(cell, cluster, engine, cell_dir, options, sweep_id=sweep_id,
-                          timeout_s=settings.timeout_s, monitor_interval_s=settings.interval_s)
+                          timeout_s=settings.timeout_s, monitor_interval_s=settings.interval_s,
+                          on_epoch=on_epoch)
     except KeyboardInterrupt:
         store.append({**asdict(cell), "cell_id": cell.cell_id, "sweep_id": sweep_id,
                       "cluster": cluster.name, "status": "failed",

@@ -47,3 +47,4 @@ def test_table_formats_missing_values():
     assert "elapsed_s" in lines[0] and set(lines[1]) <= {"-", " "}
     assert "12.3" in lines[2] and "0.971" in lines[2]
     assert " - " in lines[3]
+

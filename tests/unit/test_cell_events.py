@@ -1,0 +1,44 @@
+"""Workers' events turned into result columns and progress."""
+
+from profiler.sweep.events import epochs_done, read_cell_events
+from workloads.events import EventWriter
+
+
+def _worker(events_dir, rank, t0, accuracies):
+    writer = EventWriter(events_dir, rank)
+    writer.emit("start", num_workers=2, train_samples=640)
+    writer.emit("first_step")
+    for epoch, acc in enumerate(accuracies, 1):
+        writer.emit("epoch", epoch=epoch, epoch_s=1.5, val_accuracy=acc)
+    writer.emit("end", samples=320, samples_per_s=100.0, syncs=10)
+    writer.close()
+
+
+def test_columns_take_rank0_accuracy_and_sum_throughput(tmp_path):
+    _worker(tmp_path, 0, 0, [0.5, 0.75])
+    _worker(tmp_path, 1, 0, [None, None])
+    events = read_cell_events(tmp_path)
+    assert events.complete()
+    cols = events.columns(t_launch=events.train_window()[0] - 2.0)
+    assert cols["val_accuracy"] == 0.75 and cols["val_accuracy_per_epoch"] == [0.5, 0.75]
+    assert cols["samples_per_s"] == 200.0 and cols["syncs_per_worker"] == 10
+    assert cols["epoch_s"] == [1.5, 1.5] and cols["elapsed_s"] >= 2.0
+    assert cols["train_samples"] == 640
+
+
+def test_missing_end_is_incomplete_and_torn_line_ignored(tmp_path):
+    writer = EventWriter(tmp_path, 0)
+    writer.emit("start", num_workers=1)
+    writer.close()
+    with open(tmp_path / "worker-0.jsonl", "a") as fh:
+        fh.write('{"event": "epo')
+    events = read_cell_events(tmp_path)
+    assert not events.complete() and events.train_window() is None
+
+
+def test_epochs_done_counts_rank0_epoch_events(tmp_path):
+    assert epochs_done(tmp_path) == 0
+    writer = EventWriter(tmp_path, 0)
+    writer.emit("epoch", epoch=1, epoch_s=1.0)
+    writer.emit("epoch", epoch=2, epoch_s=1.0)
+    assert epochs_done(tmp_path) == 2
