@@ -70,8 +70,11 @@ def _with_agent_options(func):
 
 
 def _settings(kw: dict, resume: bool, max_cells: int | None = None):
-    from .sweep.sweep import SweepSettings
+    from workloads import datasets as workload_data
+
     from .agent.options import target_from_options
+    from .cluster import CLUSTERS
+    from .sweep.sweep import SweepSettings
 
     if kw["data_dir"] is not None and not kw["data_dir"].is_dir():
         raise EdgeprofError(f"--data-dir {kw['data_dir']} is not a folder: "
@@ -80,7 +83,8 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
     if kw["layers"] and "resnet" not in models:
         raise EdgeprofError(f"--layers does not apply to {', '.join(models)} (their depth is "
                             "fixed): drop --layers or use --model resnet")
-    datasets = {m: _dataset_of(m, kw["data_dir"]) for m in models}
+    # Dataset files are checked here, cheaply and without MXNet, before anything runs.
+    datasets = {m: workload_data.check(m, kw["data_dir"]) for m in models}
     cells = grid.expand(
         engines=grid.parse_choice_list(kw["engine"], "--engine", grid.ENGINES),
         models=models,
@@ -97,8 +101,9 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
         raise EdgeprofError(f"--threads {kw['threads']} must be at least 1")
     if kw["timeout"] is not None and kw["timeout"] <= 0:
         raise EdgeprofError(f"--timeout {kw['timeout']} must be positive (seconds)")
-    if kw["cluster_name"] not in ("local", "emulated"):
-        raise EdgeprofError(f"unknown cluster {kw['cluster_name']!r}: use local or emulated")
+    if kw["cluster_name"] not in CLUSTERS:
+        raise EdgeprofError(f"unknown cluster {kw['cluster_name']!r}: "
+                            f"use one of {', '.join(CLUSTERS)}")
     target = target_from_options(**{k: v for k, v in kw.items() if k.startswith("influx_")})
     return SweepSettings(
         cells=cells, out_dir=kw["out"], cluster=kw["cluster_name"], profile=kw["profile"],
@@ -106,17 +111,6 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
         interval_s=None if kw["no_agent"] else kw["interval"],
         threads_per_process=kw["threads"], val_samples=kw["val_samples"],
         ship_target=target)
-
-
-def _dataset_of(model: str, data_dir: Path | None) -> str:
-    """Validate the dataset files up front (cheap, no MXNet) and name the dataset."""
-    from workloads import datasets
-    try:
-        return datasets.check(model, data_dir)
-    except EdgeprofError:
-        raise
-    except ValueError as exc:  # a workloads-level error: still bad input
-        raise EdgeprofError(str(exc)) from None
 
 
 def _run_and_print(settings) -> None:

@@ -352,8 +352,9 @@ class Processes:
                     found.extend(self._process(kid) for kid in kids)
             return found
         except FileNotFoundError:
-            if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):
-                return self._process(pid).children(recursive=True)  # kernel without it
+            if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):  # kernel without it
+                return [self._process(child.pid)
+                        for child in self._process(pid).children(recursive=True)]
             return found  # a process exited while walking: report the rest
         except (OSError, psutil.Error):
             return found
@@ -369,9 +370,8 @@ class Processes:
                 except psutil.Error:
                     continue  # exited: nothing to report
                 rss_bytes, cpu_percent, threads, alive = 0, 0.0, 0, 0
-                for proc in tree:
+                for proc in tree:  # cached, primed psutil objects (see _process)
                     try:
-                        proc = self._process(proc.pid)
                         with proc.oneshot():
                             rss_bytes += proc.memory_info().rss
                             cpu_percent += proc.cpu_percent()

@@ -53,7 +53,8 @@ class Engine(Protocol):
 
     def plan(self, cell: CellConfig, nodes: list[Node], cell_dir: Path,
              options: TrainOptions) -> list[ProcessSpec]:
-        """The processes to start for ``cell`` on ``nodes`` (at least ``nodes_needed``)."""
+        """The processes to start for ``cell`` on ``nodes`` (``nodes_needed`` of them,
+        checked by the cell runner)."""
 
 
 def train_argv(cell: CellConfig, cell_dir: Path, options: TrainOptions,

@@ -55,8 +55,6 @@ class HorovodEngine:
             raise ConfigError("Horovod allreduce is synchronous only: use --sync sync "
                               "with --engine horovod, or --engine mxnet for async")
         needed = self.nodes_needed(cell)
-        if len(nodes) < needed:
-            raise ValueError(f"cell needs {needed} nodes, cluster has {len(nodes)}")
         slot_env, run_env = _horovod_env_builders()
 
         worker_nodes = nodes[:needed]

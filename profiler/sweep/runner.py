@@ -17,6 +17,7 @@ from typing import Callable
 
 from ..cluster.base import Cluster, kill_group
 from ..engines.base import Engine, ProcessSpec, TrainOptions
+from ..errors import ClusterError
 from .events import CellEvents, epochs_done, read_cell_events
 from .grid import CellConfig
 from .monitoring import CellMonitor
@@ -48,7 +49,11 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
     """
     cell_dir.mkdir(parents=True, exist_ok=True)
     (cell_dir / "cell.json").write_text(json.dumps(asdict(cell), indent=1, sort_keys=True))
-    nodes = cluster.nodes()[: engine.nodes_needed(cell)]
+    needed = engine.nodes_needed(cell)
+    nodes = cluster.nodes()[:needed]
+    if len(nodes) < needed:
+        raise ClusterError(f"{cell.label} needs {needed} nodes, the {cluster.name} cluster "
+                           f"has {len(nodes)}: bring up a larger cluster")
     specs = engine.plan(cell, nodes, cell_dir, options)
     oom_before = {n.name: cluster.oom_killed(n) for n in nodes}
 

@@ -18,7 +18,7 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from ..cluster import open_cluster
+from ..cluster import open_cluster, teardown
 from ..engines import get_engine
 from ..engines.base import TrainOptions
 from ..errors import ConfigError
@@ -132,8 +132,7 @@ def run_sweep(settings: SweepSettings, *, progress: bool = True,
             shipper.stop()
         cluster.close()
         if created:
-            from .. import cluster as cluster_pkg
-            cluster_pkg.teardown(settings.cluster)
+            teardown(settings.cluster)
     return SweepOutcome(sweep_id, sweep_dir, records, skipped=len(done))
 
 
