@@ -7,12 +7,14 @@ Its own module (not ``profiler.cli``) so that the command groups of the sub-pack
 from __future__ import annotations
 
 import functools
+import sys
 
 import click
 
 from .errors import EdgeprofError
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 
 
 class UsageFailure(click.ClickException):
@@ -25,11 +27,19 @@ class UsageFailure(click.ClickException):
 
 
 def reports_errors(func):
-    """Library errors become one clear line and exit 2; results already kept stay kept."""
+    """Library errors become one clear line and exit 2; results already kept stay kept.
+
+    A stop signal that reaches a command (Ctrl-C while it checks its input, or a sweep's
+    ``SweepInterrupted``) ends it with 128 + the signal's number and one line, not
+    Click's "Aborted!" and exit 1.
+    """
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
             return func(*args, **kwargs)
         except EdgeprofError as exc:
             raise UsageFailure(str(exc)) from None
+        except KeyboardInterrupt as exc:
+            click.echo(f"edgeprof: {exc or 'interrupted'}", err=True)
+            sys.exit(getattr(exc, "exit_status", EXIT_INTERRUPTED))
     return wrapper

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 from ..errors import ClusterError
+from ..fsutil import atomic_write_text
 from . import cgroups, netns
 from .base import Node, popen_in_group
 from .profiles import cpu_scale, load_catalog, quota_cores
@@ -253,9 +254,7 @@ def status() -> dict:
 
 def _write_state(state: dict) -> None:
     STATE_DIR.mkdir(parents=True, exist_ok=True)
-    tmp = STATE_FILE.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
-    os.replace(tmp, STATE_FILE)
+    atomic_write_text(STATE_FILE, json.dumps(state, indent=2, sort_keys=True))
 
 
 @contextlib.contextmanager

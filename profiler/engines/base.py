@@ -8,14 +8,13 @@ JSON-lines events into the cell's ``events/`` folder.
 
 from __future__ import annotations
 
-import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from ..cluster.base import Node
-from ..sweep.grid import CellConfig
+from ..cell import CellConfig
 
 
 @dataclass(frozen=True)
@@ -74,10 +73,3 @@ def train_argv(cell: CellConfig, cell_dir: Path, options: TrainOptions,
     if options.val_samples is not None:
         argv += ["--val-samples", str(options.val_samples)]
     return argv
-
-
-def free_port(address: str = "127.0.0.1") -> int:
-    """A TCP port free on ``address`` right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((address, 0))
-        return sock.getsockname()[1]

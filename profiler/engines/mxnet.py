@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 
 from ..cluster.base import Node
-from ..sweep.grid import CellConfig
-from .base import ProcessSpec, TrainOptions, free_port, train_argv
+from ..cell import CellConfig
+from ..ports import free_port
+from .base import ProcessSpec, TrainOptions, train_argv
 
 
 class MXNetEngine:

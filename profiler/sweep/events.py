@@ -7,10 +7,11 @@ clusters they are as good as the nodes' clock sync (NTP).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
+
+from workloads.events import read_events
 
 
 @dataclass
@@ -62,16 +63,12 @@ class CellEvents:
 
 
 def read_cell_events(events_dir: Path) -> CellEvents:
+    """Every worker's events of one cell attempt (``workloads.events`` reads each file)."""
     out = CellEvents()
     for path in sorted(Path(events_dir).glob("worker-*.jsonl")):
-        events = []
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # torn last line of a killed worker
-        rank = int(path.stem.split("-", 1)[1])
-        out.by_rank[rank] = events
+        rank = path.stem.split("-", 1)[1]
+        if rank.isdigit():
+            out.by_rank[int(rank)] = read_events(path)
     return out
 
 

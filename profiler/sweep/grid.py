@@ -7,66 +7,23 @@ cells are done no matter in which order the grid is expanded.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
-from dataclasses import asdict, dataclass, fields
+import math
 from typing import Iterable, Sequence
 
+from ..cell import DEFAULT_RESNET_LAYERS, CellConfig
 from ..errors import ConfigError
 
 MODELS = ("lenet-mlp", "lenet-cnn", "resnet")
 SYNC_MODES = ("sync", "async")
 ENGINES = ("mxnet", "horovod")
 PLACEMENTS = ("master", "colocated")
-DEFAULT_RESNET_LAYERS = 20
 RESNET_MIN_DEPTH = 8
 
 
 def resnet_depths(up_to: int = 110) -> list[int]:
     """Valid CIFAR ResNet depths 6n+2 (8, 14, 20, 26, 32, ...)."""
     return list(range(RESNET_MIN_DEPTH, up_to + 1, 6))
-
-
-@dataclass(frozen=True)
-class CellConfig:
-    """One configuration of the sweep; every field is a results column."""
-
-    engine: str = "mxnet"
-    model: str = "resnet"
-    layers: int | None = DEFAULT_RESNET_LAYERS  # None for LeNet (fixed depth)
-    batch: int = 32
-    devices: int = 1
-    sync: str = "sync"
-    epochs: int = 1
-    lr: float = 0.1
-    max_samples: int | None = None
-    dataset: str = "synthetic"
-    placement: str = "master"
-
-    @property
-    def cell_id(self) -> str:
-        """12 hex digits of SHA-256 over the configuration's canonical JSON."""
-        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
-
-    @property
-    def kvstore(self) -> str:
-        """The MXNet KVStore type this cell trains with."""
-        if self.devices == 1:
-            return "local"
-        return "dist_sync" if self.sync == "sync" else "dist_async"
-
-    @property
-    def label(self) -> str:
-        """Short human name, e.g. ``resnet20 b32 d2 sync mxnet``."""
-        depth = f"{self.layers}" if self.layers else ""
-        return f"{self.model}{depth} b{self.batch} d{self.devices} {self.sync} {self.engine}"
-
-    def tags(self) -> dict[str, str]:
-        """The configuration as metric tags (strings, no empty values)."""
-        return {f.name: str(getattr(self, f.name)) for f in fields(self)
-                if getattr(self, f.name) is not None}
 
 
 def validate(cell: CellConfig) -> CellConfig:
@@ -87,17 +44,44 @@ def validate(cell: CellConfig) -> CellConfig:
     elif cell.layers is not None:
         raise ConfigError(f"--layers does not apply to {cell.model} (its depth is fixed): "
                           "drop --layers or use --model resnet")
-    for name in ("batch", "devices", "epochs"):
+    for name, example in (("batch", 32), ("devices", 2), ("epochs", 1)):
         if getattr(cell, name) < 1:
-            raise ConfigError(f"--{name} {getattr(cell, name)} must be at least 1")
-    if cell.lr <= 0:
-        raise ConfigError(f"--lr {cell.lr} must be positive")
-    if cell.max_samples is not None and cell.max_samples < 1:
-        raise ConfigError(f"--max-samples {cell.max_samples} must be at least 1")
+            raise ConfigError(f"--{name} {getattr(cell, name)} must be at least 1: "
+                              f"give e.g. --{name} {example}")
+    # ``not lr > 0`` is also true for nan, which every comparison fails.
+    if not (cell.lr > 0 and math.isfinite(cell.lr)):
+        raise ConfigError(f"--lr {cell.lr} is not a positive number: give e.g. --lr 0.1")
+    if cell.max_samples is not None:
+        if cell.max_samples < 1:
+            raise ConfigError(f"--max-samples {cell.max_samples} must be at least 1: give "
+                              "e.g. --max-samples 2000, or leave it out for the whole set")
+        check_shards(cell, cell.max_samples, "--max-samples")
     if cell.engine == "horovod" and cell.sync == "async":
         raise ConfigError("Horovod allreduce is synchronous only: use --sync sync "
                           "with --engine horovod, or --engine mxnet for async")
     return cell
+
+
+def check_shards(cell: CellConfig, train_samples: int, source: str = "--max-samples"
+                 ) -> None:
+    """Raise ``ConfigError`` unless every worker gets at least one full batch.
+
+    ``train_samples`` is the training set before it is split among ``cell.devices``
+    workers (each gets the same share, the remainder is dropped); ``source`` names where
+    the number comes from: ``--max-samples``, or a dataset (e.g. ``the synthetic set``),
+    whose size cannot be raised.
+    """
+    share = train_samples // cell.devices
+    if share >= cell.batch:
+        return
+    need = cell.batch * cell.devices
+    fix = (f"give --max-samples {need} or more (batch x devices), or a smaller --batch "
+           "or --devices" if source == "--max-samples" else
+           f"use a --batch and --devices whose product is at most {train_samples}")
+    what = (f"--max-samples {train_samples}" if source == "--max-samples"
+            else f"{source} ({train_samples} samples)")
+    raise ConfigError(f"{what} gives each of {cell.devices} worker(s) {share} samples, "
+                      f"less than one batch of {cell.batch}: {fix}")
 
 
 def expand(*, engines: Sequence[str], models: Sequence[str],
@@ -141,7 +125,7 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
 def parse_int_list(text: str, option: str) -> list[int]:
     """``"32,64"`` → ``[32, 64]``; a bad item raises ``ConfigError`` naming ``option``."""
     values = []
-    for item in _items(text):
+    for item in _items(text, option):
         try:
             values.append(int(item))
         except ValueError:
@@ -153,15 +137,16 @@ def parse_int_list(text: str, option: str) -> list[int]:
 def parse_choice_list(text: str, option: str, choices: Iterable[str]) -> list[str]:
     """``"sync,async"`` → ``["sync", "async"]``, each checked against ``choices``."""
     choices = tuple(choices)
-    values = _items(text)
+    values = _items(text, option)
     for item in values:
         if item not in choices:
             raise ConfigError(f"{option} {item!r} is unknown: use one of {', '.join(choices)}")
     return values
 
 
-def _items(text: str) -> list[str]:
+def _items(text: str, option: str) -> list[str]:
     items = [part.strip() for part in str(text).split(",") if part.strip()]
     if not items:
-        raise ConfigError(f"empty list {text!r}: give at least one value")
+        raise ConfigError(f"{option} {text!r} is an empty list: give at least one value, "
+                          f"comma-separated")
     return items

@@ -9,35 +9,41 @@ to training. The runner tells it which pids belong to which role through
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 from pathlib import Path
 
-from ..cluster.base import Cluster, Node, kill_group
-from .grid import CellConfig
+from ..cell import CellConfig
+from ..cluster.base import Cluster, Node, kill_groups
+from ..fsutil import atomic_write_text
+from .interrupts import StopRequest
+
+AGENT_STOP_GRACE_S = 3.0
 
 
 class CellMonitor:
     """The agents of one cell: ``start`` before training, ``stop`` after, then ``summary``."""
 
     def __init__(self, cluster: Cluster, cell_dir: Path, cell: CellConfig, sweep_id: str,
-                 interval_s: float):
+                 interval_s: float, *, traffic_file: Path | None = None):
         self.cluster = cluster
         self.cell_dir = cell_dir
         self.cell = cell
         self.sweep_id = sweep_id
         self.interval_s = interval_s
+        self.traffic_file = traffic_file  # the live shipper's, to take out of loopback
         self._agents: list[subprocess.Popen] = []
 
     def pids_file(self, node: Node) -> Path:
         return self.cell_dir / "pids" / f"{node.name}.json"
 
-    def start(self, nodes: list[Node]) -> None:
+    def start(self, nodes: list[Node], stop: StopRequest | None = None) -> None:
         from ..agent.launch import agent_argv
 
         (self.cell_dir / "pids").mkdir(parents=True, exist_ok=True)
         for node in nodes:
+            if stop is not None and stop.requested:
+                return
             tags = {"sweep": self.sweep_id, "cell": self.cell.cell_id, "node": node.name,
                     "host": socket.gethostname(), **self.cell.tags()}
             write_pids(self.pids_file(node), {})
@@ -51,14 +57,16 @@ class CellMonitor:
         for node in nodes:
             write_pids(self.pids_file(node), pids_by_node.get(node.name, {}))
 
-    def stop(self) -> None:
-        for proc in self._agents:
-            kill_group(proc, grace_s=3.0)
+    def stop(self, stop: StopRequest | None = None) -> None:
+        """SIGTERM every agent (each takes a last sample and closes its spool), then kill."""
+        kill_groups(self._agents, grace_s=AGENT_STOP_GRACE_S,
+                    hurry=lambda: stop is not None and stop.hurry)
         self._agents.clear()
 
     def summary(self, worker_nodes: list[str], t_start: float, t_end: float) -> dict:
         from ..agent.summary import summarize_cell
-        return summarize_cell(self.cell_dir, worker_nodes, t_start, t_end)
+        return summarize_cell(self.cell_dir, worker_nodes, t_start, t_end,
+                              traffic_file=self.traffic_file)
 
 
 def summary_columns() -> list[str]:
@@ -67,6 +75,4 @@ def summary_columns() -> list[str]:
 
 
 def write_pids(path: Path, pids_by_role: dict[str, list[int]]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(pids_by_role))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(pids_by_role))

@@ -1,25 +1,28 @@
 """The life of one cell: place its roles, start them, watch them, reap them, judge them.
 
 Every process of a cell starts in its own process group; whatever happens (success, a
-worker failing, a timeout, Ctrl-C) every group is killed and every process reaped before
-``run_cell`` returns or raises. A failing worker stops the cell at once: in ``dist_sync``
+worker failing, a timeout, a stop signal, an error while starting) every group is killed
+and every process reaped before ``run_cell`` returns or raises. A failing worker stops the cell at once: in ``dist_sync``
 the other workers would otherwise wait for it forever.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..cluster.base import Cluster, kill_group
+from ..cell import CellConfig
+from ..cluster.base import Cluster, kill_groups
 from ..engines.base import Engine, ProcessSpec, TrainOptions
 from ..errors import ClusterError
+from ..fsutil import atomic_write_text
 from .events import CellEvents, epochs_done, read_cell_events
-from .grid import CellConfig
+from .interrupts import StopRequest
 from .monitoring import CellMonitor
 
 POLL_S = 0.05
@@ -27,6 +30,7 @@ PROGRESS_EVERY_S = 1.0  # how often a long cell reports its epochs to the progre
 # Scheduler and servers exit by themselves once the workers finalize; past this grace
 # they are killed (a server stuck in ps-lite's shutdown must not hold the sweep).
 ROLE_EXIT_GRACE_S = 1.0
+KILL_GRACE_S = 1.0  # SIGTERM to SIGKILL, shared by all of a cell's groups
 EXIT_OOM = 3  # workloads.train's exit status for out of memory
 EXIT_DATA = 2
 
@@ -41,50 +45,75 @@ class Launched:
 def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
              options: TrainOptions, *, sweep_id: str, timeout_s: float | None = None,
              monitor_interval_s: float | None = 1.0,
-             on_epoch: Callable[[int], None] | None = None) -> dict:
-    """Run one cell to its end and return its result record (not yet stored).
+             on_epoch: Callable[[int], None] | None = None,
+             stop: StopRequest | None = None, attempt: int = 1,
+             traffic_file: Path | None = None) -> dict:
+    """Run one attempt of a cell to its end and return its result record (not yet stored).
 
+    ``cell_dir`` is this attempt's own folder (``cells/<cell_id>/attempt-<N>``): its
+    events and logs are never mixed with an earlier attempt's. Whatever goes wrong while
+    the cell's processes start or run (an ``OSError`` from the cluster, a missing engine
+    build) becomes the record's ``failed`` status and reason; only a cluster too small for
+    the cell raises. ``stop`` (a signal) ends the cell as ``failed (interrupted)``.
     ``on_epoch(epochs_done)`` is called about every second while the cell trains (cells
     of the study's size run for hours: the progress bar shows where they are).
     """
+    stop = stop if stop is not None else StopRequest()
     cell_dir.mkdir(parents=True, exist_ok=True)
-    (cell_dir / "cell.json").write_text(json.dumps(asdict(cell), indent=1, sort_keys=True))
+    atomic_write_text(cell_dir / "cell.json", json.dumps(
+        {**asdict(cell), "cell_id": cell.cell_id, "attempt": attempt}, indent=1, sort_keys=True))
     needed = engine.nodes_needed(cell)
     nodes = cluster.nodes()[:needed]
     if len(nodes) < needed:
         raise ClusterError(f"{cell.label} needs {needed} nodes, the {cluster.name} cluster "
                            f"has {len(nodes)}: bring up a larger cluster")
-    specs = engine.plan(cell, nodes, cell_dir, options)
-    oom_before = {n.name: cluster.oom_killed(n) for n in nodes}
 
     monitor = None
-    if monitor_interval_s:
-        monitor = CellMonitor(cluster, cell_dir, cell, sweep_id, monitor_interval_s)
-        monitor.start(nodes)
     launched: list[Launched] = []
-    t_launch = time.time()
-    outcome = "failed"
+    t_launch, t_launch_mono = time.time(), time.monotonic()
+    outcome, culprit, error = "failed", None, ""
+    oom_before: dict[str, int] = {}
     try:
+        specs = engine.plan(cell, nodes, cell_dir, options)
+        oom_before = {n.name: cluster.oom_killed(n) for n in nodes}
+        if monitor_interval_s:
+            monitor = CellMonitor(cluster, cell_dir, cell, sweep_id, monitor_interval_s,
+                                  traffic_file=traffic_file)
+            monitor.start(nodes, stop)
         for spec in specs:
+            if stop.requested:
+                break
             proc = cluster.start(spec.node, spec.argv, spec.env,
                                  cell_dir / "logs" / f"{spec.name}.log")
             launched.append(Launched(spec, proc))
         if monitor:
             monitor.track(_pids_by_node(launched), nodes)
-        outcome = _wait(launched, t_launch, timeout_s,
-                        _epoch_reporter(cell_dir / "events", on_epoch))
+        if stop.requested:
+            outcome = "interrupted"
+        else:
+            outcome, culprit = _wait(launched, t_launch_mono, timeout_s, stop,
+                                     _epoch_reporter(cell_dir / "events", on_epoch))
+    except Exception as exc:  # noqa: BLE001 - any failure is this cell's, not the sweep's
+        outcome, error = "error", f"{type(exc).__name__}: {exc}"
     finally:
-        _reap(launched)
+        _reap(launched, stop)
         if monitor:
-            monitor.stop()
+            monitor.stop(stop)
     t_reaped = time.time()
 
     events = read_cell_events(cell_dir / "events")
-    oom_kills = sum(cluster.oom_killed(n) - oom_before[n.name] for n in nodes)
-    status, reason = _judge(outcome, launched, events, oom_kills, cell_dir, timeout_s)
+    oom_kills = sum(cluster.oom_killed(n) - oom_before.get(n.name, 0) for n in nodes)
+    if outcome == "interrupted":
+        status, reason = "failed", stop.reason
+    elif error:
+        status, reason = "failed", f"could not run the cell: {error}"[:500]
+    else:
+        status, reason = _judge(outcome, culprit, launched, events, oom_kills, cell_dir,
+                                timeout_s)
     record = {**asdict(cell), "cell_id": cell.cell_id, "sweep_id": sweep_id,
-              "cluster": cluster.name, "status": status, "reason": reason,
-              "launched_at": t_launch, "reaped_at": t_reaped, **events.columns(t_launch)}
+              "cluster": cluster.name, "attempt": attempt, "status": status, "reason": reason,
+              "launched_at": t_launch, "reaped_at": t_reaped, "timeout_s": timeout_s,
+              **events.columns(t_launch)}
     if monitor and events.train_window():
         worker_nodes = sorted({l.spec.node.name for l in launched if l.spec.role == "worker"})
         try:
@@ -94,27 +123,36 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
     return record
 
 
-def _wait(launched: list[Launched], t_launch: float, timeout_s: float | None,
-          report: Callable[[], None]) -> str:
-    """Poll until every decisive process ended; ``ok``, ``error`` or ``timeout``."""
+def _wait(launched: list[Launched], t_launch_mono: float, timeout_s: float | None,
+          stop: StopRequest, report: Callable[[], None]) -> tuple[str, Launched | None]:
+    """Poll until every decisive process ended.
+
+    Returns the outcome (``ok``, ``error``, ``timeout`` or ``interrupted``) and, for
+    ``error``, the process seen failing first: the one to blame, not the others that the
+    reaping kills afterwards.
+    """
     decisive = [l for l in launched if l.spec.decisive]
     next_report_s = time.monotonic() + PROGRESS_EVERY_S
     while True:
+        if stop.requested:
+            return "interrupted", None
         if time.monotonic() >= next_report_s:
             report()
             next_report_s += PROGRESS_EVERY_S
         for l in launched:
             if l.returncode is None:
                 l.returncode = l.proc.poll()
-        if any(l.returncode not in (None, 0) for l in decisive):
-            return "error"
+        failed = [l for l in launched if l.returncode not in (None, 0)]
+        decisive_failed = [l for l in failed if l.spec.decisive]
+        if decisive_failed:
+            return "error", failed[0]
         if all(l.returncode is not None for l in decisive):
             # Servers that die early are fine only if every worker finished.
-            return "ok"
-        if any(l.returncode not in (None, 0) for l in launched if not l.spec.decisive):
-            return "error"  # a dead scheduler/server leaves workers waiting forever
-        if timeout_s is not None and time.time() - t_launch > timeout_s:
-            return "timeout"
+            return "ok", None
+        if failed:
+            return "error", failed[0]  # a dead scheduler/server leaves workers waiting forever
+        if timeout_s and time.monotonic() - t_launch_mono > timeout_s:
+            return "timeout", None
         time.sleep(POLL_S)
 
 
@@ -133,29 +171,33 @@ def _epoch_reporter(events_dir: Path, on_epoch: Callable[[int], None] | None
     return report
 
 
-def _reap(launched: list[Launched]) -> None:
-    """Let helper roles exit by themselves for a moment, then kill every group."""
-    deadline = time.time() + ROLE_EXIT_GRACE_S
-    for l in launched:
-        if l.returncode is None:
-            try:
-                l.returncode = l.proc.wait(timeout=max(0.0, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                pass
-    for l in launched:
-        code = kill_group(l.proc, grace_s=1.0)
+def _reap(launched: list[Launched], stop: StopRequest) -> None:
+    """Let helper roles exit by themselves for a moment, then kill every group at once.
+
+    Interrupted cells skip that moment; a second signal also cuts the SIGTERM grace.
+    """
+    if not stop.requested:
+        deadline = time.monotonic() + ROLE_EXIT_GRACE_S
+        for l in launched:
+            if l.returncode is None:
+                try:
+                    l.returncode = l.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+    codes = kill_groups([l.proc for l in launched], grace_s=KILL_GRACE_S,
+                        hurry=lambda: stop.hurry)
+    for l, code in zip(launched, codes):
         if l.returncode is None:
             l.returncode = code
 
 
-def _judge(outcome: str, launched: list[Launched], events: CellEvents, oom_kills: int,
-           cell_dir: Path, timeout_s: float | None) -> tuple[str, str]:
+def _judge(outcome: str, culprit: Launched | None, launched: list[Launched],
+           events: CellEvents, oom_kills: int, cell_dir: Path,
+           timeout_s: float | None) -> tuple[str, str]:
     if outcome == "timeout":
         return "timeout", f"no result within --timeout {timeout_s:g} s"
-    failed = [l for l in launched if l.returncode not in (0, None)
-              and (l.spec.decisive or outcome == "error")]
     oom_event = events.error_of_kind("oom")
-    if oom_kills or oom_event or any(l.returncode == EXIT_OOM for l in failed):
+    if oom_kills or oom_event or (culprit is not None and culprit.returncode == EXIT_OOM):
         where = oom_event or (f"{oom_kills} process(es) killed by the node memory limit"
                               if oom_kills else "out of memory")
         return "oom", where
@@ -163,12 +205,19 @@ def _judge(outcome: str, launched: list[Launched], events: CellEvents, oom_kills
         return "ok", ""
     if outcome == "ok":
         return "failed", "workers exited without an end event"
-    first = min((l for l in failed if l.spec.decisive), default=None,
-                key=lambda l: l.spec.rank) or (failed[0] if failed else None)
-    if first is None:
+    if culprit is None:
         return "failed", "unknown failure"
-    return "failed", f"{first.spec.name} exited {first.returncode}: " + _last_line(
-        cell_dir / "logs" / f"{first.spec.name}.log")
+    return "failed", f"{culprit.spec.name} {_exit_text(culprit.returncode)}: " + _last_line(
+        cell_dir / "logs" / f"{culprit.spec.name}.log")
+
+
+def _exit_text(returncode: int | None) -> str:
+    if returncode is not None and returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            pass
+    return f"exited {returncode}"
 
 
 def _last_line(log: Path, limit: int = 200) -> str:

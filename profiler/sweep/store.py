@@ -1,7 +1,8 @@
 """The results store of a sweep: an append-only JSON-lines log and a CSV table.
 
-``results.jsonl`` is the record: one line per finished cell, appended and fsynced, never
-rewritten, so a crash loses at most the cell that was running. ``results.csv`` is derived
+``results.jsonl`` is the record: one line per finished cell attempt, appended and
+fsynced, never rewritten (except that a line torn by a crash is cut before the next
+append), so a crash loses at most the cell that was running. ``results.csv`` is derived
 from it (last record per cell wins) and replaced atomically after every cell, so a reader
 never sees half a table.
 """
@@ -9,20 +10,21 @@ never sees half a table.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Iterable
 
-from .grid import CellConfig
+from ..cell import CellConfig
+from ..fsutil import atomic_write_text
 
 CONFIG_COLUMNS = [f for f in CellConfig.__dataclass_fields__]
 RESULT_COLUMNS = [
     "status", "reason", "elapsed_s", "train_s", "first_step_s", "epoch_s", "val_accuracy",
     "val_accuracy_per_epoch", "samples_per_s", "syncs_per_worker", "train_samples",
 ]
-ID_COLUMNS = ["sweep_id", "cell_id", "cluster"]
+ID_COLUMNS = ["sweep_id", "cell_id", "cluster", "attempt"]
 # Statuses that a resumed sweep does not run again; ``failed`` cells are retried
 # because failures are mostly transient (a port taken, an interrupted run).
 FINAL_STATUSES = ("ok", "oom", "timeout")
@@ -57,22 +59,39 @@ class ResultsStore:
         return {cid for cid, r in self.latest().items() if r.get("status") in FINAL_STATUSES}
 
     def append(self, record: dict) -> None:
-        line = json.dumps(record, sort_keys=True, default=str) + "\n"
-        with open(self.jsonl_path, "a", encoding="utf-8") as fh:
+        line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+        with open(self.jsonl_path, "ab") as fh:
+            _repair_tail(fh)
             fh.write(line)
             fh.flush()
             os.fsync(fh.fileno())
         self.write_csv()
 
     def write_csv(self) -> None:
-        rows = list(self.latest().values())
-        fd, tmp = tempfile.mkstemp(dir=self.sweep_dir, prefix=".results.", suffix=".csv")
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
-            writer = csv.DictWriter(fh, fieldnames=self.columns, extrasaction="ignore")
-            writer.writeheader()
-            for row in rows:
-                writer.writerow({k: _cell_text(row.get(k)) for k in self.columns})
-        os.replace(tmp, self.csv_path)
+        buffer = io.StringIO(newline="")
+        writer = csv.DictWriter(buffer, fieldnames=self.columns, extrasaction="ignore")
+        writer.writeheader()
+        for row in self.latest().values():
+            writer.writerow({k: _cell_text(row.get(k)) for k in self.columns})
+        atomic_write_text(self.csv_path, buffer.getvalue())
+
+
+def _repair_tail(fh) -> None:
+    """Cut a torn last line (a crash mid-append) so the next record starts on its own line.
+
+    Without this, the next record would be glued to the torn bytes and lost on reading.
+    ``fh`` is open for appending in binary mode; the file is small (one line per cell).
+    """
+    size = fh.seek(0, os.SEEK_END)
+    if size == 0:
+        return
+    with open(fh.name, "rb") as reader:
+        reader.seek(size - 1)
+        if reader.read(1) == b"\n":
+            return
+        reader.seek(0)
+        keep = reader.read().rfind(b"\n") + 1  # 0 when no line is whole
+    fh.truncate(keep)
 
 
 def _cell_text(value) -> str:

@@ -3,7 +3,9 @@
 ``run_sweep`` is what both ``edgeprof sweep`` and ``edgeprof run`` (a sweep of one cell)
 end in, with the same ``SweepSettings``. Results are appended as soon as a cell ends;
 an interrupted cell is recorded as ``failed`` (reason ``interrupted``) and rerun by
-``--resume``.
+``--resume``. Each run of a cell is an *attempt* with a folder of its own
+(``cells/<cell_id>/attempt-<N>/``): a rerun never reads the events of an earlier one,
+whose logs stay for diagnosis.
 """
 
 from __future__ import annotations
@@ -18,14 +20,18 @@ from typing import Callable
 
 from tqdm import tqdm
 
+from ..agent.ship import TRAFFIC_FILE
+from ..cell import CellConfig
 from ..cluster import open_cluster, teardown
 from ..engines import get_engine
 from ..engines.base import TrainOptions
 from ..errors import ConfigError
-from .grid import CellConfig
+from ..fsutil import atomic_write_text
+from .interrupts import StopRequest
 from .monitoring import summary_columns
 from .runner import run_cell
 from .store import ResultsStore
+from .timeouts import cell_timeout_s
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +43,7 @@ class SweepSettings:
     cluster: str = "local"
     profile: str | None = None  # emulated cluster profile; None: what is up, else pi3b
     data_dir: Path | None = None
-    timeout_s: float | None = None  # per cell
+    timeout_s: float | None = None  # per cell; None: derived from the cell, 0: none
     resume: bool = False
     interval_s: float | None = 1.0  # metrics sampling; None disables the agent
     threads_per_process: int = 1
@@ -45,6 +51,17 @@ class SweepSettings:
     val_samples: int | None = None
     ship_target: object | None = None  # profiler.agent.options target, or None
     extra: dict = field(default_factory=dict)
+
+    def identity(self) -> dict:
+        """What else, besides each cell's configuration, decides a cell's results.
+
+        Kept in ``sweep.json``; ``--resume`` refuses settings that differ, since a
+        resumed sweep would otherwise mix results of two different setups.
+        """
+        return {"cluster": self.cluster, "profile": self.profile,
+                "data_dir": str(self.data_dir) if self.data_dir else None,
+                "threads": self.threads_per_process, "seed": self.seed,
+                "val_samples": self.val_samples}
 
 
 @dataclass
@@ -60,14 +77,15 @@ def new_sweep_id() -> str:
 
 
 def prepare_sweep_dir(settings: SweepSettings) -> tuple[str, Path]:
-    """Create (or, with ``resume``, reopen) the sweep folder; check it is writable."""
+    """Create (or, with ``resume``, reopen and check) the sweep folder; check it is writable."""
     out = settings.out_dir
     if settings.resume:
         if out is None or not (Path(out) / "sweep.json").exists():
             raise ConfigError("--resume needs --out DIR of an earlier sweep (with sweep.json)")
-        sweep_id = json.loads((Path(out) / "sweep.json").read_text())["sweep_id"]
+        meta = read_sweep_meta(Path(out))
+        check_resume(meta, settings)
         _check_writable(Path(out))
-        return sweep_id, Path(out)
+        return meta["sweep_id"], Path(out)
     sweep_id = new_sweep_id()
     out = Path(out) if out is not None else Path("runs") / sweep_id
     if (out / "results.jsonl").exists():
@@ -79,19 +97,70 @@ def prepare_sweep_dir(settings: SweepSettings) -> tuple[str, Path]:
         raise ConfigError(f"--out {out} cannot be created ({exc.strerror}): "
                           "choose a writable folder") from None
     _check_writable(out)
-    meta = {"sweep_id": sweep_id, "created": time.time(), "cluster": settings.cluster,
-            "profile": settings.profile, "data_dir": str(settings.data_dir or ""),
-            "timeout_s": settings.timeout_s, "interval_s": settings.interval_s,
+    meta = {"sweep_id": sweep_id, "created": time.time(), "timeout_s": settings.timeout_s,
+            "interval_s": settings.interval_s, "identity": settings.identity(),
             "cells": [asdict(c) for c in settings.cells]}
-    (out / "sweep.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+    atomic_write_text(out / "sweep.json", json.dumps(meta, indent=1, sort_keys=True))
     return sweep_id, out
+
+
+def read_sweep_meta(sweep_dir: Path) -> dict:
+    """``sweep.json`` of a sweep folder; ``ConfigError`` (one line) when it is unusable."""
+    path = Path(sweep_dir) / "sweep.json"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path} cannot be read ({exc.strerror}): check --out") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is corrupt ({exc}): restore it, or start a new sweep "
+                          "with another --out") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("sweep_id"), str):
+        raise ConfigError(f"{path} has no sweep_id: it is not an edgeprof sweep; start a new "
+                          "sweep with another --out")
+    return meta
+
+
+def check_resume(meta: dict, settings: SweepSettings) -> None:
+    """Refuse to resume with settings that change what the cells measure."""
+    recorded = meta.get("identity")
+    if not isinstance(recorded, dict):
+        return  # a sweep from before identities were kept: nothing to compare
+    now = settings.identity()
+    if now["profile"] is None:
+        now["profile"] = recorded.get("profile")  # no --profile: the sweep's own
+    for key, value in now.items():
+        if key in recorded and recorded[key] != value:
+            option = RESUME_OPTIONS.get(key, key)
+            raise ConfigError(
+                f"--resume: {option} {_shown(value)} differs from the sweep's "
+                f"{_shown(recorded[key])}: resume with {option} {_shown(recorded[key])}, "
+                "or start a new sweep with another --out")
+
+
+RESUME_OPTIONS = {"cluster": "--cluster", "profile": "--profile", "data_dir": "--data-dir",
+                  "threads": "--threads", "seed": "seed", "val_samples": "--val-samples"}
+
+
+def _shown(value) -> str:
+    return "(none)" if value is None else str(value)
 
 
 def run_sweep(settings: SweepSettings, *, progress: bool = True,
               on_record: Callable[[dict], None] | None = None) -> SweepOutcome:
-    """Run every cell not yet finished; return this run's records."""
+    """Run every cell not yet finished; return this run's records.
+
+    SIGINT, SIGTERM and SIGHUP stop the sweep (when it runs in the main thread): the
+    running cell is reaped and recorded as ``failed (interrupted)``, and
+    ``SweepInterrupted`` (a ``KeyboardInterrupt``) is raised once everything is stopped.
+    """
     if not settings.cells:
         raise ConfigError("the grid is empty: give at least one value for each option")
+    with StopRequest() as stop:
+        return _run_sweep(settings, stop, progress, on_record)
+
+
+def _run_sweep(settings: SweepSettings, stop: StopRequest, progress: bool,
+               on_record: Callable[[dict], None] | None) -> SweepOutcome:
     sweep_id, sweep_dir = prepare_sweep_dir(settings)
     engines = {name: get_engine(name) for name in sorted({c.engine for c in settings.cells})}
     nodes_needed = max(engines[c.engine].nodes_needed(c) for c in settings.cells)
@@ -104,11 +173,13 @@ def run_sweep(settings: SweepSettings, *, progress: bool = True,
                            seed=settings.seed, val_samples=settings.val_samples)
 
     cluster, created = open_cluster(settings.cluster, nodes_needed, settings.profile)
-    shipper = _start_shipper(sweep_dir, settings.ship_target)
+    shipper = None
     records: list[dict] = []
     bar = tqdm(total=len(settings.cells), unit="cell", disable=not progress)
     try:
+        shipper = _start_shipper(sweep_dir, settings.ship_target)
         for cell in settings.cells:
+            stop.raise_if_requested()
             if cell.cell_id in done:
                 records.append(previous[cell.cell_id])
                 bar.update(1)
@@ -120,34 +191,59 @@ def run_sweep(settings: SweepSettings, *, progress: bool = True,
                 bar.set_postfix_str(f"epoch {done}/{epochs}")
 
             record = _run_one(cell, cluster, engines[cell.engine], sweep_dir, options,
-                              sweep_id, settings, store, on_epoch)
+                              sweep_id, settings, store, on_epoch, stop, shipper)
             records.append(record)
             if on_record:
                 on_record(record)
             bar.set_postfix_str(f"last: {record['status']}")
             bar.update(1)
+        stop.raise_if_requested()
     finally:
         bar.close()
         if shipper is not None:
-            shipper.stop()
+            # A stopped sweep must exit promptly; what is not delivered stays in the
+            # spools for `edgeprof ship`.
+            shipper.stop(timeout_s=SHIPPER_STOP_S_INTERRUPTED if stop.requested
+                         else SHIPPER_STOP_S)
         cluster.close()
         if created:
             teardown(settings.cluster)
     return SweepOutcome(sweep_id, sweep_dir, records, skipped=len(done))
 
 
+SHIPPER_STOP_S = 30.0
+SHIPPER_STOP_S_INTERRUPTED = 3.0
+
+
+def next_attempt(cell_root: Path) -> int:
+    """The number of the next attempt of a cell: one more than the last one started."""
+    numbers = [int(path.parent.name.split("-", 1)[1])
+               for path in cell_root.glob("attempt-*/cell.json")
+               if path.parent.name.split("-", 1)[1].isdigit()]
+    return max(numbers, default=0) + 1
+
+
 def _run_one(cell, cluster, engine, sweep_dir, options, sweep_id, settings, store,
-             on_epoch) -> dict:
-    cell_dir = sweep_dir / "cells" / cell.cell_id
+             on_epoch, stop, shipper) -> dict:
+    """Run one attempt of ``cell`` and store its record, whatever happens to it."""
+    attempt = next_attempt(sweep_dir / "cells" / cell.cell_id)
+    cell_dir = sweep_dir / "cells" / cell.cell_id / f"attempt-{attempt}"
+    timeout_s = cell_timeout_s(cell, settings.timeout_s, settings.val_samples)
+    if shipper is not None:
+        shipper.watch(cell_dir)
     try:
         record = run_cell(cell, cluster, engine, cell_dir, options, sweep_id=sweep_id,
-                          timeout_s=settings.timeout_s, monitor_interval_s=settings.interval_s,
-                          on_epoch=on_epoch)
-    except KeyboardInterrupt:
-        store.append({**asdict(cell), "cell_id": cell.cell_id, "sweep_id": sweep_id,
-                      "cluster": cluster.name, "status": "failed",
-                      "reason": "interrupted (Ctrl-C); --resume runs it again"})
-        raise
+                          timeout_s=timeout_s, monitor_interval_s=settings.interval_s,
+                          on_epoch=on_epoch, stop=stop, attempt=attempt,
+                          traffic_file=sweep_dir / TRAFFIC_FILE)
+    except Exception as exc:  # noqa: BLE001 - one cell's failure must not end the sweep
+        log.warning("cell %s failed outside its processes: %s", cell.label, exc)
+        record = {**asdict(cell), "cell_id": cell.cell_id, "sweep_id": sweep_id,
+                  "cluster": cluster.name, "attempt": attempt, "status": "failed",
+                  "reason": f"could not run the cell: {type(exc).__name__}: {exc}"[:500]}
+    finally:
+        if shipper is not None:
+            shipper.finish(cell_dir)
     store.append(record)
     return record
 

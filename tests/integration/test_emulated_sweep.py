@@ -52,7 +52,7 @@ def test_sweep_on_4_pi3b_nodes_reports_each_nodes_own_traffic_and_cpu(no_cluster
     for record in records:
         assert record["cluster"] == "emulated"
         assert record["cpu_percent_mean"] is not None and record["net_sent_kb"] > 0
-        cell_dir = tmp_path / "out" / "cells" / record["cell_id"]
+        cell_dir = tmp_path / "out" / "cells" / record["cell_id"] / f"attempt-{record['attempt']}"
         window = (record["launched_at"], record["reaped_at"])
         # Master placement: scheduler and server on n0, the 4 workers on n1..n4.
         nodes = {n: summarize_cell(cell_dir, [n], *window) for n in ("n0", "n1", "n2", "n3",

@@ -124,6 +124,6 @@ def test_sweep_mixes_parameter_server_and_horovod(tmp_path):
         assert float(r["samples_per_s"]) > 0 and float(r["val_accuracy"]) > 0.3
     # ``engine`` also tags every metric the agents spooled for the Horovod cell.
     hvd_cell = next(r["cell_id"] for r in rows if r["engine"] == "horovod")
-    spools = list(Path(out, "cells", hvd_cell, "metrics").rglob("*.lp"))
+    spools = list(Path(out, "cells", hvd_cell, "attempt-1", "metrics").rglob("*.lp"))
     assert spools and all('"engine": "horovod"' in p.read_text() for p in spools)
     assert "horovod" in proc.stdout and "mxnet" in proc.stdout

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from profiler.engines.base import free_port
+from profiler.ports import free_port
 from workloads.events import read_events
 
 pytestmark = pytest.mark.integration

@@ -48,3 +48,21 @@ def test_table_formats_missing_values():
     assert "12.3" in lines[2] and "0.971" in lines[2]
     assert " - " in lines[3]
 
+
+
+def test_append_after_a_torn_line_keeps_the_next_record(tmp_path):
+    """A crash mid-append leaves a torn line; the next record must not be glued to it."""
+    store = ResultsStore(tmp_path)
+    store.append(_record("a", "ok"))
+    with open(store.jsonl_path, "a") as fh:
+        fh.write('{"cell_id": "b", "sta')
+    store.append(_record("c", "ok"))
+    assert [r["cell_id"] for r in store.records()] == ["a", "c"]
+    assert store.jsonl_path.read_text().endswith("}\n")
+
+
+def test_torn_first_line_is_cut_too(tmp_path):
+    store = ResultsStore(tmp_path)
+    store.jsonl_path.write_text('{"cell_id": "a", "st')
+    store.append(_record("b", "ok"))
+    assert [r["cell_id"] for r in store.records()] == ["b"]

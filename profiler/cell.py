@@ -1,0 +1,55 @@
+"""A cell: one configuration of a sweep, and its stable identity.
+
+A leaf module (it imports nothing of edgeprof) so that ``sweep/`` (which expands and runs
+cells) and ``engines/`` (which plan a cell's processes) can both use it without importing
+each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields
+
+DEFAULT_RESNET_LAYERS = 20
+
+
+@dataclass(frozen=True)
+class CellConfig:
+    """One configuration of the sweep; every field is a results column."""
+
+    engine: str = "mxnet"
+    model: str = "resnet"
+    layers: int | None = DEFAULT_RESNET_LAYERS  # None for LeNet (fixed depth)
+    batch: int = 32
+    devices: int = 1
+    sync: str = "sync"
+    epochs: int = 1
+    lr: float = 0.1
+    max_samples: int | None = None
+    dataset: str = "synthetic"
+    placement: str = "master"
+
+    @property
+    def cell_id(self) -> str:
+        """12 hex digits of SHA-256 over the configuration's canonical JSON."""
+        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+    @property
+    def kvstore(self) -> str:
+        """The MXNet KVStore type this cell trains with."""
+        if self.devices == 1:
+            return "local"
+        return "dist_sync" if self.sync == "sync" else "dist_async"
+
+    @property
+    def label(self) -> str:
+        """Short human name, e.g. ``resnet20 b32 d2 sync mxnet``."""
+        depth = f"{self.layers}" if self.layers else ""
+        return f"{self.model}{depth} b{self.batch} d{self.devices} {self.sync} {self.engine}"
+
+    def tags(self) -> dict[str, str]:
+        """The configuration as metric tags (strings, no empty values)."""
+        return {f.name: str(getattr(self, f.name)) for f in fields(self)
+                if getattr(self, f.name) is not None}

@@ -1,0 +1,33 @@
+"""Writing files so that a reader (or a crash) never sees half of one.
+
+One helper for every small state file edgeprof replaces while others may read it: the
+results table, the agents' pids files, the shippers' positions, the emulated cluster's
+state. Write to a temporary file in the same folder, flush it to disk, then rename it
+over the target (``rename`` is atomic within a filesystem).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None:
+    """Replace ``path`` with ``text`` atomically; ``mode`` sets its permission bits."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

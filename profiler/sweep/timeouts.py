@@ -1,0 +1,51 @@
+"""The default time limit of a cell, derived from what it trains.
+
+A cell that hangs (a lost node, a deadlocked ``dist_sync``) must not hold a sweep of
+hundreds of cells forever, yet a legitimate cell must never be cut short. So the default
+is generous by design: the time the study's Raspberry Pi 3B boards took for the cell's
+work on ONE device (the slowest configuration in the study, Park et al. 2019), times
+``SLACK``, plus a start-up allowance. Devices only make a cell faster, except for
+LeNet where synchronisation made ten boards 5.4x slower than one; ``SLACK`` covers that.
+The emulated ``pi3b`` profile trains 10-20x faster than those boards, so emulated and
+local cells get an even wider margin. ``--timeout S`` overrides it, ``--timeout 0``
+turns it off.
+"""
+
+from __future__ import annotations
+
+from ..cell import CellConfig
+
+# Training samples per second of one Pi 3B (Park et al. 2019, Tables 1-2, Figure 5).
+PI3B_SAMPLES_PER_S = {"lenet-mlp": 60000 / 105, "lenet-cnn": 60000 / 1079}
+# ResNet-32 took about 20,000 s for CIFAR-10's 50,000 images on one board; the cost of a
+# CIFAR ResNet grows with its depth.
+PI3B_RESNET32_SAMPLES_PER_S = 50000 / 20000
+# Validation is a forward pass only: about a third of a training step's cost per sample.
+VALIDATION_COST = 1 / 3
+SLACK = 10
+STARTUP_ALLOWANCE_S = 300.0  # importing MXNet, the scheduler's rendezvous, data loading
+# The training set when --max-samples is not given (the dataset's full size).
+TRAIN_SAMPLES = {"mnist": 60000, "cifar10": 50000, "synthetic": 6000}
+VAL_SAMPLES = {"mnist": 10000, "cifar10": 10000, "synthetic": 1000}
+
+
+def default_timeout_s(cell: CellConfig, val_samples: int | None = None) -> float:
+    """Seconds ``cell`` may run before the runner stops it as ``timeout``."""
+    if cell.model == "resnet":
+        rate = PI3B_RESNET32_SAMPLES_PER_S * 32 / (cell.layers or 32)
+    else:
+        rate = PI3B_SAMPLES_PER_S[cell.model]
+    train = TRAIN_SAMPLES.get(cell.dataset, 60000)
+    if cell.max_samples:
+        train = min(train, cell.max_samples)
+    val = min(VAL_SAMPLES.get(cell.dataset, 10000), val_samples or 10**9)
+    epoch_s = (train + VALIDATION_COST * val) / rate
+    return round(STARTUP_ALLOWANCE_S + SLACK * cell.epochs * epoch_s)
+
+
+def cell_timeout_s(cell: CellConfig, requested_s: float | None,
+                   val_samples: int | None = None) -> float | None:
+    """The limit for ``cell``: ``requested_s`` if given (0: none), else the default."""
+    if requested_s is None:
+        return default_timeout_s(cell, val_samples)
+    return requested_s or None

@@ -1,0 +1,111 @@
+"""Processes of a cell dying or failing to start, for real, on the local cluster.
+
+A worker, the parameter server and the scheduler are each killed with ``kill -9`` while
+a 2-worker ``dist_sync`` cell trains: the cell must end ``failed`` naming that role (not
+the processes the runner killed afterwards), well within its timeout, leave no process,
+and the sweep's next cell must run ``ok``. A process that cannot even be started (an
+``OSError`` from the cluster) fails its cell and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from profiler.cell import CellConfig
+from profiler.cluster.local import LocalCluster
+from profiler.sweep import sweep as sweep_mod
+from profiler.sweep.sweep import SweepSettings, run_sweep
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+EDGEPROF = [sys.executable, "-m", "profiler.cli"]
+TIMEOUT_S = 120
+
+
+def _roles(controller: psutil.Process) -> dict[str, psutil.Process]:
+    """The sweep's processes by MXNet role (their ``DMLC_ROLE``), worker 0 as ``worker``."""
+    found: dict[str, psutil.Process] = {}
+    for child in controller.children(recursive=True):
+        try:
+            role = child.environ().get("DMLC_ROLE")
+        except psutil.Error:
+            continue
+        if role and role not in found:
+            found[role] = child
+    return found
+
+
+def _training(out: Path) -> bool:
+    return any('"first_step"' in path.read_text()
+               for path in out.glob("cells/*/attempt-1/events/worker-*.jsonl"))
+
+
+@pytest.mark.parametrize("role", ["worker", "server", "scheduler"])
+def test_a_role_killed_mid_cell_fails_the_cell_naming_it(tmp_path, role):
+    out = tmp_path / "sweep"
+    # Two cells: the long one first (batch 8), then a short one that must run ok.
+    cmd = [*EDGEPROF, "sweep", "--model", "lenet-mlp", "--devices", "2", "--batch", "8,64",
+           "--max-samples", "12000", "--val-samples", "200", "--epochs", "2",
+           "--interval", "0.5", "--timeout", str(TIMEOUT_S), "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    controller = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _training(out):
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.1)
+    assert _training(out), "the first cell never started training"
+    victim = _roles(controller)[role]
+    cell_processes = controller.children(recursive=True)
+    t_kill = time.monotonic()
+    victim.kill()
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-2000:]
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in records] == ["failed", "ok"], [r["reason"] for r in records]
+    first = records[0]
+    assert first["reason"].startswith(f"{role}-0 was killed by SIGKILL"), first["reason"]
+    # Ended by the failure, not by the timeout.
+    assert first["reaped_at"] - first["launched_at"] < TIMEOUT_S
+    assert time.monotonic() - t_kill < TIMEOUT_S + 60
+    alive = [p for p in cell_processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert alive == []
+
+
+class _FailingStart(LocalCluster):
+    """Fault injection: a local cluster whose worker processes cannot be started (as an
+    ``OSError`` from ``Popen`` would say: a missing interpreter, no file descriptors left)."""
+
+    def __init__(self, count: int = 1, fail: bool = True):
+        super().__init__(count)
+        self.fail = fail
+
+    def start(self, node, argv, env, log_path, *, confine=True):
+        if self.fail and "workloads.train" in argv:
+            self.fail = False  # only the first cell's worker
+            raise OSError(24, "Too many open files")
+        return super().start(node, argv, env, log_path, confine=confine)
+
+
+def test_a_cell_that_cannot_start_is_failed_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    cluster = _FailingStart()
+    monkeypatch.setattr(sweep_mod, "open_cluster", lambda name, n, profile: (
+        (cluster.ensure(n), cluster)[1], False))
+    cells = [CellConfig(model="lenet-mlp", layers=None, devices=d, max_samples=256)
+             for d in (2, 1)]
+    outcome = run_sweep(SweepSettings(cells=cells, out_dir=tmp_path / "s", val_samples=64,
+                                      interval_s=0.5), progress=False)
+    statuses = [(r["status"], r["reason"]) for r in outcome.records]
+    assert statuses[0][0] == "failed" and "Too many open files" in statuses[0][1]
+    assert statuses[1] == ("ok", ""), statuses
+    me = psutil.Process(os.getpid())
+    assert [p for p in me.children(recursive=True)
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []

@@ -1,0 +1,96 @@
+"""What a sweep keeps about itself: identity checks on --resume, attempts, default timeouts,
+and the stop request the signal handlers set."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from profiler.cell import CellConfig
+from profiler.errors import ConfigError
+from profiler.sweep.interrupts import StopRequest, SweepInterrupted
+from profiler.sweep.sweep import SweepSettings, next_attempt, prepare_sweep_dir
+from profiler.sweep.timeouts import cell_timeout_s, default_timeout_s
+
+
+def _made(tmp_path, **kw) -> SweepSettings:
+    settings = SweepSettings(cells=[CellConfig()], out_dir=tmp_path / "s", **kw)
+    prepare_sweep_dir(settings)
+    return settings
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(cluster="emulated"), ["--cluster emulated", "local"]),
+    (dict(threads_per_process=2), ["--threads 2", "1"]),
+    (dict(val_samples=100), ["--val-samples 100", "(none)"]),
+    (dict(profile="pi4"), ["--profile pi4"]),
+])
+def test_resume_with_other_settings_is_refused_naming_the_difference(tmp_path, change, words):
+    _made(tmp_path)
+    again = SweepSettings(cells=[CellConfig()], out_dir=tmp_path / "s", resume=True, **change)
+    with pytest.raises(ConfigError) as err:
+        prepare_sweep_dir(again)
+    assert "\n" not in str(err.value)
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_resume_with_the_same_settings_and_no_profile_is_accepted(tmp_path):
+    _made(tmp_path, cluster="emulated", profile="pi3b")
+    again = SweepSettings(cells=[CellConfig()], out_dir=tmp_path / "s", resume=True,
+                          cluster="emulated")
+    sweep_id, out = prepare_sweep_dir(again)
+    assert out == tmp_path / "s" and sweep_id
+
+
+def test_corrupt_sweep_json_is_one_line(tmp_path):
+    _made(tmp_path)
+    (tmp_path / "s" / "sweep.json").write_bytes(b"\x00garbage{")
+    again = SweepSettings(cells=[CellConfig()], out_dir=tmp_path / "s", resume=True)
+    with pytest.raises(ConfigError, match="corrupt"):
+        prepare_sweep_dir(again)
+
+
+def test_attempts_count_started_attempts_only(tmp_path):
+    root = tmp_path / "cells" / "abc"
+    assert next_attempt(root) == 1
+    (root / "attempt-1").mkdir(parents=True)
+    assert next_attempt(root) == 1  # made by someone else (a mount point), never started
+    (root / "attempt-1" / "cell.json").write_text("{}")
+    (root / "attempt-3").mkdir()
+    (root / "attempt-3" / "cell.json").write_text("{}")
+    assert next_attempt(root) == 4
+
+
+def test_default_timeout_grows_with_the_work_and_zero_means_none():
+    small = CellConfig(model="lenet-mlp", layers=None, max_samples=2000)
+    big = CellConfig(model="resnet", layers=110, epochs=5, dataset="cifar10")
+    assert 300 < default_timeout_s(small) < 600
+    # The study's ResNet-110 epoch took ~80,000 s on one Pi 3B: never cut that short.
+    assert default_timeout_s(big) > 5 * 80_000
+    assert cell_timeout_s(small, None) == default_timeout_s(small)
+    assert cell_timeout_s(small, 0) is None and cell_timeout_s(small, 12.5) == 12.5
+
+
+def test_stop_request_records_the_first_signal_and_a_second_asks_for_haste():
+    before = signal.getsignal(signal.SIGTERM)
+    with StopRequest() as stop:
+        assert not stop.requested
+        os.kill(os.getpid(), signal.SIGTERM)  # handled: the test process lives on
+        assert stop.sleep(2.0) and stop.requested and not stop.hurry
+        os.kill(os.getpid(), signal.SIGINT)
+        stop.sleep(0.1)
+        assert stop.hurry and stop.signum == signal.SIGTERM
+        with pytest.raises(SweepInterrupted) as err:
+            stop.raise_if_requested()
+    assert err.value.exit_status == 143 and "SIGTERM" in stop.reason
+    # After a stop, further stop signals are ignored while the process winds down.
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    signal.signal(signal.SIGTERM, before)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    with StopRequest():
+        pass
+    assert signal.getsignal(signal.SIGTERM) == before  # restored when nothing happened
