@@ -49,7 +49,9 @@ def grid_options(func):
                      help="Node profile of the emulated cluster [default: the cluster that "
                           "is up, else pi3b]."),
         click.option("--timeout", default=None, type=float,
-                     help="Seconds a cell may take before it is stopped (status timeout)."),
+                     help="Seconds a cell may take before it is stopped (status timeout); "
+                          "0 for no limit [default: derived from the cell's work, "
+                          "see docs/workloads.md]."),
         click.option("--threads", default=1, show_default=True, type=int,
                      help="OpenMP threads per training process."),
         click.option("--out", default=None, type=click.Path(path_type=Path),
@@ -70,11 +72,17 @@ def _with_agent_options(func):
 
 
 def _settings(kw: dict, resume: bool, max_cells: int | None = None):
+    """Check every option, file and folder the sweep will use, then build its settings.
+
+    Everything that can be known to fail is refused here, before ``run_sweep`` brings a
+    cluster up or writes a file, and before ``_run_and_print`` says anything: bad input
+    is one line (``EdgeprofError``, exit 2) and leaves any earlier sweep untouched.
+    """
     from workloads import datasets as workload_data
 
     from .agent.options import target_from_options
     from .cluster import CLUSTERS
-    from .sweep.sweep import SweepSettings
+    from .sweep.sweep import SweepSettings, check_resume, read_sweep_meta
 
     if kw["data_dir"] is not None and not kw["data_dir"].is_dir():
         raise EdgeprofError(f"--data-dir {kw['data_dir']} is not a folder: "
@@ -94,37 +102,79 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
         syncs=grid.parse_choice_list(kw["sync"], "--sync", grid.SYNC_MODES),
         epochs=kw["epochs"], lr=kw["lr"], max_samples=kw["max_samples"],
         datasets=datasets, placement=kw["placement"])
+    for cell in cells:
+        if cell.dataset == "synthetic":  # a real dataset has tens of thousands of samples
+            grid.check_shards(cell, workload_data.SYNTHETIC_TRAIN_SAMPLES,
+                              "the synthetic training set")
     if max_cells is not None and len(cells) > max_cells:
         raise EdgeprofError(f"`edgeprof run` takes one cell, these options make {len(cells)}: "
                             "give single values or use `edgeprof sweep`")
     if kw["threads"] < 1:
-        raise EdgeprofError(f"--threads {kw['threads']} must be at least 1")
-    if kw["timeout"] is not None and kw["timeout"] <= 0:
-        raise EdgeprofError(f"--timeout {kw['timeout']} must be positive (seconds)")
+        raise EdgeprofError(f"--threads {kw['threads']} must be at least 1: give e.g. "
+                            "--threads 1")
+    if kw["val_samples"] is not None and kw["val_samples"] < 1:
+        raise EdgeprofError(f"--val-samples {kw['val_samples']} must be at least 1: give e.g. "
+                            "--val-samples 1000, or leave it out for the whole test set")
+    if kw["timeout"] is not None and not 0 <= kw["timeout"] < float("inf"):
+        raise EdgeprofError(f"--timeout {kw['timeout']} must be a number of seconds, "
+                            "or 0 for no limit")
     if kw["cluster_name"] not in CLUSTERS:
         raise EdgeprofError(f"unknown cluster {kw['cluster_name']!r}: "
                             f"use one of {', '.join(CLUSTERS)}")
+    if kw["profile"] is not None:
+        from .cluster.profiles import load_catalog
+        load_catalog().node_profiles(kw["profile"], 1)  # unknown name, broken YAML: one line
+    if any(cell.engine == "horovod" for cell in cells):
+        # A mixed grid would otherwise run its MXNet cells first and fail the rest late.
+        from .engines.horovod import check_installed
+        check_installed()
     target = target_from_options(**{k: v for k, v in kw.items() if k.startswith("influx_")})
-    return SweepSettings(
+    settings = SweepSettings(
         cells=cells, out_dir=kw["out"], cluster=kw["cluster_name"], profile=kw["profile"],
         data_dir=kw["data_dir"], timeout_s=kw["timeout"], resume=resume,
         interval_s=None if kw["no_agent"] else kw["interval"],
         threads_per_process=kw["threads"], val_samples=kw["val_samples"],
         ship_target=target)
+    out = kw["out"]
+    if resume:
+        if out is None or not (out / "sweep.json").is_file():
+            where = "" if out is None else f" ({out} has no sweep.json)"
+            raise EdgeprofError(f"--resume needs --out DIR of an earlier sweep{where}: give "
+                                "the folder that sweep wrote, e.g. --out runs/<sweep_id>")
+        check_resume(read_sweep_meta(out), settings)
+    elif out is not None:
+        _check_new_out(out)
+    return settings
+
+
+def _check_new_out(out: Path) -> None:
+    # What ``prepare_sweep_dir`` would refuse, found before the sweep prints anything.
+    if (out / "results.jsonl").exists():
+        raise EdgeprofError(f"--out {out} already holds a sweep: add --resume to continue it, "
+                            "or choose another --out")
+    existing = next((p for p in (out, *out.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise EdgeprofError(f"--out {out} cannot be created ({existing} is a file): "
+                            "choose another --out")
 
 
 def _run_and_print(settings) -> None:
     from .sweep.sweep import run_sweep
     from .sweep.table import format_table
 
-    click.echo(f"edgeprof: {len(settings.cells)} cell(s) on the {settings.cluster} cluster",
-               err=True)
+    def started(sweep_dir: Path) -> None:
+        # Said once the folder and the cluster are ready, so that an error in either
+        # stays the one line of bad input.
+        click.echo(f"edgeprof: {len(settings.cells)} cell(s) on the {settings.cluster} "
+                   f"cluster, results in {sweep_dir}", err=True)
+
     try:
-        outcome = run_sweep(settings, progress=True)
-    except KeyboardInterrupt:
-        click.echo("edgeprof: interrupted; finished cells are kept, "
-                   "rerun with --resume --out DIR to continue", err=True)
-        sys.exit(130)
+        outcome = run_sweep(settings, progress=True, on_start=started)
+    except KeyboardInterrupt as exc:  # SweepInterrupted, or Ctrl-C before the sweep began
+        where = f" --out {settings.out_dir}" if settings.out_dir else " --out DIR"
+        click.echo(f"edgeprof: {exc or 'interrupted'}; finished cells are kept, "
+                   f"rerun with --resume{where} to continue", err=True)
+        sys.exit(getattr(exc, "exit_status", 130))
     click.echo(format_table(outcome.records))
     click.echo(f"\nresults: {outcome.sweep_dir / 'results.csv'}"
                + (f" ({outcome.skipped} cell(s) already done, skipped)"
@@ -142,6 +192,7 @@ def cli(verbose: bool) -> None:
 
     Example:
 
+    \b
         edgeprof sweep --model resnet --layers 20,32 --batch 32,64 --devices 1,2
     """
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
@@ -159,10 +210,12 @@ def sweep(**kw) -> None:
 
     Lists are comma-separated; every combination is one cell. Results go to
     OUT/results.csv (one row per cell) as each cell ends; --resume --out OUT skips
-    the cells already done.
+    the cells already done. Options, dataset files and OUT are all checked before
+    anything runs: bad input is one line and exit status 2.
 
     Example:
 
+    \b
         edgeprof sweep --model resnet --layers 20,32 --batch 32,64 --devices 1,2 \\
             --sync sync,async --max-samples 2000
     """
@@ -179,6 +232,7 @@ def run(**kw) -> None:
 
     Example:
 
+    \b
         edgeprof run --model lenet-mlp --batch 64 --devices 2 --sync async
     """
     _run_and_print(_settings(kw, resume=False, max_cells=1))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,7 +115,7 @@ def _idx_header(path: Path, data_dir: Path) -> tuple[int, tuple[int, ...], int]:
             with open(path, "rb") as fh:
                 head = fh.read(16)
             size = path.stat().st_size
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:  # zlib: corrupt body
         raise DataError(f"MNIST file unreadable: {path} ({exc}); {_fix_hint(data_dir)}") from exc
     if len(head) < 8:
         raise DataError(f"MNIST file truncated: {path}; {_fix_hint(data_dir)}")

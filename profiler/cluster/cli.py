@@ -11,6 +11,7 @@ import json
 import click
 
 from ..cli_errors import reports_errors
+from ..errors import ConfigError
 
 
 @click.group()
@@ -19,6 +20,7 @@ def cluster() -> None:
 
     Example:
 
+    \b
         sudo edgeprof cluster up --nodes 4 --profile pi3b
     """
 
@@ -33,9 +35,17 @@ def up(nodes: int, profile: str) -> None:
 
     Example:
 
+    \b
         sudo edgeprof cluster up --nodes 10 --profile mix-2pi4-8pi3b
     """
     from .emulated import status, up as bring_up
+    from .profiles import load_catalog
+    # Checked before anything is created (and before "already up" is looked at), so a
+    # typo never touches the host's namespaces or cgroups.
+    if nodes < 1:
+        raise ConfigError(f"--nodes {nodes}: a cluster needs at least 1 node: give e.g. "
+                          "--nodes 4")
+    load_catalog().node_profiles(profile, nodes)
     bring_up(nodes, profile)
     _print_status(status())
 
@@ -47,6 +57,7 @@ def down() -> None:
 
     Example:
 
+    \b
         sudo edgeprof cluster down
     """
     from .emulated import down as take_down
@@ -64,6 +75,7 @@ def status(as_json: bool) -> None:
 
     Example:
 
+    \b
         sudo edgeprof cluster status --json
     """
     from .emulated import status as get_status
@@ -81,6 +93,7 @@ def profiles() -> None:
 
     Example:
 
+    \b
         edgeprof cluster profiles
     """
     from .profiles import load_catalog, profile_files

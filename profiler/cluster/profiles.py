@@ -13,6 +13,7 @@ host is never oversubscribed, which would make the quota meaningless.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,22 +87,50 @@ def load_catalog(files: list[Path] | None = None) -> Catalog:
     profiles: dict[str, Profile] = {}
     raw_mixes: dict[str, tuple[str, ...]] = {}
     for path in files if files is not None else profile_files():
-        try:
-            doc = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__}): fix it") from exc
-        if not isinstance(doc, dict):
-            raise ConfigError(f"{path}: expected 'profiles:' and 'mixes:' mappings")
-        for name, spec in (doc.get("profiles") or {}).items():
-            profiles[name] = _parse_profile(path, name, spec)
-        for name, spec in (doc.get("mixes") or {}).items():
-            raw_mixes[name] = _parse_mix(path, name, spec)
+        doc = _read_yaml(path)
+        for name, spec in _mapping(doc, "profiles", path).items():
+            profiles[str(name)] = _parse_profile(path, name, spec)
+        for name, spec in _mapping(doc, "mixes", path).items():
+            raw_mixes[str(name)] = _parse_mix(path, name, spec)
     for name, members in raw_mixes.items():
         unknown = sorted(set(members) - set(profiles))
         if unknown:
             raise ConfigError(f"mix {name} uses unknown profile(s) {', '.join(unknown)}: "
                               f"define them under 'profiles:'")
     return Catalog(profiles=profiles, mixes=raw_mixes)
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path} cannot be read ({exc.strerror}): fix its permissions, "
+                          f"or unset ${PROFILES_ENV} if it names this file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not a text file (not UTF-8): give a profiles YAML "
+                          f"file, see {PACKAGED_PROFILES.name} in the package") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        # The exception's own text spans several lines; its position is enough.
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path} is not valid YAML{where}: fix it, see "
+                          f"{PACKAGED_PROFILES.name} in the package for the format") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected 'profiles:' and 'mixes:' mappings, found a "
+                          f"{type(doc).__name__}: see {PACKAGED_PROFILES.name} for the format")
+    return doc
+
+
+def _mapping(doc: dict, key: str, path: Path) -> dict:
+    value = doc.get(key) or {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: '{key}:' must be a mapping of names to settings, found a "
+                          f"{type(value).__name__}: see {PACKAGED_PROFILES.name} for the format")
+    return value
 
 
 def _parse_profile(path: Path, name: str, spec) -> Profile:
@@ -118,7 +147,9 @@ def _parse_profile(path: Path, name: str, spec) -> Profile:
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{path}: profile {name}: link_mbit, memory_mb and cpu_cores "
                           f"must be numbers") from exc
-    if profile.link_mbit <= 0 or profile.memory_mb < 16 or profile.cpu_cores < MIN_CPU_CORES:
+    # Written as ``not (x >= y)`` so that .nan (which YAML reads as a float) is refused.
+    if not (0 < profile.link_mbit < math.inf and profile.memory_mb >= 16
+            and MIN_CPU_CORES <= profile.cpu_cores < math.inf):
         raise ConfigError(f"{path}: profile {name}: need link_mbit > 0, memory_mb >= 16, "
                           f"cpu_cores >= {MIN_CPU_CORES}")
     return profile

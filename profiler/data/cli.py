@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from pathlib import Path
 
 import click
@@ -19,9 +20,26 @@ def _dataset_list(ctx, param, value: str) -> list[str]:
     return names
 
 
+def _mirror_url(ctx, param, value: str) -> str:
+    # requests speaks HTTP(S) only; a typo here would otherwise surface as a failed
+    # download after the data folder has been created.
+    parts = urllib.parse.urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise click.BadParameter(f"{value!r} is not an http(s) URL: give the base URL of a "
+                                 f"mirror, e.g. {param.default}")
+    return value
+
+
 @click.group()
 def data() -> None:
-    """Datasets: download MNIST and CIFAR-10 for real (non-synthetic) runs."""
+    """Datasets: download MNIST and CIFAR-10 for real (non-synthetic) runs.
+
+    Example:
+
+    \b
+        edgeprof data fetch --data-dir ~/edgeprof-data
+        edgeprof sweep --model lenet-mlp --data-dir ~/edgeprof-data
+    """
 
 
 @data.command("fetch")
@@ -31,9 +49,9 @@ def data() -> None:
               callback=_dataset_list, show_default=True,
               help="Comma-separated datasets to fetch.")
 @click.option("--mnist-mirror", default=fetching.MNIST_MIRROR, show_default=True,
-              help="Base URL serving the four MNIST .gz files.")
+              callback=_mirror_url, help="Base URL serving the four MNIST .gz files.")
 @click.option("--cifar-mirror", default=fetching.CIFAR_MIRROR, show_default=True,
-              help="Base URL serving cifar-10-binary.tar.gz.")
+              callback=_mirror_url, help="Base URL serving cifar-10-binary.tar.gz.")
 @reports_errors
 def fetch_command(data_dir: Path, datasets: list[str], mnist_mirror: str,
                   cifar_mirror: str) -> None:
@@ -41,6 +59,7 @@ def fetch_command(data_dir: Path, datasets: list[str], mnist_mirror: str,
 
     Example:
 
+    \b
         edgeprof data fetch --data-dir ~/edgeprof-data --dataset mnist
     """
     outcome = fetching.fetch(data_dir, datasets,

@@ -28,10 +28,11 @@ import os
 import sys
 from pathlib import Path
 
+from ..cell import CellConfig
 from ..cluster.base import Node
 from ..errors import ClusterError, ConfigError
-from ..sweep.grid import CellConfig
-from .base import ProcessSpec, TrainOptions, free_port, train_argv
+from ..ports import free_port
+from .base import ProcessSpec, TrainOptions, train_argv
 
 # Gloo's default 30 s rendezvous timeout is too short when a Pi-class node needs longer
 # than its peers to import MXNet; a stuck cell is still ended by the runner's timeout.
@@ -107,6 +108,14 @@ def _horovod_env_builders():
     from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
 
     return create_slot_env_vars, create_run_env_vars
+
+
+def check_installed() -> None:
+    """Raise ``ClusterError`` (naming the build command) unless Horovod can run a cell.
+
+    For the CLI to call before a sweep starts: it never loads MXNet into the controller.
+    """
+    _import_horovod_runner()
 
 
 def _import_horovod_runner() -> None:

@@ -146,8 +146,12 @@ def _shown(value) -> str:
 
 
 def run_sweep(settings: SweepSettings, *, progress: bool = True,
-              on_record: Callable[[dict], None] | None = None) -> SweepOutcome:
+              on_record: Callable[[dict], None] | None = None,
+              on_start: Callable[[Path], None] | None = None) -> SweepOutcome:
     """Run every cell not yet finished; return this run's records.
+
+    ``on_start(sweep_dir)`` is called once the sweep folder and the cluster are ready,
+    before the first cell; ``on_record(record)`` after each cell.
 
     SIGINT, SIGTERM and SIGHUP stop the sweep (when it runs in the main thread): the
     running cell is reaped and recorded as ``failed (interrupted)``, and
@@ -156,11 +160,12 @@ def run_sweep(settings: SweepSettings, *, progress: bool = True,
     if not settings.cells:
         raise ConfigError("the grid is empty: give at least one value for each option")
     with StopRequest() as stop:
-        return _run_sweep(settings, stop, progress, on_record)
+        return _run_sweep(settings, stop, progress, on_record, on_start)
 
 
 def _run_sweep(settings: SweepSettings, stop: StopRequest, progress: bool,
-               on_record: Callable[[dict], None] | None) -> SweepOutcome:
+               on_record: Callable[[dict], None] | None,
+               on_start: Callable[[Path], None] | None) -> SweepOutcome:
     sweep_id, sweep_dir = prepare_sweep_dir(settings)
     engines = {name: get_engine(name) for name in sorted({c.engine for c in settings.cells})}
     nodes_needed = max(engines[c.engine].nodes_needed(c) for c in settings.cells)
@@ -173,6 +178,8 @@ def _run_sweep(settings: SweepSettings, stop: StopRequest, progress: bool,
                            seed=settings.seed, val_samples=settings.val_samples)
 
     cluster, created = open_cluster(settings.cluster, nodes_needed, settings.profile)
+    if on_start is not None:
+        on_start(sweep_dir)
     shipper = None
     records: list[dict] = []
     bar = tqdm(total=len(settings.cells), unit="cell", disable=not progress)

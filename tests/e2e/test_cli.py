@@ -58,17 +58,47 @@ def test_unwritable_out_is_rejected(tmp_path):
     assert result.exit_code == 2 and "--out" in result.output and "Traceback" not in result.output
 
 
+def _commands(group, prefix):
+    """Every registered command under ``group`` (groups too), with its argv path."""
+    for name, command in group.commands.items():
+        yield prefix + [name], command
+        if hasattr(command, "commands"):
+            yield from _commands(command, prefix + [name])
+
+
 def test_every_command_has_help_with_an_example():
-    def walk(group, prefix):
-        for name, command in group.commands.items():
-            yield prefix + [name], command
-            if hasattr(command, "commands"):
-                yield from walk(command, prefix + [name])
-    for path, command in walk(cli, []):
+    for path, command in _commands(cli, []):
         result = CliRunner().invoke(cli, [*path, "--help"])
         assert result.exit_code == 0, path
         if not hasattr(command, "commands"):
             assert "Example:" in result.output, f"`edgeprof {' '.join(path)}` has no example"
+
+
+def _example_lines(command) -> list[str]:
+    """The non-blank lines after ``Example:`` in a command's docstring, without ``\\b``."""
+    _, found, block = (command.help or "").partition("Example:")
+    return [line.strip() for line in block.splitlines() if line.strip() not in ("", "\b")]
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_help_shows_every_example_line_as_written(width):
+    """Click re-wraps docstring paragraphs; an example block must come out verbatim.
+
+    Each example line of each command's docstring must appear as one whole line of its
+    ``--help`` (same text after stripping the indent), at a usual and a narrow terminal.
+    Fails for a block without Click's ``\\b`` marker (e.g. ``agent``'s three-line command).
+    """
+    commands = [([], cli), *_commands(cli, [])]
+    checked = 0
+    for path, command in commands:
+        result = CliRunner().invoke(cli, [*path, "--help"], terminal_width=width)
+        assert result.exit_code == 0, (path, result.output)
+        shown = {line.strip() for line in result.output.splitlines()}
+        for line in _example_lines(command):
+            assert line in shown, (f"`edgeprof {' '.join(path)} --help` breaks the example "
+                                   f"line {line!r}:\n{result.output}")
+            checked += 1
+    assert checked >= len(commands)  # every command, groups included, has an example
 
 
 def _sweep(out, *extra, check=True):

@@ -46,6 +46,16 @@ def test_kvstore_follows_sync_mode():
     (dict(models=["vgg"]), ["vgg", "lenet-mlp"]),
     (dict(syncs=["semi"]), ["semi", "async"]),
     (dict(engines=["horovod"], syncs=["async"]), ["Horovod", "--sync sync"]),
+    (dict(epochs=0), ["--epochs 0", "--epochs 1"]),
+    (dict(lr=float("nan")), ["--lr nan", "--lr 0.1"]),
+    (dict(lr=float("inf")), ["--lr inf", "--lr 0.1"]),
+    (dict(lr=0.0), ["--lr 0.0", "positive"]),
+    (dict(lr=-1.0), ["--lr -1.0", "positive"]),
+    (dict(max_samples=0), ["--max-samples 0", "at least 1"]),
+    # 63 samples for 2 workers: 31 each, less than one batch of 32; the fix is 64.
+    (dict(max_samples=63), ["--max-samples 63", "2 worker(s) 31 samples", "--max-samples 64"]),
+    (dict(max_samples=100, batches=[32, 64]), ["--max-samples 100", "batch of 64",
+                                                "--max-samples 128"]),
 ])
 def test_bad_input_names_problem_and_fix(kw, words):
     with pytest.raises(ConfigError) as err:
@@ -58,8 +68,10 @@ def test_list_parsing():
     assert grid.parse_int_list("32, 64", "--batch") == [32, 64]
     with pytest.raises(ConfigError, match="--batch 'x'"):
         grid.parse_int_list("32,x", "--batch")
-    with pytest.raises(ConfigError, match="empty"):
+    with pytest.raises(ConfigError, match="--batch ',' is an empty list"):
         grid.parse_int_list(",", "--batch")
+    with pytest.raises(ConfigError, match="--model '' is an empty list"):
+        grid.parse_choice_list("", "--model", grid.MODELS)
     with pytest.raises(ConfigError, match="unknown"):
         grid.parse_choice_list("sync,maybe", "--sync", grid.SYNC_MODES)
 
@@ -68,3 +80,12 @@ def test_horovod_skips_async_in_a_mixed_grid():
     cells = _expand(engines=["mxnet", "horovod"], syncs=["sync", "async"])
     assert [(c.engine, c.sync) for c in cells] == [
         ("mxnet", "sync"), ("mxnet", "async"), ("horovod", "sync")]
+
+
+def test_every_worker_needs_one_full_batch():
+    """The boundary: batch x devices samples is enough, one fewer is not."""
+    assert len(_expand(max_samples=64)) == 1  # 2 workers x 32
+    cell = _expand()[0]
+    grid.check_shards(cell, 64)
+    with pytest.raises(ConfigError, match="the synthetic training set \\(63 samples\\)"):
+        grid.check_shards(cell, 63, "the synthetic training set")
