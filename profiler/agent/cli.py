@@ -63,6 +63,7 @@ def agent(node, spool_dir, interval, tag_items, pids_file, interfaces, cgroup_cp
 
     Example:
 
+    \b
         INFLUX_TOKEN=... edgeprof agent --node pi1 --spool /var/lib/edgeprof/spool \\
             --interval 1 --tag site=lab --influx-url http://monitor:8086 \\
             --influx-org lab --influx-bucket edgeprof
@@ -93,6 +94,7 @@ def ship(sweep_dir, **influx):
 
     Example:
 
+    \b
         INFLUX_TOKEN=... edgeprof ship runs/2024-05-01-a \\
             --influx-url http://127.0.0.1:8086 --influx-org lab --influx-bucket edgeprof
     """

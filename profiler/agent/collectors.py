@@ -9,12 +9,15 @@ whose type changes.
 
 A collector whose sensor is missing here (no temperature sensors on x86 VMs, no
 ``vcgencmd`` off a Pi, no disk counters in a container) raises ``Unavailable`` from its
-constructor; the sampler logs that once at INFO and leaves it out.
+constructor; the sampler logs that once at INFO and leaves it out. A ``collect()`` that
+fails at run time (any exception: a ``vcgencmd`` that times out, a file that vanished)
+costs that collector its tick only: the sampler logs it once at WARNING and goes on.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -23,6 +26,10 @@ from pathlib import Path
 from typing import Iterable
 
 import psutil
+
+from ..cluster.cgroups import read_keyed
+
+log = logging.getLogger(__name__)
 
 MB = 1024 * 1024
 Sample = tuple[str, dict[str, str], dict[str, float | int | bool]]
@@ -139,11 +146,11 @@ class CgroupCpu:
     def _usage_s(self) -> tuple[float, float, float]:
         """(total, user, system) CPU seconds used by the cgroup so far."""
         if self.v2:
-            stat = _keyed(self.path / "cpu.stat")
+            stat = read_keyed(self.path / "cpu.stat")
             return (stat["usage_usec"] / 1e6, stat.get("user_usec", 0) / 1e6,
                     stat.get("system_usec", 0) / 1e6)
         total_s = int((self.path / "cpuacct.usage").read_text()) / 1e9
-        stat = _keyed(self.path / "cpuacct.stat")  # in USER_HZ ticks
+        stat = read_keyed(self.path / "cpuacct.stat")  # in USER_HZ ticks
         hz = os.sysconf("SC_CLK_TCK")
         return total_s, stat.get("user", 0) / hz, stat.get("system", 0) / hz
 
@@ -176,10 +183,10 @@ class CgroupMemory:
     def collect(self) -> list[Sample]:
         if self.v2:
             usage = int((self.path / "memory.current").read_text())
-            inactive = _keyed(self.path / "memory.stat").get("inactive_file", 0)
+            inactive = read_keyed(self.path / "memory.stat").get("inactive_file", 0)
         else:
             usage = int((self.path / "memory.usage_in_bytes").read_text())
-            inactive = _keyed(self.path / "memory.stat").get("total_inactive_file", 0)
+            inactive = read_keyed(self.path / "memory.stat").get("total_inactive_file", 0)
         used_mb = max(0, usage - inactive) / MB
         return [("mem", {}, {"used_mb": used_mb,
                              "available_mb": max(0.0, self.limit_mb - used_mb),
@@ -265,25 +272,32 @@ class PiThrottling:
     FIELDS = {"throttle.flags": "the raw get_throttled word (int)",
               "throttle.<flag>": "one bit of it (bool): " + ", ".join(THROTTLE_BITS)}
     VCGENCMD_EVERY_S = 10.0  # spawning vcgencmd costs more CPU than a whole tick
+    VCGENCMD_TIMEOUT_S = 5.0
 
     def __init__(self):
         self.vcgencmd = None if _THROTTLED_SYSFS.exists() else shutil.which("vcgencmd")
         if not _THROTTLED_SYSFS.exists() and not self.vcgencmd:
             raise Unavailable("Raspberry Pi throttling flags (no vcgencmd)")
-        self._cached: tuple[float, int] | None = None
+        self._cached: tuple[float, int | None] | None = None
 
-    def _flags(self) -> int:
+    def _flags(self) -> int | None:
         if not self.vcgencmd:
             return int(_THROTTLED_SYSFS.read_text().strip(), 16)
         now = time.monotonic()
         if self._cached is None or now - self._cached[0] >= self.VCGENCMD_EVERY_S:
+            # Cached before running it: a vcgencmd that fails or hangs is tried again
+            # only after VCGENCMD_EVERY_S, not on every tick (the sampler logs the error).
+            self._cached = (now, None)
             out = subprocess.run([self.vcgencmd, "get_throttled"], capture_output=True,
-                                 text=True, timeout=5, check=True).stdout
+                                 text=True, timeout=self.VCGENCMD_TIMEOUT_S,
+                                 check=True).stdout
             self._cached = (now, int(out.strip().split("=")[-1], 16))
         return self._cached[1]
 
     def collect(self) -> list[Sample]:
         flags = self._flags()
+        if flags is None:
+            return []  # the last vcgencmd failed: nothing until the next try
         fields: dict[str, float | int | bool] = {"flags": flags}
         fields.update({name: bool(flags >> bit & 1) for name, bit in THROTTLE_BITS.items()})
         return [("throttle", {}, fields)]
@@ -304,21 +318,43 @@ class Processes:
     def __init__(self, pids_file: Path | None):
         self.pids_file = Path(pids_file) if pids_file else None
         self._mtime_ns = -1
+        self._unparsed_mtime_ns = -1  # mtime of a read that was not valid JSON
         self.roles: dict[str, list[int]] = {}
         self._procs: dict[int, psutil.Process] = {}
 
     def refresh(self) -> None:
+        """Re-read the pids file if its mtime changed (one ``stat`` per tick otherwise).
+
+        A file that is not ``{"role": [pid, ...]}`` (``[1]``, ``{"worker": "x"}``, or
+        invalid JSON twice at the same mtime, i.e. not a write in progress) means "no
+        roles", with one WARNING per change of the file.
+        """
         if self.pids_file is None:
             return
         try:
             mtime_ns = self.pids_file.stat().st_mtime_ns
             if mtime_ns == self._mtime_ns:
                 return
-            roles = json.loads(self.pids_file.read_text())
-        except (OSError, ValueError):
+            text = self.pids_file.read_text()
+        except OSError:
             return  # not written yet (or mid-rename): keep what we had
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            if mtime_ns != self._unparsed_mtime_ns:
+                # Maybe caught mid-write by a writer that does not rename: read it
+                # again next tick before calling it malformed.
+                self._unparsed_mtime_ns = mtime_ns
+                return
+            raw = exc
         self._mtime_ns = mtime_ns
-        self.roles = {role: [int(pid) for pid in pids] for role, pids in roles.items()}
+        roles = _parse_roles(raw)
+        if roles is None:
+            log.warning("--pids-file %s is not {\"role\": [pid, ...]} (%s): no process "
+                        "metrics and role \"none\" until it is rewritten", self.pids_file,
+                        str(raw)[:80])
+            roles = {}
+        self.roles = roles
 
     def role_tag(self) -> str:
         """The roles present on this node, e.g. "worker" or "scheduler+server"."""
@@ -388,6 +424,27 @@ class Processes:
         return samples
 
 
+def _parse_roles(raw) -> dict[str, list[int]] | None:
+    """``{"role": [pid, ...]}`` with positive int pids (or digit strings), else None."""
+    if not isinstance(raw, dict):
+        return None
+    roles: dict[str, list[int]] = {}
+    for role, pids in raw.items():
+        if not isinstance(pids, list):
+            return None
+        parsed = []
+        for pid in pids:
+            if isinstance(pid, bool) or not isinstance(pid, (int, str)):
+                return None
+            if isinstance(pid, str) and not pid.strip().isdigit():
+                return None
+            if int(pid) <= 0:
+                return None
+            parsed.append(int(pid))
+        roles[str(role)] = parsed
+    return roles
+
+
 class Agent:
     """The agent's own footprint, so that its cost is visible beside what it measures."""
 
@@ -409,13 +466,3 @@ class Agent:
             fields["points_written"] = self.spool.points_written
             fields["points_dropped"] = self.spool.points_dropped
         return [("agent", {}, fields)]
-
-
-def _keyed(path: Path) -> dict[str, int]:
-    """A cgroup "key value" file (cpu.stat, memory.stat) as a dict of ints."""
-    out = {}
-    for line in path.read_text().splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
-            out[parts[0]] = int(parts[1])
-    return out

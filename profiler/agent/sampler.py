@@ -1,5 +1,9 @@
 """The sampling loop: every ``interval_s``, all collectors → one spool write.
 
+One collector failing (any exception) skips it for that tick, with one WARNING; the
+spool handles a full disk by dropping ticks (see ``spool``): the agent never dies of
+one bad sample.
+
 The loop waits on an ``Event`` (``stop()`` wakes it at once) against a monotonic
 schedule, so ticks do not drift by the time sampling takes. All points of a tick share
 one wall-clock timestamp (ms). Node-level points are tagged with the roles present on
@@ -92,27 +96,41 @@ class Sampler:
         self.ticks = 0
         self._stop = stop or threading.Event()
         self._failed: set[str] = set()
+        self._role = "none"
 
     def tick(self) -> int:
-        """Sample once; returns the number of points written."""
+        """Sample once; returns the number of points written.
+
+        Never raises for one bad collector: any exception from a ``collect()`` (or from
+        reading the roles) skips that collector for this tick, with one WARNING per
+        collector for the agent's lifetime (a broken sensor would otherwise log every
+        tick). The spool's own failures (disk full) are handled by ``SpoolWriter``.
+        """
         time_ms = int(time.time() * 1000)
-        role = self.processes.role_tag()
+        try:
+            role = self._role = self.processes.role_tag()
+        except Exception as exc:  # keep the last good roles rather than lose the tick
+            role = self._role
+            self._warn_once("roles (--pids-file)", exc)
         lines = []
         for collector in self.collectors:
             try:
-                samples = collector.collect()
-            except (OSError, ValueError, RuntimeError) as exc:
-                name = type(collector).__name__
-                if name not in self._failed:  # say it once, not every tick
-                    self._failed.add(name)
-                    log.warning("collector %s failed, skipping it this tick: %s", name, exc)
-                continue
-            for measurement, tags, fields in samples:
-                tags = tags if "role" in tags else {**tags, "role": role}
-                lines.append(lineproto.encode(measurement, tags, fields, time_ms))
+                lines.extend([
+                    lineproto.encode(measurement,
+                                     tags if "role" in tags else {**tags, "role": role},
+                                     fields, time_ms)
+                    for measurement, tags, fields in collector.collect()])
+            except Exception as exc:
+                self._warn_once(type(collector).__name__, exc)
         self.spool.append(lines)
         self.ticks += 1
         return len(lines)
+
+    def _warn_once(self, name: str, exc: Exception) -> None:
+        if name not in self._failed:  # say it once, not every tick
+            self._failed.add(name)
+            log.warning("collector %s failed, skipping it this tick (said once; it is "
+                        "tried again every tick): %s: %s", name, type(exc).__name__, exc)
 
     def run(self) -> None:
         """Sample until ``stop()``; then close the spool (flushed and fsynced)."""
@@ -144,6 +162,7 @@ def run_agent(config: AgentConfig, target=None, stop: threading.Event | None = N
     if target is not None:
         from .ship import LiveShipper
         shipper = LiveShipper(config.spool_dir, target).start()
+        shipper.watch(config.spool_dir)
     try:
         sampler.run()
     finally:

@@ -2,14 +2,20 @@
 
 For each spool and target, ``ship-<target.key>.json`` beside the segments records the
 position (segment, byte offset) up to which the server has acknowledged points. A
-batch is read after that position, written, and only then is the position advanced
-(atomically: tmp + rename), so
+batch is read after that position, written, and only once the whole batch is resolved
+is the position advanced (``fsutil.atomic_write_text``), so
 
 - a server outage or shipper crash re-sends at most the one unacknowledged batch;
 - batches go in spool order, one at a time, so every series arrives in order;
 - a batch re-sent after a lost acknowledgement carries the same series and timestamps,
   which InfluxDB stores once (a point is keyed by series and time) and VictoriaMetrics
   collapses with ``-dedup.minScrapeInterval``: every point is stored exactly once.
+
+A batch the server refuses (HTTP 400/422: a field type conflict, a line it cannot
+parse) is bisected until the refused lines are found: every other line is delivered,
+the refused ones are appended to ``quarantine-<target.key>.lp`` beside the spool (each
+after a ``#`` comment with the server's reason), counted in the state file and logged
+at WARNING. What each server kind guarantees is written down in docs/metrics.md.
 
 One shipper per spool and target at a time (an ``flock`` on ``ship-<key>.lock``), so
 the live shipper and a later ``edgeprof ship`` never interleave.
@@ -24,17 +30,17 @@ import fcntl
 import ipaddress
 import json
 import logging
-import os
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 import time
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 from ..errors import ClusterError
+from ..fsutil import atomic_write_text
 from . import spool as spool_mod
 from .spool import Position
 from .targets import InfluxTarget, RejectedBatch, TransientError
@@ -51,22 +57,33 @@ def _state_path(spool_dir: Path, target: InfluxTarget) -> Path:
     return spool_dir / f"ship-{target.key}.json"
 
 
+def quarantine_path(spool_dir: Path, target: InfluxTarget) -> Path:
+    """Where points ``target`` refused for good are kept (line protocol, base tags in)."""
+    return spool_dir / f"quarantine-{target.key}.lp"
+
+
 def load_position(spool_dir: Path, target: InfluxTarget) -> tuple[Position, int]:
     """Where shipping to ``target`` stands, and how many points it has delivered."""
+    state = _load_state(spool_dir, target)
+    return Position(state["segment"], state["offset"]), state["points"]
+
+
+def _load_state(spool_dir: Path, target: InfluxTarget) -> dict:
     try:
         state = json.loads(_state_path(spool_dir, target).read_text())
-        return Position(state["segment"], state["offset"]), state["points"]
-    except (OSError, ValueError, KeyError):
-        return Position(), 0
+        return {"segment": int(state["segment"]), "offset": int(state["offset"]),
+                "points": int(state["points"]),
+                "quarantined": int(state.get("quarantined", 0))}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {"segment": 0, "offset": 0, "points": 0, "quarantined": 0}
 
 
-def _save_position(spool_dir: Path, target: InfluxTarget, position: Position,
-                   points: int) -> None:
-    path = _state_path(spool_dir, target)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**asdict(position), "points": points,
-                               "target": target.label}))
-    os.replace(tmp, path)
+def _save_state(spool_dir: Path, target: InfluxTarget, position: Position, points: int,
+                quarantined: int) -> None:
+    # target.label is the URL without credentials (see InfluxTarget).
+    atomic_write_text(_state_path(spool_dir, target), json.dumps(
+        {**asdict(position), "points": points, "quarantined": quarantined,
+         "target": target.label}))
 
 
 @contextmanager
@@ -84,50 +101,97 @@ def _locked(spool_dir: Path, target: InfluxTarget, wait: bool):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+@dataclass
+class DrainResult:
+    """What one drain of one spool did."""
+
+    sent: int = 0          # points the server acknowledged now
+    quarantined: int = 0   # points it refused for good, now in the quarantine file
+    complete: bool = False  # reached the end of what was spooled (not stopped early)
+    busy: bool = False     # another shipper holds this spool: nothing was done
+
+
 def drain_spool(spool_dir: Path, target: InfluxTarget, writer, *,
                 batch_points: int = BATCH_POINTS, wait: bool = True,
                 stop: threading.Event | None = None) -> int:
     """Ship everything complete in one spool; returns points sent now.
 
-    Raises ``TransientError`` with the position saved up to the last acknowledged batch.
+    Raises ``TransientError`` with the position saved up to the last resolved batch.
     """
+    return _drain_spool(spool_dir, target, writer, batch_points=batch_points, wait=wait,
+                        stop=stop).sent
+
+
+def _drain_spool(spool_dir: Path, target: InfluxTarget, writer, *, batch_points: int,
+                 wait: bool, stop: threading.Event | None) -> DrainResult:
     with _locked(spool_dir, target, wait) as held:
         if not held:
-            return 0
-        position, delivered = load_position(spool_dir, target)
+            return DrainResult(busy=True)
+        state = _load_state(spool_dir, target)
         # Reading and re-tagging the next batch (Python work) overlaps with the server
         # taking this one (a socket wait): about 1.3x the points/s of doing them in turn.
         with ThreadPoolExecutor(max_workers=1) as reader:
-            sent, delivered = _drain(spool_dir, target, writer, reader, position, delivered,
-                                     batch_points, stop)
-    return sent
+            return _drain(spool_dir, target, writer, reader, state, batch_points, stop)
 
 
 def _drain(spool_dir: Path, target: InfluxTarget, writer, reader: ThreadPoolExecutor,
-           position: Position, delivered: int, batch_points: int,
-           stop: threading.Event | None) -> tuple[int, int]:
-    """Send batch after batch, saving the position after each acknowledged one."""
-    sent = 0
+           state: dict, batch_points: int, stop: threading.Event | None) -> DrainResult:
+    """Send batch after batch, saving the position after each fully resolved one."""
+    result = DrainResult()
+    position = Position(state["segment"], state["offset"])
     ahead = reader.submit(spool_mod.read_batch, spool_dir, position, batch_points)
     while stop is None or not stop.is_set():
         lines, after, _lost = ahead.result()
         if after != position:
             ahead = reader.submit(spool_mod.read_batch, spool_dir, after, batch_points)
         if lines:
-            try:
-                writer.write(lines)
-            except RejectedBatch as exc:
-                # Resending cannot succeed: skip these points, loudly.
-                log.warning("%s rejected %d points from %s, skipped: %s",
-                            target.label, len(lines), spool_dir, exc)
-            else:
-                sent += len(lines)
-                delivered += len(lines)
+            sent, refused = write_resolving(writer, lines)
+            if refused:
+                _quarantine(spool_dir, target, refused)
+            result.sent += sent
+            result.quarantined += len(refused)
+            state["points"] += sent
+            state["quarantined"] += len(refused)
         if after == position:
+            result.complete = True
             break
         position = after
-        _save_position(spool_dir, target, position, delivered)
-    return sent, delivered
+        _save_state(spool_dir, target, position, state["points"], state["quarantined"])
+    return result
+
+
+def write_resolving(writer, lines: list[str]) -> tuple[int, list[tuple[str, str]]]:
+    """Write ``lines``; when the server rejects the batch, bisect it down to the lines
+    it refuses. Returns (points acknowledged, [(refused line, server's reason)]).
+
+    Sending a good half again is harmless: InfluxDB 1.x keeps the good points of a
+    rejected batch ("partial write") and a point re-sent with the same series and
+    timestamp overwrites itself. ``TransientError``/``ConfigError`` propagate (the
+    caller re-sends the whole batch later; nothing of it was recorded yet).
+    """
+    try:
+        writer.write(lines)
+        return len(lines), []
+    except RejectedBatch as exc:
+        if len(lines) == 1:
+            return 0, [(lines[0], str(exc))]
+    middle = len(lines) // 2
+    sent_a, refused_a = write_resolving(writer, lines[:middle])
+    sent_b, refused_b = write_resolving(writer, lines[middle:])
+    return sent_a + sent_b, refused_a + refused_b
+
+
+def _quarantine(spool_dir: Path, target: InfluxTarget,
+                refused: list[tuple[str, str]]) -> None:
+    path = quarantine_path(spool_dir, target)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    text = "".join(f"# {stamp} {' '.join(reason.split())[:300]}\n{line}\n"
+                   for line, reason in refused)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(text)
+    log.warning("%s refused %d point(s) from %s for good (e.g. %s); the rest of the batch "
+                "was delivered; the refused points are kept in %s", target.label,
+                len(refused), spool_dir, " ".join(refused[0][1].split())[:200], path)
 
 
 def ship_sweep(sweep_dir: Path, target: InfluxTarget, *, batch_points: int = BATCH_POINTS,
@@ -189,66 +253,142 @@ def _record_traffic(sweep_dir: Path, target: InfluxTarget, writer,
 
 
 class LiveShipper:
-    """A background thread that keeps draining a sweep's spools while it runs.
+    """A background thread that ships the spools of the cells running now.
+
+    Its cost follows the running cells, not the sweep's size: it looks only under the
+    paths it was told to ``watch`` (a cell attempt's folder, or a spool folder), and
+    once a path is ``finish``-ed its spools are drained one last time and never opened
+    again. Traffic is appended to ``root/shipper-traffic.jsonl`` after every round.
 
     Never raises into the sweep: failures are logged at WARNING and retried with
-    exponential backoff (0.5 s doubling to 30 s). ``stop()`` makes one final drain.
+    exponential backoff (0.5 s doubling to 30 s). ``stop()`` makes one final drain,
+    bounded in time; what it cannot deliver stays in the spools for ``edgeprof ship``.
     """
 
-    def __init__(self, sweep_dir: Path, target: InfluxTarget, *, interval_s: float = 1.0,
+    def __init__(self, root: Path, target: InfluxTarget, *, interval_s: float = 1.0,
                  batch_points: int = BATCH_POINTS):
-        self.sweep_dir = Path(sweep_dir)
+        self.root = Path(root)
         self.target = target
         self.interval_s = interval_s
         self.batch_points = batch_points
         self.points_sent = 0
-        self._stop = threading.Event()
+        self.points_quarantined = 0
+        self._lock = threading.Lock()
+        self._watched: dict[Path, None] = {}    # insertion-ordered set
+        self._finishing: dict[Path, None] = {}
+        self._wake = threading.Event()      # a finish() or stop(): do a round now
+        self._stopping = threading.Event()  # stop(): end the loop, final round
+        self._abort = threading.Event()     # stop()'s time is up: leave the rest
         self._thread: threading.Thread | None = None
         self._writer = None
         self._traffic_mark = (0, 0, 0)
+        self._delivered_all = False  # set by the final round
 
     def start(self) -> "LiveShipper":
         self._writer = self.target.writer()
-        if not self._writer.healthy():
-            log.warning("%s does not answer its health check: points stay in the spool "
-                        "and are shipped when it comes back", self.target.label)
         self._thread = threading.Thread(target=self._run, name="edgeprof-shipper",
                                         daemon=True)
         self._thread.start()
         return self
 
-    def _drain_all(self, stop: threading.Event | None = None) -> None:
-        for spool_dir in spool_mod.find_spools(self.sweep_dir):
-            self.points_sent += drain_spool(spool_dir, self.target, self._writer,
-                                            batch_points=self.batch_points, wait=False,
-                                            stop=stop)
-        self._traffic_mark = _record_traffic(self.sweep_dir, self.target, self._writer,
-                                             self._traffic_mark)
+    def watch(self, path: Path) -> None:
+        """Ship the spools found under ``path`` from now on (found again every round)."""
+        with self._lock:
+            self._watched[Path(path)] = None
+
+    def finish(self, path: Path) -> None:
+        """The spools under ``path`` are complete: drain them once more, then leave them."""
+        path = Path(path)
+        with self._lock:
+            self._watched.pop(path, None)
+            self._finishing[path] = None
+        self._wake.set()
 
     def _run(self) -> None:
+        # The health check runs here, not in start(): a server that does not answer
+        # must not hold the sweep for its request timeout.
+        try:
+            healthy = self._writer.healthy()
+        except Exception:
+            healthy = False
+        if not healthy:
+            log.warning("%s does not answer its health check: points stay in the spool "
+                        "and are shipped when it comes back", self.target.label)
         backoff_s = BACKOFF_START_S
-        while not self._stop.is_set():
+        while not self._stopping.is_set():
+            self._wake.clear()
             try:
-                self._drain_all(self._stop)
+                self._round(self._stopping)
                 backoff_s = BACKOFF_START_S
-                self._stop.wait(self.interval_s)
+                self._wake.wait(self.interval_s)
             except Exception as exc:  # the sweep must go on whatever the server does
                 log.warning("shipping to %s failed, retrying in %.1f s: %s",
                             self.target.label, backoff_s, exc)
-                self._stop.wait(backoff_s)
+                self._stopping.wait(backoff_s)
                 backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
+        try:
+            self._delivered_all = self._round(self._abort)
+        except Exception as exc:
+            log.warning("final shipping to %s failed: %s", self.target.label, exc)
+
+    def _round(self, stop: threading.Event) -> bool:
+        """Drain the finishing paths (then forget them) and the watched ones; True if
+        everything spooled so far was delivered."""
+        with self._lock:
+            finishing = list(self._finishing)
+            watched = list(self._watched)
+        complete = True
+        try:
+            for path in finishing:
+                if stop.is_set():
+                    return False
+                if self._drain_path(path, stop):
+                    with self._lock:
+                        self._finishing.pop(path, None)
+                else:
+                    complete = False
+            for path in watched:
+                if stop.is_set():
+                    return False
+                complete = self._drain_path(path, stop) and complete
+            return complete
+        finally:
+            self._traffic_mark = _record_traffic(self.root, self.target, self._writer,
+                                                 self._traffic_mark)
+
+    def _drain_path(self, path: Path, stop: threading.Event) -> bool:
+        """Drain every spool under ``path``; True if all were drained to their end.
+
+        Never waits for a spool's lock (an ``edgeprof ship`` running meanwhile): a busy
+        spool is tried again next round.
+        """
+        complete = True
+        for spool_dir in spool_mod.find_spools(path):
+            result = _drain_spool(spool_dir, self.target, self._writer,
+                                  batch_points=self.batch_points, wait=False, stop=stop)
+            self.points_sent += result.sent
+            self.points_quarantined += result.quarantined
+            complete = complete and result.complete and not result.busy
+        return complete
 
     def stop(self, timeout_s: float = 30.0) -> int:
-        """Stop the thread, drain once more; returns points sent in total."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-        try:
-            self._drain_all()
-        except Exception as exc:
-            log.warning("final shipping to %s failed: %s; run edgeprof ship to deliver "
-                        "the rest", self.target.label, exc)
-        finally:
-            if self._writer is not None:
-                self._writer.close()
+        """Stop the thread after one final drain of what is watched or finishing,
+        within ``timeout_s`` in all; returns points sent in total."""
+        if self._thread is None:
+            return self.points_sent
+        self._stopping.set()
+        self._wake.set()
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            self._abort.set()  # ends the drain after the batch in flight
+            self._thread.join(min(1.0, timeout_s))
+            log.warning("shipping to %s did not finish within %.0f s: what is not "
+                        "delivered stays in the spools; run edgeprof ship %s to deliver it",
+                        self.target.label, timeout_s, self.root)
+        elif not self._delivered_all:
+            log.warning("not every spooled point under %s reached %s: they stay in the "
+                        "spools; run edgeprof ship %s to deliver them", self.root,
+                        self.target.label, self.root)
+        if not self._thread.is_alive() and self._writer is not None:
+            self._writer.close()
         return self.points_sent

@@ -15,8 +15,9 @@ Each column is then the mean over the worker nodes that have data (None if none)
 
 The live shipper's own traffic is not training traffic: when it ships to a loopback
 address and a node counts ``lo`` (the local cluster), the bytes it recorded in the
-sweep's ``shipper-traffic.jsonl`` during the window are subtracted from both directions
-of ``lo`` (on loopback every byte is counted once sent and once received), and 4
+sweep's ``shipper-traffic.jsonl`` (passed as ``traffic_file``) during the window are
+subtracted from both directions of ``lo`` (on loopback every byte is counted once sent
+and once received), and 4
 packets per HTTP request. On emulated nodes the shipper (in the host's namespace)
 never crosses a node's ``eth0``, and agents started by the sweep do not ship.
 """
@@ -28,7 +29,6 @@ from bisect import bisect_left
 from pathlib import Path
 from statistics import fmean
 
-from .ship import TRAFFIC_FILE
 from .spool import read_points
 
 SUMMARY_COLUMNS = [
@@ -43,11 +43,16 @@ _COUNTERS = ("sent_bytes", "recv_bytes", "sent_packets", "recv_packets")
 
 
 def summarize_cell(cell_dir: Path, worker_nodes: list[str], t_start: float,
-                   t_end: float) -> dict:
-    """The cell's ``SUMMARY_COLUMNS`` (floats, ints or None) from ``cell_dir/metrics``."""
+                   t_end: float, *, traffic_file: Path | None = None) -> dict:
+    """The cell's ``SUMMARY_COLUMNS`` (floats, ints or None) from ``cell_dir/metrics``.
+
+    ``traffic_file``: the live shipper's ``shipper-traffic.jsonl`` (the sweep's
+    ``ship.TRAFFIC_FILE``) whose loopback bytes are taken out of ``lo``; None when nothing
+    shipped live.
+    """
     cell_dir = Path(cell_dir)
     start_ms, end_ms = int(t_start * 1000), int(t_end * 1000)
-    shipper = _shipper_traffic(cell_dir.parent.parent / TRAFFIC_FILE, start_ms, end_ms)
+    shipper = _shipper_traffic(traffic_file, start_ms, end_ms)
     per_node = [_node(cell_dir / "metrics" / name, start_ms, end_ms, shipper)
                 for name in worker_nodes]
     per_node = [node for node in per_node if node]
@@ -135,9 +140,11 @@ def _value_at(series: list[tuple[int, dict]], name: str, time_ms: int) -> float:
     return v0 + (v1 - v0) * (time_ms - t0) / max(t1 - t0, 1)
 
 
-def _shipper_traffic(path: Path, start_ms: int, end_ms: int) -> dict:
+def _shipper_traffic(path: Path | None, start_ms: int, end_ms: int) -> dict:
     """The live shipper's loopback bytes and estimated packets inside the window."""
     total = {"sent_bytes": 0, "recv_bytes": 0, "packets": 0}
+    if path is None:
+        return total
     try:
         lines = path.read_text().splitlines()
     except OSError:

@@ -13,8 +13,11 @@ later), ``RejectedBatch`` (the server refuses these points for good, e.g. a fiel
 conflict: retrying cannot help), and ``ConfigError`` (bad token or database name).
 
 Secrets: the token is taken from ``INFLUX_TOKEN`` or a file readable by its owner only;
-it never appears in argv, ``repr`` or logs. A v1 token ``user:password`` is sent as
-HTTP basic auth, any other as ``Authorization: Token ...``.
+it never appears in argv, ``repr`` or logs. A ``user:password@`` in the URL is taken
+out of it when the target is made and used as the token (both at once: ``ConfigError``),
+so the URL that labels, keys, logs and state files show is clean. A v1 token
+``user:password`` is sent as HTTP basic auth, any other as ``Authorization: Token ...``
+(on the v2 API, ``Token user:password`` is InfluxDB 1.8's compatibility token).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote
 
 from ..errors import ConfigError
 
@@ -54,6 +58,19 @@ class InfluxTarget:
     db: str | None = None
     token: str | None = field(default=None, repr=False)
 
+    def __post_init__(self):
+        # Credentials in the URL (http://user:password@host) become the token, so that
+        # ``url``, ``label`` and ``key`` (logs, warnings, ship-<key>.json, exception
+        # texts of requests/urllib3) never carry them.
+        url, userinfo = split_userinfo(self.url)
+        if userinfo is None:
+            return
+        if self.token:
+            raise ConfigError(f"--influx-url {url} carries user:password and a token is "
+                              "also given (INFLUX_TOKEN or --influx-token-file): keep one")
+        object.__setattr__(self, "url", url)
+        object.__setattr__(self, "token", userinfo)
+
     @property
     def api(self) -> str:
         return "v1" if self.db else "v2"
@@ -71,6 +88,28 @@ class InfluxTarget:
 
     def writer(self):
         return V1Writer(self) if self.api == "v1" else V2Writer(self)
+
+
+def split_userinfo(url: str) -> tuple[str, str | None]:
+    """``url`` without its ``user:password@`` part, and that part (unquoted) or None.
+
+    Anything before the last ``@`` of the authority counts, with or without a scheme
+    (``user:pw@host:8086`` too), so that an error message can show the URL safely.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    end = next((i for i, char in enumerate(rest) if char in "/?#"), len(rest))
+    authority, tail = rest[:end], rest[end:]
+    if "@" not in authority:
+        return url, None
+    userinfo, _, host = authority.rpartition("@")
+    clean = f"{scheme}{sep}{host}{tail}"
+    user, colon, password = userinfo.partition(":")
+    if not colon:
+        raise ConfigError(f"--influx-url {clean} has a user but no password: write "
+                          "http://user:password@host:port, or give a token instead")
+    return clean, f"{unquote(user)}:{unquote(password)}"
 
 
 def read_token(token_file: Path | None) -> str | None:

@@ -116,7 +116,7 @@ class NodeCgroup:
     def oom_kills(self) -> int:
         """Processes killed by this node's memory limit so far."""
         name = "memory.oom_control" if self.version == 1 else "memory.events"
-        fields = _read_keyed(self.memory_dir / name)
+        fields = read_keyed(self.memory_dir / name)
         if "oom_kill" in fields:
             return fields["oom_kill"]
         if self.version == 1:
@@ -128,7 +128,7 @@ class NodeCgroup:
         """CPU time the node's processes used (user + system), in seconds."""
         if self.version == 1:
             return int(_read(self.cpuacct_dir / "cpuacct.usage") or 0) / 1e9
-        return _read_keyed(self.cpuacct_dir / "cpu.stat").get("usage_usec", 0) / 1e6
+        return read_keyed(self.cpuacct_dir / "cpu.stat").get("usage_usec", 0) / 1e6
 
     def memory_used_mb(self) -> float:
         """Memory charged to the node (page cache included, as the limit counts it)."""
@@ -220,13 +220,18 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _read_keyed(path: Path) -> dict[str, int]:
-    """Parse a flat-keyed cgroup file (``key value`` per line)."""
+def read_keyed(path: Path) -> dict[str, int]:
+    """A flat-keyed cgroup file (``key value`` per line: cpu.stat, memory.stat) as ints.
+
+    The one reader of these files for the cluster and the agent's collectors; a missing
+    file (the cgroup was just removed) reads as empty, lines that are not ``key int``
+    are left out.
+    """
     fields: dict[str, int] = {}
     for line in _read(path).splitlines():
-        key, _, value = line.partition(" ")
-        if value.strip().lstrip("-").isdigit():
-            fields[key] = int(value)
+        parts = line.split()
+        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            fields[parts[0]] = int(parts[1])
     return fields
 
 

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from profiler.agent import lineproto
 from profiler.agent.cli import ship
-from profiler.agent.servers import LocalServer, influx_query, vm_export
+from profiler.testing.servers import LocalServer, influx_query, vm_export
 from profiler.agent.ship import LiveShipper, ship_sweep
 from profiler.agent.spool import SpoolWriter, find_spools, read_points
 from profiler.agent.targets import InfluxTarget
@@ -144,6 +144,7 @@ def test_outage_mid_run_every_point_exactly_once(tmp_path, kind):
     sweep = tmp_path / "sweep"
     agents = [_agent(sweep, node, tmp_path / f"agent-{node}.log") for node in ("n1", "n2")]
     shipper = LiveShipper(sweep, target, interval_s=0.2).start()
+    shipper.watch(sweep / "cells" / "c1")  # as the sweep does for a running cell
     try:
         time.sleep(2.0)
         server.stop()  # the outage: agents keep sampling, the shipper keeps retrying
@@ -153,6 +154,7 @@ def test_outage_mid_run_every_point_exactly_once(tmp_path, kind):
         for agent in agents:
             os.killpg(agent.pid, signal.SIGTERM)
             assert agent.wait(timeout=5) == 0
+        shipper.finish(sweep / "cells" / "c1")
         shipper.stop()
         points, samples = _expected(sweep)
         assert sum(points.values()) > 1000
@@ -199,3 +201,126 @@ def test_real_sweep_ships_every_point_live(tmp_path, kind):
             assert _vm_counts(server, sweep_id, samples) == samples
     finally:
         server.stop()
+
+
+def test_rejected_lines_are_quarantined_and_the_rest_stored_exactly_once(tmp_path, influxdb):
+    """InfluxDB 1.6.7 answers 400 "partial write" for a batch with a field type conflict
+    (it stores the good points); the shipper bisects, so every good point is stored
+    once and only the bad lines end in the quarantine file."""
+    spool = tmp_path / "sweep" / "cells" / "c1" / "metrics" / "n1"
+    writer = SpoolWriter(spool, {"sweep": "q", "node": "n1", "host": "h"})
+    good, bad = [], []
+    for i in range(1000):
+        line = lineproto.encode("cpu", {"role": "worker"}, {"cpu_percent": i / 4},
+                                T0_MS + i * 10)
+        if i in (10, 517):  # an integer where the field is a float: a type conflict
+            line = lineproto.encode("cpu", {"role": "worker"}, {"cpu_percent": i},
+                                    T0_MS + i * 10)
+            bad.append(line)
+        elif i == 700:  # a line the server cannot parse
+            line = "garbage line here"
+            bad.append(line)
+        else:
+            good.append(i)
+        writer.append([line])
+    writer.close()
+    target = _v1(influxdb)
+    assert ship_sweep(tmp_path / "sweep", target, batch_points=300) == len(good)
+    series = influx_query(influxdb.url, "edgeprof", "SELECT cpu_percent FROM cpu")
+    times = [v[0] for v in series[0]["values"]]
+    assert times == [T0_MS + i * 10 for i in good]  # each good point once, in order
+    assert [v[1] for v in series[0]["values"]] == [i / 4 for i in good]
+    from profiler.agent.ship import load_position, quarantine_path
+    quarantined = quarantine_path(spool, target).read_text().splitlines()
+    kept = [line for line in quarantined if not line.startswith("#")]
+    assert len(kept) == 3 and kept[0].startswith("cpu,") and "node=n1" in kept[0]
+    assert "cpu_percent=10i" in kept[0] and "cpu_percent=517i" in kept[1]
+    assert kept[2].startswith("garbage")
+    assert all("HTTP 400" in line for line in quarantined if line.startswith("#"))
+    state = __import__("json").loads((spool / f"ship-{target.key}.json").read_text())
+    assert state["points"] == len(good) and state["quarantined"] == 3
+    # Resolved batches are not sent or quarantined again.
+    assert ship_sweep(tmp_path / "sweep", target) == 0
+    assert quarantine_path(spool, target).read_text().splitlines() == quarantined
+    assert load_position(spool, target)[1] == len(good)
+
+
+def _finished_cell(sweep: Path, cell: str, ticks: int = 20) -> Path:
+    cell_dir = sweep / "cells" / cell / "attempt-1"
+    writer = SpoolWriter(cell_dir / "metrics" / "n1",
+                         {"sweep": "live", "cell": cell, "node": "n1", "host": "h"})
+    for i in range(ticks):
+        writer.append([lineproto.encode("cpu", {"role": "worker"}, {"cpu_percent": 1.0},
+                                        T0_MS + i * 100)])
+    writer.close()
+    return cell_dir
+
+
+def test_live_shipper_leaves_finished_cells_alone(tmp_path, influxdb, monkeypatch):
+    """A sweep-like layout with many finished cells: once drained, they cost nothing
+    per round, and points appended later to a finished spool are not shipped live."""
+    from profiler.agent import spool as spool_mod
+
+    sweep = tmp_path / "sweep"
+    cells = [_finished_cell(sweep, f"c{i:02d}") for i in range(40)]
+    shipper = LiveShipper(sweep, _v1(influxdb), interval_s=0.05).start()
+    try:
+        for cell_dir in cells:
+            shipper.watch(cell_dir)
+            shipper.finish(cell_dir)
+        deadline = time.monotonic() + 30
+        while shipper.points_sent < 40 * 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert shipper.points_sent == 40 * 20
+        time.sleep(0.3)  # let the round that delivered the last point end
+
+        calls = []
+        for name in ("find_spools", "read_batch", "segments"):
+            real = getattr(spool_mod, name)
+            monkeypatch.setattr(spool_mod, name, lambda *a, _real=real, _name=name, **k: (
+                calls.append((_name, Path(a[0]))), _real(*a, **k))[1])
+        with open(cells[0] / "metrics" / "n1" / "seg-000001.lp", "a") as handle:
+            handle.write(lineproto.encode("cpu", {"role": "worker"}, {"cpu_percent": 2.0},
+                                          T0_MS + 99_000) + "\n")
+        time.sleep(1.0)  # about 20 rounds
+        assert calls == []  # no walk of the sweep, no finished spool opened
+
+        running = _finished_cell(sweep, "c99", ticks=5)
+        shipper.watch(running)
+        deadline = time.monotonic() + 10
+        while shipper.points_sent < 40 * 20 + 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert shipper.points_sent == 40 * 20 + 5
+        assert calls and all(path.is_relative_to(running) for _, path in calls)
+    finally:
+        assert shipper.stop(timeout_s=10) == 40 * 20 + 5
+    assert _influx_counts(influxdb, "live") == Counter(cpu=40 * 20 + 5)
+    records = (sweep / "shipper-traffic.jsonl").read_text().splitlines()
+    assert sum(__import__("json").loads(r)["requests"] for r in records) >= 41
+
+
+def test_live_shipper_stop_is_bounded_when_the_server_does_not_answer(tmp_path, caplog):
+    """A server that accepts connections and never answers must not hold the sweep:
+    ``stop`` returns within its budget and says the points stay in the spools."""
+    import logging
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # never accepted, never answered: requests wait for their timeout
+    try:
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        cell = _finished_cell(tmp_path / "sweep", "c1")
+        shipper = LiveShipper(tmp_path / "sweep", InfluxTarget(url=url, db="edgeprof"),
+                              interval_s=0.1).start()
+        shipper.watch(cell)
+        time.sleep(0.5)
+        with caplog.at_level(logging.WARNING):
+            started = time.monotonic()
+            assert shipper.stop(timeout_s=2.0) == 0
+            took_s = time.monotonic() - started
+        assert took_s < 4.0, took_s
+        assert any("run edgeprof ship" in r.getMessage() for r in caplog.records)
+        assert len(list(read_points(cell / "metrics" / "n1"))) == 20  # still spooled
+    finally:
+        silent.close()

@@ -89,3 +89,25 @@ def test_bad_tag_is_one_line_exit_2(tmp_path):
     result = CliRunner().invoke(agent, ["--node", "n", "--spool", str(tmp_path),
                                         "--tag", "oops"])
     assert result.exit_code == 2 and "is not key=value" in result.output
+
+
+def test_credentials_in_the_url_become_the_token_and_leave_the_url(monkeypatch, tmp_path):
+    monkeypatch.delenv("INFLUX_TOKEN", raising=False)
+    v1 = target_from_options(influx_url="http://edge:s3cret%40PW@h:8086/", influx_db="d")
+    assert v1.url == "http://h:8086/" and v1.token == "edge:s3cret@PW"
+    v2 = target_from_options(influx_url="http://edge:s3cretPW@h:8086", influx_org="o",
+                             influx_bucket="b")
+    assert v2.token == "edge:s3cretPW"  # InfluxDB 1.8's v2 compatibility token
+    for target in (v1, v2):
+        assert "s3cret" not in target.label + target.key + repr(target)
+    # The same server with and without credentials is the same destination.
+    assert v1.key == target_from_options(influx_url="http://h:8086/", influx_db="d").key
+    monkeypatch.setenv("INFLUX_TOKEN", "tok")
+    with pytest.raises(ConfigError, match="keep one") as both:
+        target_from_options(influx_url="http://u:s3cretPW@h:8086", influx_db="d")
+    for bad in ("ftp://u:s3cretPW@h", "u:s3cretPW@h:8086", "http://u@h:8086"):
+        monkeypatch.delenv("INFLUX_TOKEN", raising=False)
+        with pytest.raises(ConfigError) as error:
+            target_from_options(influx_url=bad, influx_db="d")
+        assert "s3cret" not in str(error.value) and "u:" not in str(error.value)
+    assert "s3cret" not in str(both.value)

@@ -69,7 +69,10 @@ def test_loopback_shipper_traffic_is_not_training_traffic(tmp_path):
                {"t_ms": 109_000, "sent_bytes": 99_999, "recv_bytes": 0, "requests": 1,
                 "loopback": True}]
     (sweep / "shipper-traffic.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    row = summarize_cell(cell, ["local0"], 101.0, 104.0)
+    # The layout of the sweep folder is the caller's business: the file is passed in.
+    assert summarize_cell(cell, ["local0"], 101.0, 104.0)["net_sent_kb"] == 30.0
+    row = summarize_cell(cell, ["local0"], 101.0, 104.0,
+                         traffic_file=sweep / "shipper-traffic.jsonl")
     # 30 KB sent on lo in the window, minus the 4 KB the shipper put on lo (both ways).
     assert row["net_sent_kb"] == 26.0 and row["net_recv_kb"] == 56.0
     assert row["net_sent_packets"] == 30 - 8

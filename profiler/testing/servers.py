@@ -17,7 +17,7 @@ from pathlib import Path
 import requests
 
 from ..cluster.base import kill_group, popen_in_group
-from ..engines.base import free_port
+from ..ports import free_port
 from ..errors import ClusterError
 
 START_TIMEOUT_S = 30.0

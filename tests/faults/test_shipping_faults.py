@@ -1,0 +1,86 @@
+"""The InfluxDB server is down for a whole live-shipping sweep.
+
+The sweep must finish (every cell ``ok``, exit 0) without the shipper holding its exit;
+``edgeprof ship`` afterwards, with the server back on the same port and data, delivers
+every spooled point exactly once (points per measurement in the server equal points
+per measurement in the spools), and a second ``ship`` sends nothing.
+"""
+
+import csv
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from profiler.agent.spool import find_spools, read_points
+from profiler.testing.servers import LocalServer, influx_query
+from tests.conftest import need_binary
+
+pytestmark = pytest.mark.integration
+
+SWEEP_TIMEOUT_S = 240
+
+
+def _spooled(sweep_dir: Path) -> Counter:
+    counts = Counter()
+    for spool in find_spools(sweep_dir):
+        for _, point in read_points(spool):
+            counts[point.measurement] += 1
+    return counts
+
+
+def _stored(url: str, sweep_id: str) -> Counter:
+    counts = Counter()
+    for series in influx_query(url, "edgeprof",
+                               f"SELECT * FROM /.*/ WHERE sweep = '{sweep_id}'"):
+        counts[series["name"]] += len(series["values"])
+    return counts
+
+
+def _ship(sweep_dir: Path, url: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "profiler.cli", "ship", str(sweep_dir),
+                           "--influx-url", url, "--influx-db", "edgeprof"],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_server_down_for_the_whole_sweep_then_ship_delivers_exactly_once(tmp_path):
+    need_binary("influxd")
+    server = LocalServer("influxdb1", tmp_path / "influxdb").start()
+    url = server.url
+    server.stop()  # down before the sweep starts, for all of it
+    out = tmp_path / "sweep"
+    try:
+        started = time.monotonic()
+        run = subprocess.run(
+            [sys.executable, "-m", "profiler.cli", "sweep", "--model", "lenet-mlp",
+             "--devices", "1,2", "--sync", "sync", "--batch", "32", "--max-samples", "512",
+             "--val-samples", "128", "--interval", "0.5", "--out", str(out),
+             "--influx-url", url, "--influx-db", "edgeprof"],
+            capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S)
+        sweep_s = time.monotonic() - started
+        assert run.returncode == 0, run.stderr[-3000:]
+        rows = list(csv.DictReader(open(out / "results.csv")))
+        assert len(rows) == 2 and {row["status"] for row in rows} == {"ok"}, rows
+        # The shipper's backoff and final drain do not hold the exit: a sweep of two
+        # small cells takes ~15 s here; the shipper's stop budget alone is 30 s.
+        assert sweep_s < 90, sweep_s
+        assert "health check" in run.stderr  # said once, at WARNING
+
+        spooled = _spooled(out)
+        assert sum(spooled.values()) > 100 and {"cpu", "mem", "net", "proc"} <= set(spooled)
+
+        server.start()  # same port, same (empty) data
+        first = _ship(out, url)
+        assert first.returncode == 0, first.stderr[-2000:]
+        sent = int(re.search(r"shipped (\d+) points", first.stdout).group(1))
+        assert sent == sum(spooled.values())
+        assert _stored(url, rows[0]["sweep_id"]) == spooled
+        second = _ship(out, url)
+        assert second.returncode == 0 and "shipped 0 points" in second.stdout
+        assert _stored(url, rows[0]["sweep_id"]) == spooled
+    finally:
+        server.stop()

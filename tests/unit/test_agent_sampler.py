@@ -1,0 +1,105 @@
+"""The sampling loop survives bad samples: a failing ``vcgencmd``, a malformed pids file.
+
+The failures are real: a ``vcgencmd`` script on PATH that fails or hangs (as on a Pi
+whose firmware interface is busy), and pids files written with the wrong shape.
+"""
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from profiler.agent import collectors as c
+from profiler.agent.sampler import AgentConfig, Sampler
+from profiler.agent.spool import read_points
+
+
+def _vcgencmd(tmp_path: Path, monkeypatch, body: str) -> Path:
+    """Put a ``vcgencmd`` running ``body`` (sh) first on PATH; returns its call log."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    calls = tmp_path / "vcgencmd-calls"
+    script = bin_dir / "vcgencmd"
+    script.write_text(f"#!/bin/sh\necho call >> {calls}\n{body}\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    if c._THROTTLED_SYSFS.exists():
+        pytest.skip("this machine has the Pi firmware's sysfs file: vcgencmd is not used")
+    return calls
+
+
+def _sampler(tmp_path: Path, pids_file: Path | None = None) -> Sampler:
+    return Sampler(AgentConfig(node="n1", spool_dir=tmp_path / "spool", interval_s=0.1,
+                               pids_file=pids_file, interfaces=["lo"]))
+
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_failing_vcgencmd_costs_its_collector_one_tick_and_one_warning(
+        tmp_path, monkeypatch, caplog):
+    calls = _vcgencmd(tmp_path, monkeypatch, "echo 'VCHI init failed' >&2; exit 1")
+    sampler = _sampler(tmp_path)
+    assert any(isinstance(x, c.PiThrottling) for x in sampler.collectors)
+    with caplog.at_level(logging.WARNING):
+        written = [sampler.tick() for _ in range(3)]
+    sampler.spool.close()
+    assert all(n > 0 for n in written)  # every other collector still sampled
+    warnings = _warnings(caplog)
+    assert len(warnings) == 1 and "PiThrottling" in warnings[0], warnings
+    assert "CalledProcessError" in warnings[0]
+    measurements = {p.measurement for _, p in read_points(tmp_path / "spool")}
+    assert {"cpu", "mem", "net", "agent"} <= measurements and "throttle" not in measurements
+    # A failed call is not retried on every tick (spawning costs more than a tick).
+    assert len(calls.read_text().splitlines()) == 1
+
+
+def test_hanging_vcgencmd_times_out_and_sampling_goes_on(tmp_path, monkeypatch, caplog):
+    _vcgencmd(tmp_path, monkeypatch, "sleep 30")
+    monkeypatch.setattr(c.PiThrottling, "VCGENCMD_TIMEOUT_S", 0.3)
+    sampler = _sampler(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        sampler.tick()
+        started = time.monotonic()
+        sampler.tick()  # within VCGENCMD_EVERY_S: no new spawn, no new wait
+        second_tick_s = time.monotonic() - started
+    sampler.spool.close()
+    assert second_tick_s < 0.25
+    warnings = _warnings(caplog)
+    assert len(warnings) == 1 and "TimeoutExpired" in warnings[0]
+
+
+def test_working_vcgencmd_gives_the_flags(tmp_path, monkeypatch):
+    _vcgencmd(tmp_path, monkeypatch, "echo throttled=0x50005")
+    sampler = _sampler(tmp_path)
+    sampler.tick()
+    sampler.spool.close()
+    throttle = [p for _, p in read_points(tmp_path / "spool") if p.measurement == "throttle"]
+    assert throttle[0].fields["flags"] == 0x50005
+    assert throttle[0].fields["under_voltage"] is True
+    assert throttle[0].fields["throttled_occurred"] is True
+
+
+@pytest.mark.parametrize("content", ["[1]", '{"worker": "x"}', '{"worker": ["x"]}',
+                                     '{"worker": [true]}', '"worker"', "{not json"])
+def test_malformed_pids_file_means_no_roles_with_one_warning(tmp_path, caplog, content):
+    pids = tmp_path / "pids.json"
+    pids.write_text(content)
+    sampler = _sampler(tmp_path, pids)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            assert sampler.tick() > 0
+    warnings = _warnings(caplog)
+    assert len(warnings) == 1 and str(pids) in warnings[0], warnings
+    # Rewritten correctly: picked up at once.
+    pids.write_text(json.dumps({"worker": [os.getpid()]}))
+    os.utime(pids, ns=(time.time_ns(), time.time_ns() + 10**9))  # a distinct mtime
+    sampler.tick()
+    sampler.spool.close()
+    points = [p for _, p in read_points(tmp_path / "spool")]
+    assert {p.tags["role"] for p in points if p.measurement == "cpu"} == {"none", "worker"}
+    assert any(p.measurement == "proc" and p.tags["proc"] == "worker-0" for p in points)
