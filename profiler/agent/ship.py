@@ -261,8 +261,9 @@ class LiveShipper:
     again. Traffic is appended to ``root/shipper-traffic.jsonl`` after every round.
 
     Never raises into the sweep: failures are logged at WARNING and retried with
-    exponential backoff (0.5 s doubling to 30 s). ``stop()`` makes one final drain,
-    bounded in time; what it cannot deliver stays in the spools for ``edgeprof ship``.
+    exponential backoff (0.5 s doubling to 30 s). ``stop()`` makes a final drain, retried
+    the same way but bounded in time; what it cannot deliver stays in the spools for
+    ``edgeprof ship``.
     """
 
     def __init__(self, root: Path, target: InfluxTarget, *, interval_s: float = 1.0,
@@ -326,10 +327,20 @@ class LiveShipper:
                             self.target.label, backoff_s, exc)
                 self._stopping.wait(backoff_s)
                 backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
-        try:
-            self._delivered_all = self._round(self._abort)
-        except Exception as exc:
-            log.warning("final shipping to %s failed: %s", self.target.label, exc)
+        # The final drain retries like the loop does (a server just back from an outage
+        # may fail the first request), until it is complete or stop()'s time is up.
+        backoff_s = BACKOFF_START_S
+        while True:
+            try:
+                self._delivered_all = self._round(self._abort)
+                if self._delivered_all:
+                    break
+            except Exception as exc:
+                log.warning("final shipping to %s failed, retrying in %.1f s: %s",
+                            self.target.label, backoff_s, exc)
+            if self._abort.wait(backoff_s):
+                break
+            backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
 
     def _round(self, stop: threading.Event) -> bool:
         """Drain the finishing paths (then forget them) and the watched ones; True if

@@ -114,10 +114,15 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
               "cluster": cluster.name, "attempt": attempt, "status": status, "reason": reason,
               "launched_at": t_launch, "reaped_at": t_reaped, "timeout_s": timeout_s,
               **events.columns(t_launch)}
-    if monitor and events.train_window():
+    # A cell that did not end well (oom, timeout, failed) is summarized from its first
+    # worker start (or its launch) to its reaping: its memory peak or its stalled
+    # traffic is what a user diagnosing it wants to see.
+    window = events.train_window() or (
+        min((e["t"] for e in events.of("start")), default=t_launch), t_reaped)
+    if monitor and launched:
         worker_nodes = sorted({l.spec.node.name for l in launched if l.spec.role == "worker"})
         try:
-            record.update(monitor.summary(worker_nodes, *events.train_window()))
+            record.update(monitor.summary(worker_nodes, *window))
         except Exception as exc:  # a broken spool must not lose the training result
             record["reason"] = (reason + "; " if reason else "") + f"no metrics summary: {exc}"
     return record
