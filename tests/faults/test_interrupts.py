@@ -34,8 +34,9 @@ DELAYS_S = [0.0, 0.1, 0.3, 0.7, 1.2, 2.0, 3.0, 4.5, 6.0, 8.0, 10.0]
 
 
 def _start_sweep(out: Path, *extra: str) -> subprocess.Popen:
-    # Two cells: a short one (batch 64) and a long one (batch 8).
-    cmd = [*EDGEPROF, "sweep", "--model", "lenet-mlp", "--devices", "2", "--batch", "64,8",
+    # Two cells: a short one (batch 64, a few seconds) and a long one (batch 4, 3,000
+    # steps per worker: well past the last delay even on a fast machine).
+    cmd = [*EDGEPROF, "sweep", "--model", "lenet-mlp", "--devices", "2", "--batch", "64,4",
            "--max-samples", "12000", "--val-samples", "200", "--epochs", "2",
            "--interval", "0.5", "--out", str(out), *extra]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -83,6 +84,8 @@ def _records(out: Path) -> list[dict]:
 
 def _signal_and_check(proc: subprocess.Popen, out: Path, signals: list[int],
                       gap_s: float = 0.3) -> None:
+    assert len(_records(out)) < 2 and proc.poll() is None, \
+        "the sweep ended before the signal: make its second cell longer"
     for index, sig in enumerate(signals):
         if index:
             time.sleep(gap_s)
