@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -73,16 +72,6 @@ class StopRequest:
     def raise_if_requested(self) -> None:
         if self.requested:
             raise SweepInterrupted(self.signum or signal.SIGINT)
-
-    def sleep(self, timeout_s: float, step_s: float = 0.05) -> bool:
-        """Sleep up to ``timeout_s``, waking within ``step_s`` of a request; True if requested."""
-        deadline = time.monotonic() + timeout_s
-        while not self._requested:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            time.sleep(min(step_s, left))
-        return self._requested
 
     def _handle(self, signum, frame) -> None:  # noqa: ARG002 - the signal module's signature
         self.request(signum)

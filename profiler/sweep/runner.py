@@ -32,7 +32,6 @@ PROGRESS_EVERY_S = 1.0  # how often a long cell reports its epochs to the progre
 ROLE_EXIT_GRACE_S = 1.0
 KILL_GRACE_S = 1.0  # SIGTERM to SIGKILL, shared by all of a cell's groups
 EXIT_OOM = 3  # workloads.train's exit status for out of memory
-EXIT_DATA = 2
 
 
 @dataclass

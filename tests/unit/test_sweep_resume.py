@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 
 import pytest
 
@@ -75,14 +76,21 @@ def test_default_timeout_grows_with_the_work_and_zero_means_none():
     assert cell_timeout_s(small, 0) is None and cell_timeout_s(small, 12.5) == 12.5
 
 
+def _soon(condition, within_s: float = 2.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return condition()
+
+
 def test_stop_request_records_the_first_signal_and_a_second_asks_for_haste():
     before = signal.getsignal(signal.SIGTERM)
     with StopRequest() as stop:
         assert not stop.requested
         os.kill(os.getpid(), signal.SIGTERM)  # handled: the test process lives on
-        assert stop.sleep(2.0) and stop.requested and not stop.hurry
+        assert _soon(lambda: stop.requested) and not stop.hurry
         os.kill(os.getpid(), signal.SIGINT)
-        stop.sleep(0.1)
+        assert _soon(lambda: stop.hurry)
         assert stop.hurry and stop.signum == signal.SIGTERM
         with pytest.raises(SweepInterrupted) as err:
             stop.raise_if_requested()
