@@ -82,7 +82,7 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
 
     from .agent.options import target_from_options
     from .cluster import CLUSTERS
-    from .sweep.sweep import SweepSettings, check_resume, read_sweep_meta
+    from .sweep.sweep import SweepSettings, check_sweep_dir
 
     if kw["data_dir"] is not None and not kw["data_dir"].is_dir():
         raise EdgeprofError(f"--data-dir {kw['data_dir']} is not a folder: "
@@ -135,27 +135,8 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
         interval_s=None if kw["no_agent"] else kw["interval"],
         threads_per_process=kw["threads"], val_samples=kw["val_samples"],
         ship_target=target)
-    out = kw["out"]
-    if resume:
-        if out is None or not (out / "sweep.json").is_file():
-            where = "" if out is None else f" ({out} has no sweep.json)"
-            raise EdgeprofError(f"--resume needs --out DIR of an earlier sweep{where}: give "
-                                "the folder that sweep wrote, e.g. --out runs/<sweep_id>")
-        check_resume(read_sweep_meta(out), settings)
-    elif out is not None:
-        _check_new_out(out)
+    check_sweep_dir(settings)  # --out and --resume, before anything is written
     return settings
-
-
-def _check_new_out(out: Path) -> None:
-    # What ``prepare_sweep_dir`` would refuse, found before the sweep prints anything.
-    if (out / "results.jsonl").exists():
-        raise EdgeprofError(f"--out {out} already holds a sweep: add --resume to continue it, "
-                            "or choose another --out")
-    existing = next((p for p in (out, *out.parents) if p.exists()), None)
-    if existing is not None and not existing.is_dir():
-        raise EdgeprofError(f"--out {out} cannot be created ({existing} is a file): "
-                            "choose another --out")
 
 
 def _run_and_print(settings) -> None:

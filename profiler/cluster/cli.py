@@ -11,7 +11,6 @@ import json
 import click
 
 from ..cli_errors import reports_errors
-from ..errors import ConfigError
 
 
 @click.group()
@@ -39,14 +38,7 @@ def up(nodes: int, profile: str) -> None:
         sudo edgeprof cluster up --nodes 10 --profile mix-2pi4-8pi3b
     """
     from .emulated import status, up as bring_up
-    from .profiles import load_catalog
-    # Checked before anything is created (and before "already up" is looked at), so a
-    # typo never touches the host's namespaces or cgroups.
-    if nodes < 1:
-        raise ConfigError(f"--nodes {nodes}: a cluster needs at least 1 node: give e.g. "
-                          "--nodes 4")
-    load_catalog().node_profiles(profile, nodes)
-    bring_up(nodes, profile)
+    bring_up(nodes, profile)  # checks --nodes and the profile before touching the host
     _print_status(status())
 
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-from ..errors import ClusterError
+from ..errors import ClusterError, ConfigError
 from ..fsutil import atomic_write_text
 from . import cgroups, netns
 from .base import Node, popen_in_group
@@ -102,8 +102,19 @@ def check_host() -> cgroups.CgroupLayout:
     return cgroups.detect_layout()
 
 
+def check_request(nodes: int, profile: str) -> None:
+    """Refuse a node count or profile that cannot be built, before the host is touched."""
+    if nodes < 1:
+        raise ConfigError(f"--nodes {nodes}: a cluster needs at least 1 node: give e.g. "
+                          "--nodes 4")
+    if nodes > netns.MAX_NODES:
+        raise ClusterError(f"--nodes {nodes}: at most {netns.MAX_NODES} emulated nodes")
+    load_catalog().node_profiles(profile, nodes)  # unknown profile, mix too small: one line
+
+
 def up(nodes: int, profile: str = DEFAULT_PROFILE) -> EmulatedCluster:
     """Bring up ``nodes`` nodes of ``profile`` (a profile or a mix); fails if one is up."""
+    check_request(nodes, profile)
     layout = check_host()
     with _locked():
         if STATE_FILE.exists() or netns.list_netns():
@@ -114,8 +125,6 @@ def up(nodes: int, profile: str = DEFAULT_PROFILE) -> EmulatedCluster:
 
 def _up(layout: cgroups.CgroupLayout, nodes: int, profile: str) -> EmulatedCluster:
     node_profiles = load_catalog().node_profiles(profile, nodes)
-    if nodes > netns.MAX_NODES:
-        raise ClusterError(f"--nodes {nodes}: at most {netns.MAX_NODES} emulated nodes")
     host_cores = float(len(os.sched_getaffinity(0)))
     requested = [p.cpu_cores for p in node_profiles]
     quotas = quota_cores(requested, host_cores)
@@ -171,6 +180,7 @@ def ensure_cluster(nodes: int, profile: str | None = None) -> tuple[EmulatedClus
     (processes running on its nodes) is an error rather than pulled from under its user.
     ``profile=None`` accepts whatever profile is up (``pi3b`` when bringing one up).
     """
+    check_request(nodes, profile or DEFAULT_PROFILE)
     layout = check_host()
     with _locked():
         try:

@@ -76,21 +76,41 @@ def new_sweep_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S")
 
 
-def prepare_sweep_dir(settings: SweepSettings) -> tuple[str, Path]:
-    """Create (or, with ``resume``, reopen and check) the sweep folder; check it is writable."""
+def check_sweep_dir(settings: SweepSettings) -> dict | None:
+    """Refuse an ``--out`` (and ``--resume``) that cannot work, writing nothing.
+
+    Returns the earlier sweep's ``sweep.json`` when resuming, else None. The CLI calls it
+    before it prints anything; ``prepare_sweep_dir`` calls it again (the Python API).
+    """
     out = settings.out_dir
     if settings.resume:
-        if out is None or not (Path(out) / "sweep.json").exists():
-            raise ConfigError("--resume needs --out DIR of an earlier sweep (with sweep.json)")
+        if out is None or not (Path(out) / "sweep.json").is_file():
+            where = "" if out is None else f" ({out} has no sweep.json)"
+            raise ConfigError(f"--resume needs --out DIR of an earlier sweep{where}: give "
+                              "the folder that sweep wrote, e.g. --out runs/<sweep_id>")
         meta = read_sweep_meta(Path(out))
         check_resume(meta, settings)
-        _check_writable(Path(out))
-        return meta["sweep_id"], Path(out)
+        return meta
+    if out is not None:
+        out = Path(out)
+        if (out / "results.jsonl").exists():
+            raise ConfigError(f"--out {out} already holds a sweep: add --resume to continue "
+                              "it, or choose another --out")
+        existing = next((p for p in (out, *out.parents) if p.exists()), None)
+        if existing is not None and not existing.is_dir():
+            raise ConfigError(f"--out {out} cannot be created ({existing} is a file): "
+                              "choose another --out")
+    return None
+
+
+def prepare_sweep_dir(settings: SweepSettings) -> tuple[str, Path]:
+    """Create (or, with ``resume``, reopen and check) the sweep folder; check it is writable."""
+    meta = check_sweep_dir(settings)
+    if meta is not None:
+        _check_writable(Path(settings.out_dir))
+        return meta["sweep_id"], Path(settings.out_dir)
     sweep_id = new_sweep_id()
-    out = Path(out) if out is not None else Path("runs") / sweep_id
-    if (out / "results.jsonl").exists():
-        raise ConfigError(f"--out {out} already holds a sweep: add --resume to continue it, "
-                          "or choose another --out")
+    out = Path(settings.out_dir) if settings.out_dir is not None else Path("runs") / sweep_id
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

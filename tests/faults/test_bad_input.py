@@ -12,7 +12,7 @@ profiles YAML, token file, pids file, spool and sweep folders). Each case is hel
    exactly three non-empty lines ``Usage: ...`` / ``Try '... --help' for help.`` /
    ``Error: ...``; the issue counts that as one, and then the ``Error:`` line is the one;
 4. nothing ran and nothing already collected is lost: the functions that do the work
-   (``run_sweep``, the emulated cluster's ``up``/``down``, ``run_agent``, ``ship_sweep``,
+   (``run_sweep``, the emulated cluster's ``_up``/``_down``, ``run_agent``, ``ship_sweep``,
    the dataset ``fetch``) are replaced by sentinels that must not be called; a fresh
    ``--out`` folder is not created; and every shared file (an earlier sweep's
    ``sweep.json`` and ``results.jsonl``, datasets, token files, ...) is unchanged byte
@@ -370,8 +370,10 @@ def sentinels(monkeypatch) -> list[str]:
 
     for module, name in ((profiler.sweep.sweep, "run_sweep"),
                          (profiler.sweep.sweep, "prepare_sweep_dir"),
-                         (profiler.cluster.emulated, "up"),
-                         (profiler.cluster.emulated, "down"),
+                         # What builds or removes namespaces and cgroups (``up`` checks
+                         # its input first, then calls these).
+                         (profiler.cluster.emulated, "_up"),
+                         (profiler.cluster.emulated, "_down"),
                          (profiler.agent.cli, "run_agent"),
                          (profiler.agent.ship, "ship_sweep"),
                          (profiler.data.fetch, "fetch")):

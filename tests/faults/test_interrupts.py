@@ -12,7 +12,6 @@ no traceback, and no process of the sweep is left anywhere on the machine.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -3,7 +3,6 @@ and the stop request the signal handlers set."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
