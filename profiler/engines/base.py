@@ -61,7 +61,8 @@ def train_argv(cell: CellConfig, cell_dir: Path, options: TrainOptions,
     """The ``workloads.train`` command line for one worker of ``cell``."""
     argv = [sys.executable, "-m", "workloads.train",
             "--model", cell.model, "--batch", str(cell.batch), "--epochs", str(cell.epochs),
-            "--lr", repr(cell.lr), "--kvstore", kvstore,
+            "--lr", repr(cell.lr), "--momentum", repr(cell.momentum), "--wd", repr(cell.wd),
+            "--lr-scaling", cell.lr_scaling, "--dataset", cell.dataset, "--kvstore", kvstore,
             "--events-dir", str(cell_dir / "events"),
             "--threads", str(options.threads_per_process), "--seed", str(options.seed)]
     if cell.layers is not None:

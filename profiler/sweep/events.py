@@ -13,6 +13,8 @@ from statistics import mean
 
 from workloads.events import read_events
 
+from . import divergence
+
 
 @dataclass
 class CellEvents:
@@ -39,6 +41,12 @@ class CellEvents:
             return None
         return min(e["t"] for e in starts), max(e["t"] for e in ends)
 
+    def epochs_by_rank(self) -> dict[int, list[dict]]:
+        """Each worker's ``epoch`` events, in epoch order."""
+        return {rank: sorted((e for e in events if e.get("event") == "epoch"),
+                             key=lambda e: e.get("epoch", 0))
+                for rank, events in self.by_rank.items()}
+
     def columns(self, t_launch: float) -> dict:
         """The events' share of a results row; missing values are None."""
         ends, first_steps = self.of("end"), self.of("first_step")
@@ -47,6 +55,7 @@ class CellEvents:
         accuracies = [e.get("val_accuracy") for e in rank0_epochs]
         start0 = next((e for e in self.by_rank.get(0, []) if e.get("event") == "start"), {})
         window = self.train_window()
+        diverged, divergence_reason = divergence.judge(self.epochs_by_rank())
         return {
             "elapsed_s": round(max(e["t"] for e in ends) - t_launch, 3) if ends else None,
             "train_s": round(window[1] - window[0], 3) if window else None,
@@ -59,6 +68,10 @@ class CellEvents:
                               if ends else None),
             "syncs_per_worker": round(mean(e["syncs"] for e in ends), 1) if ends else None,
             "train_samples": start0.get("train_samples"),
+            "lr_applied": start0.get("lr_applied"),
+            "train_loss_per_epoch": divergence.loss_per_epoch(self.epochs_by_rank()),
+            "diverged": diverged,
+            "divergence": divergence_reason,
         }
 
 

@@ -11,6 +11,8 @@ import itertools
 import math
 from typing import Iterable, Sequence
 
+from workloads.optim import LR_SCALINGS
+
 from ..cell import DEFAULT_RESNET_LAYERS, CellConfig
 from ..errors import ConfigError
 
@@ -50,7 +52,17 @@ def validate(cell: CellConfig) -> CellConfig:
                               f"give e.g. --{name} {example}")
     # ``not lr > 0`` is also true for nan, which every comparison fails.
     if not (cell.lr > 0 and math.isfinite(cell.lr)):
-        raise ConfigError(f"--lr {cell.lr} is not a positive number: give e.g. --lr 0.1")
+        raise ConfigError(f"--lr {cell.lr} is not a positive number: give e.g. --lr 0.02, "
+                          "or leave it out for the model's default")
+    if not (0 <= cell.momentum < 1):
+        raise ConfigError(f"--momentum {cell.momentum} is outside [0, 1): give e.g. "
+                          "--momentum 0.9, or 0 for plain SGD")
+    if not (0 <= cell.wd < 1):
+        raise ConfigError(f"--wd {cell.wd} is outside [0, 1): give e.g. --wd 0.0001, "
+                          "or 0 for none")
+    if cell.lr_scaling not in LR_SCALINGS:
+        raise ConfigError(f"--lr-scaling {cell.lr_scaling!r} is unknown: use "
+                          f"{' or '.join(LR_SCALINGS)}")
     if cell.max_samples is not None:
         if cell.max_samples < 1:
             raise ConfigError(f"--max-samples {cell.max_samples} must be at least 1: give "
@@ -86,8 +98,10 @@ def check_shards(cell: CellConfig, train_samples: int, source: str = "--max-samp
 
 def expand(*, engines: Sequence[str], models: Sequence[str],
            layers: Sequence[int | None], batches: Sequence[int], devices: Sequence[int],
-           syncs: Sequence[str], epochs: int = 1, lr: float = 0.1,
-           max_samples: int | None = None, datasets: dict[str, str] | None = None,
+           syncs: Sequence[str], epochs: int = 1, lr: float | None = None,
+           momentum: float = CellConfig.momentum, wd: float = CellConfig.wd,
+           lr_scaling: str = "none", max_samples: int | None = None,
+           datasets: dict[str, str] | None = None,
            placement: str = "master") -> list[CellConfig]:
     """The validated cartesian product, in a stable order, without duplicates.
 
@@ -97,6 +111,7 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
     Horovod is synchronous: with ``--sync sync,async`` its async cells are left out, with
     ``--sync async`` alone it is an error.
     ``datasets`` maps a model to the dataset it reads (default: ``synthetic``).
+    ``lr`` None gives each model its default learning rate (``workloads.optim``).
     """
     datasets = datasets or {}
     cells: list[CellConfig] = []
@@ -113,6 +128,7 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
             continue  # allreduce is sync only; with --sync sync,async it runs the sync cells
         cell = validate(CellConfig(engine=engine, model=model, layers=depth, batch=batch,
                                    devices=ndev, sync=sync, epochs=epochs, lr=lr,
+                                   momentum=momentum, wd=wd, lr_scaling=lr_scaling,
                                    max_samples=max_samples,
                                    dataset=datasets.get(model, "synthetic"),
                                    placement=placement))

@@ -113,6 +113,11 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
               "cluster": cluster.name, "attempt": attempt, "status": status, "reason": reason,
               "launched_at": t_launch, "reaped_at": t_reaped, "timeout_s": timeout_s,
               **events.columns(t_launch)}
+    # Divergence does not change the status (the run was measured like any other) but
+    # must never pass unseen: its reason leads the record's.
+    divergence_reason = record.pop("divergence")
+    if divergence_reason:
+        record["reason"] = "; ".join(r for r in (divergence_reason, reason) if r)
     # A cell that did not end well (oom, timeout, failed) is summarized from its first
     # worker start (or its launch) to its reaping: its memory peak or its stalled
     # traffic is what a user diagnosing it wants to see.

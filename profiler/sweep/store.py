@@ -22,7 +22,8 @@ from ..fsutil import atomic_write_text
 CONFIG_COLUMNS = [f for f in CellConfig.__dataclass_fields__]
 RESULT_COLUMNS = [
     "status", "reason", "elapsed_s", "train_s", "first_step_s", "epoch_s", "val_accuracy",
-    "val_accuracy_per_epoch", "samples_per_s", "syncs_per_worker", "train_samples",
+    "val_accuracy_per_epoch", "diverged", "train_loss_per_epoch", "lr_applied",
+    "samples_per_s", "syncs_per_worker", "train_samples",
 ]
 ID_COLUMNS = ["sweep_id", "cell_id", "cluster", "attempt"]
 # Statuses that a resumed sweep does not run again; ``failed`` cells are retried
@@ -95,11 +96,13 @@ def _repair_tail(fh) -> None:
 
 
 def _cell_text(value) -> str:
-    """Lists become ``a;b;c`` (one CSV cell), None becomes empty."""
+    """Lists become ``a;b;c`` (one CSV cell), None empty, booleans ``true``/``false``."""
     if value is None:
         return ""
     if isinstance(value, (list, tuple)):
         return ";".join(_cell_text(v) for v in value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)

@@ -21,7 +21,7 @@ from typing import Callable
 from tqdm import tqdm
 
 from ..agent.ship import TRAFFIC_FILE
-from ..cell import CellConfig
+from ..cell import CELL_FORMAT, CellConfig
 from ..cluster import open_cluster, teardown
 from ..engines import get_engine
 from ..engines.base import TrainOptions
@@ -58,7 +58,7 @@ class SweepSettings:
         Kept in ``sweep.json``; ``--resume`` refuses settings that differ, since a
         resumed sweep would otherwise mix results of two different setups.
         """
-        return {"cluster": self.cluster, "profile": self.profile,
+        return {"cell_format": CELL_FORMAT, "cluster": self.cluster, "profile": self.profile,
                 "data_dir": str(self.data_dir) if self.data_dir else None,
                 "threads": self.threads_per_process, "seed": self.seed,
                 "val_samples": self.val_samples}
@@ -146,6 +146,12 @@ def check_resume(meta: dict, settings: SweepSettings) -> None:
     if not isinstance(recorded, dict):
         return  # a sweep from before identities were kept: nothing to compare
     now = settings.identity()
+    if recorded.get("cell_format") != now["cell_format"]:
+        raise ConfigError(
+            f"--resume: the sweep in {settings.out_dir} was written by another edgeprof "
+            f"version (cell format {recorded.get('cell_format', 1)}, this one "
+            f"{now['cell_format']}), whose cells this one cannot match: start a new sweep "
+            "with another --out")
     if now["profile"] is None:
         now["profile"] = recorded.get("profile")  # no --profile: the sweep's own
     for key, value in now.items():

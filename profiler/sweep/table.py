@@ -12,12 +12,21 @@ COLUMNS = [  # (header, record key, format)
     ("recv_KB", "net_recv_kb", "{:.0f}"),
 ]
 
+STATUS = [key for _, key, _ in COLUMNS].index("status")
+ACCURACY = [key for _, key, _ in COLUMNS].index("val_accuracy")
+
 
 def format_table(records: list[dict]) -> str:
-    """Aligned columns, one row per cell, ``-`` for a missing value."""
+    """Aligned columns, one row per cell, ``-`` for a missing value; a diverged cell's
+    status reads ``ok,diverged`` and its accuracy ends in ``!``."""
     rows = [[h for h, _, _ in COLUMNS]]
     for rec in records:
-        rows.append([_fmt(rec.get(key), fmt) for _, key, fmt in COLUMNS])
+        row = [_fmt(rec.get(key), fmt) for _, key, fmt in COLUMNS]
+        if rec.get("diverged"):
+            # The run was measured (status ok), but its accuracy means nothing.
+            row[STATUS] = f"{row[STATUS]},diverged"
+            row[ACCURACY] = f"{row[ACCURACY]}!"
+        rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

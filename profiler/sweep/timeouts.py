@@ -13,6 +13,8 @@ turns it off.
 
 from __future__ import annotations
 
+from workloads.datasets.catalog import SPECS
+
 from ..cell import CellConfig
 
 # Training samples per second of one Pi 3B (Park et al. 2019, Tables 1-2, Figure 5).
@@ -24,9 +26,6 @@ PI3B_RESNET32_SAMPLES_PER_S = 50000 / 20000
 VALIDATION_COST = 1 / 3
 SLACK = 10
 STARTUP_ALLOWANCE_S = 300.0  # importing MXNet, the scheduler's rendezvous, data loading
-# The training set when --max-samples is not given (the dataset's full size).
-TRAIN_SAMPLES = {"mnist": 60000, "cifar10": 50000, "synthetic": 6000}
-VAL_SAMPLES = {"mnist": 10000, "cifar10": 10000, "synthetic": 1000}
 
 
 def default_timeout_s(cell: CellConfig, val_samples: int | None = None) -> float:
@@ -35,10 +34,12 @@ def default_timeout_s(cell: CellConfig, val_samples: int | None = None) -> float
         rate = PI3B_RESNET32_SAMPLES_PER_S * 32 / (cell.layers or 32)
     else:
         rate = PI3B_SAMPLES_PER_S[cell.model]
-    train = TRAIN_SAMPLES.get(cell.dataset, 60000)
+    # The dataset's full size when --max-samples is not given.
+    spec = SPECS.get(cell.dataset, SPECS["mnist"])
+    train = spec.train_samples
     if cell.max_samples:
         train = min(train, cell.max_samples)
-    val = min(VAL_SAMPLES.get(cell.dataset, 10000), val_samples or 10**9)
+    val = min(spec.test_samples, val_samples or 10**9)
     epoch_s = (train + VALIDATION_COST * val) / rate
     return round(STARTUP_ALLOWANCE_S + SLACK * cell.epochs * epoch_s)
 

@@ -165,8 +165,9 @@ def test_synthetic_is_deterministic_and_shaped():
     b = datasets.load("resnet", None, max_samples=50, val_samples=20, seed=3)
     np.testing.assert_array_equal(a.x_train, b.x_train)
     assert a.x_train.shape == (50, 3, 32, 32) and a.x_test.shape == (20, 3, 32, 32)
-    assert datasets.load("lenet-cnn", None, max_samples=8).x_train.shape == (8, 1, 32, 32)
-    full = datasets.load("lenet-mlp", None)
+    assert datasets.load("lenet-cnn", None, max_samples=8,
+                         dataset="synthetic").x_train.shape == (8, 1, 32, 32)
+    full = datasets.load("lenet-mlp", None, dataset="synthetic")
     assert len(full.x_train) == datasets.SYNTHETIC_TRAIN_SAMPLES
     assert len(full.x_test) == datasets.SYNTHETIC_TEST_SAMPLES
 

@@ -1,0 +1,72 @@
+"""Did a cell's training learn, or diverge? Judged from the workers' training losses.
+
+A cell *diverged* when a worker's training loss became NaN or infinite in any epoch, or
+when the first epoch ended (the mean loss over its last quarter of steps, averaged over
+the workers) no lower than the loss of a uniform guess over the classes, ln(classes):
+the model is then no better than chance, and its validation accuracy says nothing about
+the system that trained it. Such a cell keeps its status (its time, CPU and network were
+measured like any other) and gets ``diverged: true`` with a reason naming the epoch
+and the loss, so that no table shows a hyperparameter accident as a systems effect.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import mean
+
+CLASSES = 10  # every dataset edgeprof trains on has ten classes
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def loss_per_epoch(epochs_by_rank: dict[int, list[dict]]) -> list[float | str | None]:
+    """Training loss per epoch, the mean over the workers that reported it."""
+    count = max((len(events) for events in epochs_by_rank.values()), default=0)
+    losses = []
+    for index in range(count):
+        values = [events[index].get("train_loss") for events in epochs_by_rank.values()
+                  if len(events) > index]
+        values = [v for v in values if isinstance(v, (int, float))]
+        if not values:
+            losses.append(None)
+        elif all(_finite(v) for v in values):
+            losses.append(round(mean(values), 4))
+        else:
+            # "nan" or "inf" as text: the record stays strict JSON, which has neither.
+            losses.append(str(next(v for v in values if not _finite(v))))
+    return losses
+
+
+def judge(epochs_by_rank: dict[int, list[dict]], classes: int = CLASSES
+          ) -> tuple[bool | None, str | None]:
+    """``(diverged, reason)``; ``(None, None)`` when no epoch ended (nothing to judge).
+
+    ``epochs_by_rank`` holds each worker's ``epoch`` events in epoch order.
+    """
+    if not any(epochs_by_rank.values()):
+        return None, None
+    count = max(len(events) for events in epochs_by_rank.values())
+    for index in range(count):
+        for rank, events in sorted(epochs_by_rank.items()):
+            if len(events) <= index:
+                continue
+            event = events[index]
+            for key in ("train_loss", "train_loss_end"):
+                value = event.get(key)
+                if value is not None and not _finite(value):
+                    return True, (f"diverged: training loss {value} in epoch "
+                                  f"{event.get('epoch', index + 1)} (worker {rank})")
+    ends = [events[0].get("train_loss_end", events[0].get("train_loss"))
+            for events in epochs_by_rank.values() if events]
+    ends = [v for v in ends if _finite(v)]
+    if not ends:
+        return None, None
+    uniform = math.log(classes)
+    end_loss = mean(ends)
+    if end_loss >= uniform:
+        return True, (f"diverged: epoch 1 ended with training loss {end_loss:.3f}, not "
+                      f"below ln({classes}) = {uniform:.3f} (a uniform guess): lower --lr, "
+                      "or give the cell more steps")
+    return False, None

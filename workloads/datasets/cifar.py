@@ -1,0 +1,63 @@
+"""CIFAR-10 in its binary format: ``cifar-10-batches-bin/data_batch_{1..5}.bin``,
+``test_batch.bin``; each record is a label byte, then the R, G and B planes (32x32)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from profiler.errors import DataError
+
+from .catalog import CLASSES
+
+SHAPE = (3, 32, 32)
+RECORD_BYTES = 1 + 3 * 32 * 32
+DIR = "cifar-10-batches-bin"
+FILES = {
+    "train": tuple(f"data_batch_{i}.bin" for i in range(1, 6)),
+    "test": ("test_batch.bin",),
+}
+
+
+def find_dir(data_dir: Path) -> Path | None:
+    for folder in (data_dir / "cifar10" / DIR, data_dir / DIR):
+        if folder.is_dir():
+            return folder
+    return None
+
+
+def check(data_dir: Path, fix: str) -> dict[str, list[Path]]:
+    """split -> batch files; raises ``DataError`` naming the file and ``fix``."""
+    folder = find_dir(data_dir)
+    if folder is None:
+        raise DataError(f"CIFAR-10 folder missing: {data_dir / 'cifar10' / DIR}; {fix}")
+    found = {}
+    for split, names in FILES.items():
+        paths = []
+        for name in names:
+            path = folder / name
+            if not path.is_file():
+                raise DataError(f"CIFAR-10 file missing: {path}; {fix}")
+            size = path.stat().st_size
+            if size == 0 or size % RECORD_BYTES:
+                raise DataError(f"CIFAR-10 file corrupt ({size} bytes, not a multiple of "
+                                f"{RECORD_BYTES}): {path}; {fix}")
+            with open(path, "rb") as fh:
+                label = fh.read(1)[0]
+            if label >= CLASSES:
+                raise DataError(f"CIFAR-10 file corrupt (label {label}): {path}; {fix}")
+            paths.append(path)
+        found[split] = paths
+    return found
+
+
+def read(found: dict[str, list[Path]], split: str, fix: str) -> tuple[np.ndarray, np.ndarray]:
+    """uint8 images (N, 3, 32, 32) and int32 labels of one split."""
+    records = np.concatenate([np.fromfile(p, dtype=np.uint8).reshape(-1, RECORD_BYTES)
+                              for p in found[split]])
+    y = records[:, 0].astype(np.int32)
+    if y.max(initial=0) >= CLASSES:
+        raise DataError(f"CIFAR-10 {split} labels out of range in {found[split][0].parent}; "
+                        f"{fix}")
+    return records[:, 1:].reshape(-1, *SHAPE), y
