@@ -31,8 +31,8 @@ def grid_options(func):
         click.option("--engine", default="mxnet", show_default=True,
                      help="mxnet (KVStore parameter server) or horovod (allreduce), or both."),
         click.option("--epochs", default=1, show_default=True, type=int),
-        click.option("--lr", default=None, type=float,
-                     help="Learning rate [default: the model's: lenet-mlp 0.02, lenet-cnn "
+        click.option("--lr", default=None,
+                     help="Learning rate(s) [default: the model's: lenet-mlp 0.02, lenet-cnn "
                           "0.02, resnet 0.05; docs/workloads.md#learning-rates]."),
         click.option("--momentum", default=0.9, show_default=True, type=float,
                      help="SGD momentum."),
@@ -117,7 +117,9 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
         batches=grid.parse_int_list(kw["batch"], "--batch"),
         devices=grid.parse_int_list(kw["devices"], "--devices"),
         syncs=grid.parse_choice_list(kw["sync"], "--sync", grid.SYNC_MODES),
-        epochs=kw["epochs"], lr=kw["lr"], momentum=kw["momentum"], wd=kw["wd"],
+        epochs=kw["epochs"],
+        lr=grid.parse_float_list(kw["lr"], "--lr") if kw["lr"] is not None else None,
+        momentum=kw["momentum"], wd=kw["wd"],
         lr_scaling=kw["lr_scaling"], max_samples=kw["max_samples"],
         datasets=datasets, placement=kw["placement"])
     for cell in cells:

@@ -68,3 +68,39 @@ def fetch_command(data_dir: Path, datasets: list[str], mnist_mirror: str,
     for name, state in outcome.items():
         click.echo(f"{state:10} {name}")
     click.echo(f"data ready in {data_dir}")
+
+
+@data.command("list")
+@click.option("--data-dir", default=None, type=click.Path(file_okay=False, path_type=Path),
+              help="A data folder to look in as well (as sweeps do with --data-dir).")
+@reports_errors
+def list_command(data_dir: Path | None) -> None:
+    """Show every dataset, whether this machine has it and where, and what auto picks.
+
+    Example:
+
+    \b
+        edgeprof data list
+        edgeprof data list --data-dir ~/edgeprof-data
+    """
+    from workloads import datasets
+    from workloads.datasets.catalog import SPECS
+
+    from ..errors import DataError
+
+    if data_dir is not None and not data_dir.is_dir():
+        raise DataError(f"--data-dir {data_dir} is not a folder: give a data folder, or "
+                        "fill one with `edgeprof data fetch --data-dir DIR`")
+    for name, spec in SPECS.items():
+        try:
+            source = datasets.verify(name, data_dir)
+            state, where = "yes", "built in" if source.path is None else str(source.path)
+        except DataError as exc:
+            state, where = "no", f"{exc}"
+        click.echo(f"{name:14} {state:4} {spec.train_samples:>6}/{spec.test_samples:<6} {where}")
+    for model, kind in (("lenet-mlp", "LeNet"), ("resnet", "ResNet")):
+        try:
+            picked = datasets.check(model, data_dir)
+        except DataError as exc:
+            picked = f"none, a sweep would stop: {exc}"
+        click.echo(f"--dataset auto for {kind}: {picked}")

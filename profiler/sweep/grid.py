@@ -98,7 +98,8 @@ def check_shards(cell: CellConfig, train_samples: int, source: str = "--max-samp
 
 def expand(*, engines: Sequence[str], models: Sequence[str],
            layers: Sequence[int | None], batches: Sequence[int], devices: Sequence[int],
-           syncs: Sequence[str], epochs: int = 1, lr: float | None = None,
+           syncs: Sequence[str], epochs: int = 1,
+           lr: float | None | Sequence[float | None] = None,
            momentum: float = CellConfig.momentum, wd: float = CellConfig.wd,
            lr_scaling: str = "none", max_samples: int | None = None,
            datasets: dict[str, str] | None = None,
@@ -111,13 +112,15 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
     Horovod is synchronous: with ``--sync sync,async`` its async cells are left out, with
     ``--sync async`` alone it is an error.
     ``datasets`` maps a model to the dataset it reads (default: ``synthetic``).
-    ``lr`` None gives each model its default learning rate (``workloads.optim``).
+    ``lr`` (one value or a list) None gives each model its default learning rate
+    (``workloads.optim``).
     """
     datasets = datasets or {}
+    rates = list(lr) if isinstance(lr, (list, tuple)) else [lr]
     cells: list[CellConfig] = []
     seen: set[str] = set()
-    for engine, model, depth, batch, ndev, sync in itertools.product(
-            engines, models, layers or [None], batches, devices, syncs):
+    for engine, model, depth, batch, ndev, sync, rate in itertools.product(
+            engines, models, layers or [None], batches, devices, syncs, rates):
         if model != "resnet":
             depth = None
         elif depth is None:
@@ -127,7 +130,7 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
         if engine == "horovod" and sync == "async" and "sync" in syncs:
             continue  # allreduce is sync only; with --sync sync,async it runs the sync cells
         cell = validate(CellConfig(engine=engine, model=model, layers=depth, batch=batch,
-                                   devices=ndev, sync=sync, epochs=epochs, lr=lr,
+                                   devices=ndev, sync=sync, epochs=epochs, lr=rate,
                                    momentum=momentum, wd=wd, lr_scaling=lr_scaling,
                                    max_samples=max_samples,
                                    dataset=datasets.get(model, "synthetic"),
@@ -147,6 +150,18 @@ def parse_int_list(text: str, option: str) -> list[int]:
         except ValueError:
             raise ConfigError(f"{option} {item!r} is not a whole number: "
                               f"give a comma-separated list such as {option} 32,64") from None
+    return values
+
+
+def parse_float_list(text: str, option: str) -> list[float]:
+    """``"0.01,0.02"`` → ``[0.01, 0.02]``; a bad item raises ``ConfigError`` naming ``option``."""
+    values = []
+    for item in _items(text, option):
+        try:
+            values.append(float(item))
+        except ValueError:
+            raise ConfigError(f"{option} {item!r} is not a number: give a comma-separated "
+                              f"list such as {option} 0.01,0.02") from None
     return values
 
 

@@ -45,7 +45,7 @@ NORMALIZATION = {name: spec.normalization for name, spec in SPECS.items()}
 LENET_CNN_PAD = 2  # 28x28 -> 32x32, LeNet-5's input size
 
 __all__ = ["AUTO", "CLASSES", "NAMES", "SPECS", "Dataset", "Source", "check", "load",
-           "locate", "resolve", "resolve_grid", "synthetic", "fits", "family_of"]
+           "locate", "resolve", "resolve_grid", "synthetic", "fits", "family_of", "verify"]
 
 
 @dataclass
@@ -201,6 +201,12 @@ def check(model: str, data_dir: str | Path | None = None, dataset: str = AUTO) -
     Raises ``DataError`` (or ``ConfigError``) naming the file or option and the fix.
     """
     name = resolve(model, dataset, data_dir)
+    verify(name, data_dir)
+    return name
+
+
+def verify(name: str, data_dir: str | Path | None = None) -> Source:
+    """``locate(name)``, then validate its files (headers and sizes); ``DataError`` if bad."""
     source = locate(name, data_dir)
     if name in ("mnist", "fashion-mnist"):
         _check_idx(source, data_dir)
@@ -208,7 +214,7 @@ def check(model: str, data_dir: str | Path | None = None, dataset: str = AUTO) -
         mnist5k.check(source.path, _source_hint(name))
     elif name == "cifar10":
         cifar.check(source.path, _fetch_hint(source.path))
-    return name
+    return source
 
 
 def _check_idx(source: Source, data_dir: Path | None) -> idx.Found:
