@@ -143,25 +143,22 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
 
 def parse_int_list(text: str, option: str) -> list[int]:
     """``"32,64"`` → ``[32, 64]``; a bad item raises ``ConfigError`` naming ``option``."""
-    values = []
-    for item in _items(text, option):
-        try:
-            values.append(int(item))
-        except ValueError:
-            raise ConfigError(f"{option} {item!r} is not a whole number: "
-                              f"give a comma-separated list such as {option} 32,64") from None
-    return values
+    return _parse_numbers(text, option, int, "a whole number", "32,64")
 
 
 def parse_float_list(text: str, option: str) -> list[float]:
     """``"0.01,0.02"`` → ``[0.01, 0.02]``; a bad item raises ``ConfigError`` naming ``option``."""
+    return _parse_numbers(text, option, float, "a number", "0.01,0.02")
+
+
+def _parse_numbers(text: str, option: str, convert, kind: str, example: str) -> list:
     values = []
     for item in _items(text, option):
         try:
-            values.append(float(item))
+            values.append(convert(item))
         except ValueError:
-            raise ConfigError(f"{option} {item!r} is not a number: give a comma-separated "
-                              f"list such as {option} 0.01,0.02") from None
+            raise ConfigError(f"{option} {item!r} is not {kind}: give a comma-separated "
+                              f"list such as {option} {example}") from None
     return values
 
 
