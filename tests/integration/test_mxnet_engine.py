@@ -85,7 +85,8 @@ def test_failing_worker_stops_the_cell_with_its_reason(tmp_path, monkeypatch):
     # A data folder without the files: each worker exits 2 with a clear message.
     empty = tmp_path / "empty"
     empty.mkdir()
-    cell = validate(CellConfig(model="lenet-mlp", layers=None, devices=2, max_samples=64))
+    cell = validate(CellConfig(model="lenet-mlp", layers=None, devices=2, max_samples=64,
+                               dataset="mnist"))
     engine = MXNetEngine()
     rec = run_cell(cell, LocalCluster(3), engine, tmp_path / "c",
                    TrainOptions(data_dir=empty), sweep_id="t", timeout_s=120,

