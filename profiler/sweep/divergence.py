@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from statistics import mean
 
-CLASSES = 10  # every dataset edgeprof trains on has ten classes
+from workloads.datasets.catalog import CLASSES  # every dataset edgeprof knows has ten
 
 
 def _finite(value) -> bool:
