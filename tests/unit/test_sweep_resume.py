@@ -3,13 +3,14 @@ and the stop request the signal handlers set."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 
 import pytest
 
-from profiler.cell import CellConfig
+from profiler.cell import CELL_FORMAT, CellConfig
 from profiler.errors import ConfigError
 from profiler.sweep.interrupts import StopRequest, SweepInterrupted
 from profiler.sweep.sweep import SweepSettings, next_attempt, prepare_sweep_dir
@@ -52,6 +53,45 @@ def test_corrupt_sweep_json_is_one_line(tmp_path):
     again = SweepSettings(cells=[CellConfig()], out_dir=tmp_path / "s", resume=True)
     with pytest.raises(ConfigError, match="corrupt"):
         prepare_sweep_dir(again)
+
+
+def _rewrite_identity(tmp_path, change) -> bytes:
+    """Apply ``change(identity)`` to the sweep's recorded identity; the new bytes."""
+    path = tmp_path / "s" / "sweep.json"
+    meta = json.loads(path.read_text())
+    change(meta)
+    path.write_text(json.dumps(meta))
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("change, shown", [
+    (lambda meta: meta["identity"].pop("cell_format"), "cell format 1"),  # before formats
+    (lambda meta: meta["identity"].update(cell_format=CELL_FORMAT + 1),
+     f"cell format {CELL_FORMAT + 1}"),
+    (lambda meta: meta.pop("identity"), "cell format 1"),  # before identities were kept
+])
+def test_resume_of_another_cell_format_is_refused_in_one_line(tmp_path, change, shown):
+    _made(tmp_path)
+    (tmp_path / "s" / "results.jsonl").write_text('{"cell_id": "x", "status": "ok"}\n')
+    before = _rewrite_identity(tmp_path, change)
+    again = SweepSettings(cells=[CellConfig()], out_dir=tmp_path / "s", resume=True)
+    with pytest.raises(ConfigError) as err:
+        prepare_sweep_dir(again)
+    message = str(err.value)
+    assert "\n" not in message
+    assert "another edgeprof version" in message and shown in message
+    assert f"this one {CELL_FORMAT}" in message
+    assert "start a new sweep with another --out" in message
+    # Refused before anything is written: the earlier sweep is as it was.
+    assert (tmp_path / "s" / "sweep.json").read_bytes() == before
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["results.jsonl", "sweep.json"]
+
+
+def test_a_new_sweep_records_the_cell_format_it_was_written_with(tmp_path):
+    _made(tmp_path)
+    meta = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert meta["identity"]["cell_format"] == CELL_FORMAT
+    assert all("momentum" in cell and "lr_scaling" in cell for cell in meta["cells"])
 
 
 def test_attempts_count_started_attempts_only(tmp_path):

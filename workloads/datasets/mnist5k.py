@@ -32,16 +32,31 @@ def _parse(path: Path, fix: str) -> np.ndarray:
             text = fh.read()
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise DataError(f"mnist-5k file unreadable: {path} ({exc}); {fix}") from exc
+    lines = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue  # a blank (last) line
+        if line.count(b",") != PIXELS:
+            raise DataError(f"mnist-5k file line {number} has {line.count(b',') + 1} values, "
+                            f"not rows of {PIXELS} pixels and a label: {path}; {fix}")
+        lines.append(line)
+    if not lines:
+        raise DataError(f"mnist-5k file has no rows of {PIXELS} pixels and a label: {path}; "
+                        f"{fix}")
     # numpy's C text parser: about 0.1 s for the 3.9 million values, where splitting
-    # into Python objects takes seconds. It stops at the first non-number (with a
-    # DeprecationWarning), which the size check below then reports.
+    # into Python objects takes seconds. It stops at the first non-number with a
+    # DeprecationWarning (a ValueError in later numpy): rows of the right length that
+    # hold something else (a word, a fraction) are refused, not cut short silently.
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        numbers = np.fromstring(text.replace(b"\n", b",").decode("ascii", "replace"),
-                                dtype=np.int64, sep=",")
-    if numbers.size % (PIXELS + 1) or numbers.size == 0:
-        raise DataError(f"mnist-5k file has {numbers.size} values, not rows of {PIXELS} "
-                        f"pixels and a label: {path}; {fix}")
+        warnings.simplefilter("error", DeprecationWarning)
+        try:
+            numbers = np.fromstring(b",".join(lines).decode("ascii", "replace"),
+                                    dtype=np.int64, sep=",")
+        except (DeprecationWarning, ValueError):
+            numbers = None
+    if numbers is None or numbers.size != len(lines) * (PIXELS + 1):
+        raise DataError(f"mnist-5k file holds values that are not whole numbers: {path}; "
+                        f"{fix}")
     rows = numbers.reshape(-1, PIXELS + 1)
     if rows.min() < 0 or rows[:, :PIXELS].max() > 255 or rows[:, PIXELS].max() >= CLASSES:
         raise DataError(f"mnist-5k file has values out of range: {path}; {fix}")
