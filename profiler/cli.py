@@ -58,7 +58,11 @@ def grid_options(func):
                      help="Parameter servers on a master node (as in the study) or "
                           "one on every worker node."),
         click.option("--cluster", "cluster_name", default="local", show_default=True,
-                     help="local (processes here) or emulated (Pi-class nodes, root)."),
+                     help="local (processes here), emulated (Pi-class nodes, root) or "
+                          "inventory (real nodes over SSH, with --inventory)."),
+        click.option("--inventory", default=None, type=click.Path(path_type=Path),
+                     help="Ansible inventory of --cluster inventory: [master] and "
+                          "[workers] hosts (docs/cluster.md)."),
         click.option("--profile", default=None,
                      help="Node profile of the emulated cluster [default: the cluster that "
                           "is up, else pi3b]."),
@@ -142,6 +146,17 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
     if kw["cluster_name"] not in CLUSTERS:
         raise EdgeprofError(f"unknown cluster {kw['cluster_name']!r}: "
                             f"use one of {', '.join(CLUSTERS)}")
+    if (kw["cluster_name"] == "inventory") != (kw["inventory"] is not None):
+        raise EdgeprofError("--inventory FILE goes with --cluster inventory (and only with "
+                            "it): give both, e.g. --cluster inventory --inventory "
+                            "inventory.ini")
+    if kw["inventory"] is not None:
+        # Every host is checked now, before anything is written or started.
+        from .cluster.inventory import open_inventory
+        engines_needed = sorted({c.engine for c in cells})
+        from .engines import get_engine
+        needed = max(get_engine(c.engine).nodes_needed(c) for c in cells)
+        open_inventory(kw["inventory"], needed, engines_needed)
     if kw["profile"] is not None:
         from .cluster.profiles import load_catalog
         load_catalog().node_profiles(kw["profile"], 1)  # unknown name, broken YAML: one line
@@ -155,7 +170,7 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
         data_dir=kw["data_dir"], timeout_s=kw["timeout"], resume=resume,
         interval_s=None if kw["no_agent"] else kw["interval"],
         threads_per_process=kw["threads"], val_samples=kw["val_samples"],
-        ship_target=target)
+        ship_target=target, inventory=kw["inventory"])
     check_sweep_dir(settings)  # --out and --resume, before anything is written
     return settings
 

@@ -1,18 +1,20 @@
-"""Node providers by name: ``local`` (default), ``emulated`` (root), ``inventory`` (later)."""
+"""Node providers by name: ``local`` (default), ``emulated`` (root), ``inventory`` (SSH)."""
 
 from __future__ import annotations
 
 from ..errors import ConfigError
 from .base import Cluster, Node
 
-CLUSTERS = ("local", "emulated")
+CLUSTERS = ("local", "emulated", "inventory")
 
 
-def open_cluster(name: str, nodes_needed: int,
-                 profile: str | None = None) -> tuple[Cluster, bool]:
+def open_cluster(name: str, nodes_needed: int, profile: str | None = None, *,
+                 inventory=None, engines=("mxnet",)) -> tuple[Cluster, bool]:
     """A cluster with at least ``nodes_needed`` nodes, and whether this call created it.
 
     The sweep takes down (``close`` + ``teardown``) only what it brought up itself.
+    ``inventory`` (a path) is the Ansible inventory of the ``inventory`` cluster, whose
+    hosts are checked (reachable, same edgeprof, ``engines`` importable) here.
     """
     if name == "local":
         from .local import LocalCluster
@@ -20,6 +22,12 @@ def open_cluster(name: str, nodes_needed: int,
     if name == "emulated":
         from .emulated import ensure_cluster
         return ensure_cluster(nodes_needed, profile)
+    if name == "inventory":
+        if inventory is None:
+            raise ConfigError("--cluster inventory needs --inventory FILE (an Ansible "
+                              "inventory with [master] and [workers]; see docs/cluster.md)")
+        from .inventory import open_inventory
+        return open_inventory(inventory, nodes_needed, engines), False
     raise ConfigError(f"unknown cluster {name!r}: use one of {', '.join(CLUSTERS)}")
 
 

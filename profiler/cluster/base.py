@@ -52,6 +52,7 @@ class Cluster(Protocol):
         log_path: Path,
         *,
         confine: bool = True,
+        role: str | None = None,
     ) -> subprocess.Popen:
         """Start ``argv`` on ``node`` in a new process group, stdout+stderr to ``log_path``.
 
@@ -59,7 +60,9 @@ class Cluster(Protocol):
         (``SECRET_ENV_VARS``). The process dies with the thread that started it
         (``popen_in_group``). ``confine=False`` runs the process
         on the node (its network) but outside the node's CPU/memory limits: the metrics
-        agent uses it so that its own footprint is not charged to training.
+        agent uses it so that its own footprint is not charged to training. ``role``
+        (``worker``, ``server``, ...) is for providers whose nodes must tell the node's
+        agent which process is which themselves (the inventory cluster).
         """
 
     def oom_killed(self, node: Node) -> int:
@@ -67,6 +70,10 @@ class Cluster(Protocol):
 
     def close(self) -> None:
         """Release what this object holds (not the cluster itself)."""
+
+    # Optional: ``collect(cell_dir, nodes) -> list[str]`` brings what the cell's processes
+    # wrote on the nodes back into ``cell_dir`` (providers whose nodes have their own
+    # disks); the runner calls it after reaping and returns problems in the reason.
 
 
 # Secrets a process gets only if it ships metrics itself (see docs/metrics.md): never
@@ -83,14 +90,17 @@ def child_env(env: Mapping[str, str]) -> dict[str, str]:
 
 def popen_in_group(argv: Sequence[str], env: Mapping[str, str], log_path: Path,
                    preexec_fn=None, *,
-                   parent_death_signal: int | None = signal.SIGKILL) -> subprocess.Popen:
+                   parent_death_signal: int | None = signal.SIGKILL,
+                   stdin: int = subprocess.DEVNULL) -> subprocess.Popen:
     """Start a process in its own session (so its whole group can be killed), logging to a file.
 
     ``parent_death_signal``: the kernel sends it to the process when the thread that
     started it dies, so that a controller killed with ``kill -9`` leaves no training
     process (nor an agent, which gets SIGTERM and closes its spool) behind. A process
     started in its own session does not get the terminal's SIGINT/SIGHUP: the sweep
-    handles those and stops its cells itself.
+    handles those and stops its cells itself. ``stdin=subprocess.PIPE`` keeps a pipe
+    open to the process until it is reaped (the inventory cluster's ``ssh``: its end
+    stops the remote command).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     death = _parent_death(parent_death_signal) if parent_death_signal else None
@@ -104,7 +114,7 @@ def popen_in_group(argv: Sequence[str], env: Mapping[str, str], log_path: Path,
     with open(log_path, "ab") as log:
         return subprocess.Popen(
             list(argv), env=child_env(env), stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            stdin=stdin, start_new_session=True,
             preexec_fn=prepare if (death or preexec_fn) else None,
         )
 

@@ -7,6 +7,7 @@ feature missing, a cluster already up) become one line on stderr and exit status
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -61,15 +62,29 @@ def down() -> None:
 
 @cluster.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.option("--inventory", default=None, type=click.Path(path_type=Path),
+              help="Show the real nodes of this Ansible inventory instead (over SSH).")
 @reports_errors
-def status(as_json: bool) -> None:
+def status(as_json: bool, inventory: Path | None) -> None:
     """Show each node's limits, usage and interface counters.
+
+    With --inventory: each host of the inventory, whether it is reachable over SSH, its
+    CPUs, memory, edgeprof version, engines and whether its agent service runs.
 
     Example:
 
     \b
         sudo edgeprof cluster status --json
+        edgeprof cluster status --inventory inventory.ini
     """
+    if inventory is not None:
+        from .inventory import status as host_status
+        hosts = host_status(inventory)
+        if as_json:
+            click.echo(json.dumps(hosts, indent=2, sort_keys=True))
+        else:
+            _print_hosts(hosts)
+        return
     from .emulated import status as get_status
     info = get_status()
     if as_json:
@@ -96,6 +111,22 @@ def profiles() -> None:
                    f"{profile.cpu_cores:>5g} cores  {profile.description}")
     for name, members in catalog.mixes.items():
         click.echo(f"{name:<16} {len(members)} nodes: {', '.join(members)}")
+
+
+def _print_hosts(hosts: list[dict]) -> None:
+    click.echo(f"{'host':<12} {'address':<16} {'reachable':<9} {'cpus':>4} {'mem MB':>7} "
+               f"{'edgeprof':<9} {'mxnet':<5} {'horovod':<7} agent")
+    for h in hosts:
+        if not h["reachable"]:
+            click.echo(f"{h['name']:<12} {h['address']:<16} {'no':<9} {h['problem']}")
+            continue
+        click.echo(f"{h['name']:<12} {h['address']:<16} {'yes':<9} {h['cpus']:>4} "
+                   f"{h['memory_mb']:>7} {h['edgeprof']:<9} {_yes(h['mxnet']):<5} "
+                   f"{_yes(h['horovod']):<7} {h['agent']}")
+
+
+def _yes(flag) -> str:
+    return "yes" if flag else "no"
 
 
 def _print_status(info: dict) -> None:

@@ -59,7 +59,8 @@ class EmulatedCluster:
         return list(self._nodes)
 
     def start(self, node: Node, argv: Sequence[str], env: Mapping[str, str],
-              log_path: Path, *, confine: bool = True) -> subprocess.Popen:
+              log_path: Path, *, confine: bool = True,
+              role: str | None = None) -> subprocess.Popen:
         # nsenter, not `ip netns exec`: the latter remounts /sys in a new mount namespace,
         # which hides /sys/fs/cgroup from the agent. Entering only the network namespace
         # keeps the host's filesystem view; /proc/net (what counters are read from)

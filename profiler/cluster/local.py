@@ -30,7 +30,8 @@ class LocalCluster:
                      scope={"interfaces": "lo"}) for i in range(self._count)]
 
     def start(self, node: Node, argv: Sequence[str], env: Mapping[str, str],
-              log_path: Path, *, confine: bool = True) -> subprocess.Popen:
+              log_path: Path, *, confine: bool = True,
+              role: str | None = None) -> subprocess.Popen:
         return popen_in_group(argv, env, log_path)
 
     def oom_killed(self, node: Node) -> int:

@@ -83,7 +83,7 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
             if stop.requested:
                 break
             proc = cluster.start(spec.node, spec.argv, spec.env,
-                                 cell_dir / "logs" / f"{spec.name}.log")
+                                 cell_dir / "logs" / f"{spec.name}.log", role=spec.role)
             launched.append(Launched(spec, proc))
         if monitor:
             monitor.track(_pids_by_node(launched), nodes)
@@ -99,6 +99,8 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
         if monitor:
             monitor.stop(stop)
     t_reaped = time.time()
+    collect = getattr(cluster, "collect", None)  # nodes with disks of their own
+    fetch_problems = collect(cell_dir, nodes) if collect and launched else []
 
     events = read_cell_events(cell_dir / "events")
     oom_kills = sum(cluster.oom_killed(n) - oom_before.get(n.name, 0) for n in nodes)
@@ -109,6 +111,9 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
     else:
         status, reason = _judge(outcome, culprit, launched, events, oom_kills, cell_dir,
                                 timeout_s)
+    if fetch_problems:
+        reason = "; ".join(r for r in (reason, "could not fetch from " +
+                                       ", ".join(fetch_problems)) if r)
     record = {**asdict(cell), "cell_id": cell.cell_id, "sweep_id": sweep_id,
               "cluster": cluster.name, "attempt": attempt, "status": status, "reason": reason,
               "launched_at": t_launch, "reaped_at": t_reaped, "timeout_s": timeout_s,

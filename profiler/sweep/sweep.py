@@ -50,6 +50,7 @@ class SweepSettings:
     seed: int = 42
     val_samples: int | None = None
     ship_target: object | None = None  # profiler.agent.options target, or None
+    inventory: Path | None = None  # the Ansible inventory of --cluster inventory
     extra: dict = field(default_factory=dict)
 
     def identity(self) -> dict:
@@ -61,7 +62,8 @@ class SweepSettings:
         return {"cell_format": CELL_FORMAT, "cluster": self.cluster, "profile": self.profile,
                 "data_dir": str(self.data_dir) if self.data_dir else None,
                 "threads": self.threads_per_process, "seed": self.seed,
-                "val_samples": self.val_samples}
+                "val_samples": self.val_samples,
+                "inventory": str(self.inventory) if self.inventory else None}
 
 
 @dataclass
@@ -166,7 +168,8 @@ def check_resume(meta: dict, settings: SweepSettings) -> None:
 
 
 RESUME_OPTIONS = {"cluster": "--cluster", "profile": "--profile", "data_dir": "--data-dir",
-                  "threads": "--threads", "seed": "seed", "val_samples": "--val-samples"}
+                  "threads": "--threads", "seed": "seed", "val_samples": "--val-samples",
+                  "inventory": "--inventory"}
 
 
 def _shown(value) -> str:
@@ -205,7 +208,8 @@ def _run_sweep(settings: SweepSettings, stop: StopRequest, progress: bool,
                            threads_per_process=settings.threads_per_process,
                            seed=settings.seed, val_samples=settings.val_samples)
 
-    cluster, created = open_cluster(settings.cluster, nodes_needed, settings.profile)
+    cluster, created = open_cluster(settings.cluster, nodes_needed, settings.profile,
+                                    inventory=settings.inventory, engines=sorted(engines))
     if on_start is not None:
         on_start(sweep_dir)
     shipper = None

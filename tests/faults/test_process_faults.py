@@ -88,16 +88,16 @@ class _FailingStart(LocalCluster):
         super().__init__(count)
         self.fail = fail
 
-    def start(self, node, argv, env, log_path, *, confine=True):
+    def start(self, node, argv, env, log_path, **kw):
         if self.fail and "workloads.train" in argv:
             self.fail = False  # only the first cell's worker
             raise OSError(24, "Too many open files")
-        return super().start(node, argv, env, log_path, confine=confine)
+        return super().start(node, argv, env, log_path, **kw)
 
 
 def test_a_cell_that_cannot_start_is_failed_and_the_sweep_goes_on(tmp_path, monkeypatch):
     cluster = _FailingStart()
-    monkeypatch.setattr(sweep_mod, "open_cluster", lambda name, n, profile: (
+    monkeypatch.setattr(sweep_mod, "open_cluster", lambda name, n, profile, **kw: (
         (cluster.ensure(n), cluster)[1], False))
     cells = [CellConfig(model="lenet-mlp", layers=None, devices=d, max_samples=256)
              for d in (2, 1)]

@@ -1,0 +1,382 @@
+"""Real nodes over SSH: the hosts of an Ansible inventory (``--cluster inventory``).
+
+Hosts are read with Ansible's own parser (``ansible-inventory --list``), so group_vars,
+host_vars, ``ansible_host``, ``ansible_port``, ``ansible_user``,
+``ansible_ssh_private_key_file`` and ``ansible_ssh_common_args``/``_extra_args`` mean what
+they mean to the playbook that provisioned the hosts. Nodes are the ``master`` hosts, then
+the ``workers`` (node 0 is the master: the engines put the scheduler and server there).
+
+Processes start with the system's OpenSSH client, so the user's keys, ``~/.ssh/config``,
+jump hosts and known_hosts apply; host keys are checked (BatchMode: never a prompt).
+Commands are argument lists quoted for the remote shell with ``shlex.join``. Each runs
+under ``profiler.cluster.remote_exec``, which stops it when its ``ssh`` goes away and
+tells the node's agent its pid. Paths of the cell folder are mapped to the host's
+``edgeprof_workdir``; after the cell, ``collect`` brings that folder (events, metrics
+spools) back into the local cell folder with ``tar`` over the same SSH, so results have
+the same columns as on the emulated cluster. Logs come back live through ssh's output.
+
+Host variables edgeprof reads (defaults as the Ansible roles install them):
+``edgeprof_python`` (the venv's python), ``edgeprof_workdir``, ``edgeprof_data_dir``
+(replaces ``--data-dir`` on that host), ``edgeprof_interface`` (the NIC that carries
+training traffic, for Gloo and the agent), ``edgeprof_profile`` (a label for results).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Mapping, Sequence
+
+from .. import __version__
+from ..errors import ClusterError, ConfigError
+from .base import Node, popen_in_group
+
+DEFAULT_PYTHON = "/opt/edgeprof/venv/bin/python"
+DEFAULT_WORKDIR = "/var/lib/edgeprof/runs"
+DEFAULT_INTERFACE = "eth0"
+GROUPS = ("master", "workers")
+SSH_CONNECT_TIMEOUT_S = 10
+CHECK_TIMEOUT_S = 60  # importing MXNet takes a few seconds on a Pi 3B
+INVENTORY_TIMEOUT_S = 60
+COLLECT_TIMEOUT_S = 300
+AGENT_SERVICE = "edgeprof-agent"
+
+
+@dataclass(frozen=True)
+class Host:
+    """One inventory host as edgeprof reaches it."""
+
+    name: str
+    address: str
+    port: int | None = None
+    user: str | None = None
+    key_file: str | None = None
+    ssh_args: tuple[str, ...] = ()
+    python: str = DEFAULT_PYTHON
+    workdir: str = DEFAULT_WORKDIR
+    data_dir: str | None = None
+    interface: str = DEFAULT_INTERFACE
+    profile: str = "host"
+
+    def ssh(self, remote: Sequence[str]) -> list[str]:
+        """The local ``ssh`` argv running ``remote`` (an argv) on this host."""
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}",
+                "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=6"]
+        if self.port:
+            argv += ["-p", str(self.port)]
+        if self.user:
+            argv += ["-l", self.user]
+        if self.key_file:
+            argv += ["-i", self.key_file]
+        return [*argv, *self.ssh_args, self.address, "--", shlex.join(remote)]
+
+    def node(self) -> Node:
+        return Node(name=self.name, address=self.address, profile=self.profile,
+                    scope={"interfaces": self.interface, "ssh_host": self.name})
+
+
+def read_inventory(path: Path) -> list[Host]:
+    """The ``master`` then ``workers`` hosts of an Ansible inventory; one line on any problem."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"--inventory {path} does not exist: copy "
+                          "ansible/inventory.example.ini and list your nodes")
+    binary = shutil.which("ansible-inventory") or str(Path(sys.executable).parent /
+                                                      "ansible-inventory")
+    if not Path(binary).exists():
+        raise ClusterError("ansible-inventory not found: install ansible-core "
+                           "(scripts/setup.sh does)")
+    try:
+        done = subprocess.run([binary, "-i", str(path), "--list"], capture_output=True,
+                              text=True, timeout=INVENTORY_TIMEOUT_S,
+                              env={"ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
+                                   "ANSIBLE_LOCALHOST_WARNING": "False",
+                                   **_plain_env()})
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"--inventory {path}: ansible-inventory took over "
+                          f"{INVENTORY_TIMEOUT_S} s: check the file") from None
+    if done.returncode != 0:
+        raise ConfigError(f"--inventory {path} cannot be parsed: {_last_line(done.stderr)}")
+    try:
+        data = json.loads(done.stdout)
+    except ValueError:
+        raise ConfigError(f"--inventory {path} cannot be parsed: fix its syntax") from None
+    return hosts_from_inventory(data, str(path))
+
+
+def hosts_from_inventory(data: Mapping, label: str) -> list[Host]:
+    """Hosts from ``ansible-inventory --list`` output (a pure function, tested alone)."""
+    hostvars = data.get("_meta", {}).get("hostvars", {})
+    names: list[str] = []
+    for group in GROUPS:
+        for name in _group_hosts(data, group):
+            if name in names:
+                raise ConfigError(f"--inventory {label}: host {name} is listed as master and "
+                                  "worker: a node has one role, list it once")
+            names.append(name)
+    if not names:
+        raise ConfigError(f"--inventory {label} has no hosts in the groups master and "
+                          "workers: list your nodes under [master] and [workers] (see "
+                          "ansible/inventory.example.ini)")
+    if not _group_hosts(data, "workers"):
+        raise ConfigError(f"--inventory {label} has no [workers] hosts: list the nodes "
+                          "that train under [workers]")
+    hosts = [_host(name, hostvars.get(name, {}), label) for name in names]
+    seen: dict[tuple[str, int | None], str] = {}
+    for host in hosts:
+        key = (host.address, host.port)
+        if key in seen:
+            raise ConfigError(f"--inventory {label}: hosts {seen[key]} and {host.name} are "
+                              f"the same machine ({host.address}): list each node once")
+        seen[key] = host.name
+    return hosts
+
+
+def _group_hosts(data: Mapping, group: str) -> list[str]:
+    """Hosts of ``group`` and of its child groups, in inventory order."""
+    out: list[str] = []
+    stack = [group]
+    visited: set[str] = set()
+    while stack:
+        name = stack.pop(0)
+        if name in visited:
+            continue
+        visited.add(name)
+        entry = data.get(name, {}) or {}
+        out += [h for h in entry.get("hosts", []) if h not in out]
+        stack += entry.get("children", [])
+    return out
+
+
+def _host(name: str, hv: Mapping, label: str) -> Host:
+    address = str(hv.get("ansible_host") or "").strip()
+    if not address:
+        raise ConfigError(f"--inventory {label}: host {name} has no ansible_host: give its "
+                          f"address, e.g. `{name} ansible_host=192.168.1.21`")
+    ssh_args: list[str] = []
+    for key in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        if hv.get(key):
+            ssh_args += shlex.split(str(hv[key]))
+    port = hv.get("ansible_port") or hv.get("ansible_ssh_port")
+    return Host(
+        name=name, address=address, port=int(port) if port else None,
+        user=hv.get("ansible_user") or hv.get("ansible_ssh_user"),
+        key_file=hv.get("ansible_ssh_private_key_file"), ssh_args=tuple(ssh_args),
+        python=str(hv.get("edgeprof_python") or DEFAULT_PYTHON),
+        workdir=str(hv.get("edgeprof_workdir") or DEFAULT_WORKDIR),
+        data_dir=str(hv["edgeprof_data_dir"]) if hv.get("edgeprof_data_dir") else None,
+        interface=str(hv.get("edgeprof_interface") or DEFAULT_INTERFACE),
+        profile=str(hv.get("edgeprof_profile") or "host"))
+
+
+# What a host must answer before a sweep uses it: edgeprof's version, and the engines.
+_PROBE = (
+    "import importlib.util as u, json, os\n"
+    "import profiler\n"
+    "print(json.dumps({'version': profiler.__version__,"
+    " 'mxnet': u.find_spec('mxnet') is not None,"
+    " 'horovod': u.find_spec('horovod') is not None,"
+    " 'cpus': os.cpu_count(),"
+    " 'memory_mb': os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') // 2**20}))\n")
+
+
+def probe(host: Host) -> dict:
+    """Ask ``host`` for its edgeprof version, engines, CPUs and memory; raise one line."""
+    try:
+        done = subprocess.run(host.ssh([host.python, "-c", _PROBE]), capture_output=True,
+                              text=True, timeout=CHECK_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                              env=_plain_env())
+    except subprocess.TimeoutExpired:
+        raise ClusterError(f"host {host.name} ({host.address}) did not answer within "
+                           f"{CHECK_TIMEOUT_S} s: check that it is up and reachable") from None
+    if done.returncode == 255:
+        raise ClusterError(f"host {host.name} ({host.address}) is unreachable over SSH "
+                           f"({_last_line(done.stderr)}): check ansible_host, ansible_user "
+                           f"and your key with `ssh {host.address}`")
+    if done.returncode != 0:
+        reason = _last_line(done.stderr)
+        if done.returncode == 127 or "No such file" in reason:
+            reason = f"{host.python} not found"
+        raise ClusterError(f"host {host.name} has no usable edgeprof ({reason}): provision "
+                           "it with `ansible-playbook -i INVENTORY ansible/site.yml`, or set "
+                           "edgeprof_python to its venv's python")
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise ClusterError(f"host {host.name} answered the edgeprof check with "
+                           f"{done.stdout.strip()[:80]!r}: rerun ansible/site.yml") from None
+
+
+def check_hosts(hosts: Sequence[Host], engines: Sequence[str] = ("mxnet",)) -> dict[str, dict]:
+    """Probe every host in parallel; raise one line naming the first host that cannot run."""
+    with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+        futures = {host.name: pool.submit(probe, host) for host in hosts}
+    answers = {}
+    for host in hosts:
+        info = futures[host.name].result()  # raises the host's ClusterError
+        if info.get("version") != __version__:
+            raise ClusterError(f"host {host.name} runs edgeprof {info.get('version')}, this "
+                               f"controller {__version__}: provision it again with "
+                               "ansible/site.yml so that both run the same version")
+        for engine in engines:
+            if not info.get(engine):
+                raise ClusterError(f"host {host.name} has no {engine} in {host.python}: "
+                                   "provision it with ansible/site.yml (see "
+                                   "docs/raspberry-pi.md for the MXNet and Horovod builds)")
+        answers[host.name] = info
+    return answers
+
+
+def open_inventory(path: Path, nodes_needed: int,
+                   engines: Sequence[str] = ("mxnet",)) -> "InventoryCluster":
+    """The inventory's hosts, checked, as a cluster of at least ``nodes_needed`` nodes."""
+    hosts = read_inventory(path)
+    if len(hosts) < nodes_needed:
+        raise ClusterError(f"--inventory {path} lists {len(hosts)} nodes, the grid needs "
+                           f"{nodes_needed} (devices + 1 with --placement master): add "
+                           "hosts or use fewer --devices")
+    check_hosts(hosts, engines)
+    return InventoryCluster(hosts)
+
+
+class InventoryCluster:
+    """Nodes reached over SSH; see the module docstring."""
+
+    name = "inventory"
+
+    def __init__(self, hosts: Sequence[Host]):
+        self._hosts = {host.name: host for host in hosts}
+        self._nodes = [host.node() for host in hosts]
+
+    def nodes(self) -> list[Node]:
+        return list(self._nodes)
+
+    def host(self, node: Node) -> Host:
+        return self._hosts[node.name]
+
+    def remote_cell_dir(self, node: Node, cell_dir: Path) -> PurePosixPath:
+        """Where the cell folder ``…/<sweep>/cells/<id>/attempt-<N>`` lives on ``node``."""
+        cell_dir = Path(cell_dir)
+        sweep_rel = cell_dir.relative_to(cell_dir.parents[2].parent)
+        return PurePosixPath(self.host(node).workdir) / sweep_rel.as_posix()
+
+    def start(self, node: Node, argv: Sequence[str], env: Mapping[str, str],
+              log_path: Path, *, confine: bool = True, role: str | None = None
+              ) -> subprocess.Popen:
+        host = self.host(node)
+        # The runner's layout: <cell_dir>/logs/<name>.log.
+        cell_dir = Path(log_path).parent.parent
+        remote_dir = self.remote_cell_dir(node, cell_dir)
+        command = [host.python, "-m", "profiler.cluster.remote_exec",
+                   "--mkdir", str(remote_dir)]
+        for key, value in sorted(env.items()):
+            command += ["--setenv", f"{key}={value}"]
+        if role:
+            command += ["--pids-file", str(remote_dir / "pids" / f"{node.name}.json"),
+                        "--role", role]
+        command += ["--", *self._remote_argv(host, argv, cell_dir, remote_dir)]
+        # stdin stays an open pipe: its end tells remote_exec that the cell is over.
+        return popen_in_group(host.ssh(command), {}, Path(log_path), stdin=subprocess.PIPE)
+
+    @staticmethod
+    def _remote_argv(host: Host, argv: Sequence[str], cell_dir: Path,
+                     remote_dir: PurePosixPath) -> list[str]:
+        local = str(cell_dir)
+        out: list[str] = []
+        for index, arg in enumerate(argv):
+            if index == 0 and arg == sys.executable:
+                arg = host.python
+            elif arg == local or arg.startswith(local + "/"):
+                arg = str(remote_dir) + arg[len(local):]
+            elif host.data_dir and index > 0 and argv[index - 1] == "--data-dir":
+                arg = host.data_dir
+            out.append(arg)
+        return out
+
+    def collect(self, cell_dir: Path, nodes: Sequence[Node]) -> list[str]:
+        """Bring each node's part of the cell folder back; return one problem per failure.
+
+        The remote copy is removed once it arrived whole (a Pi's SD card is small).
+        """
+        problems = []
+        for node in {n.name: n for n in nodes}.values():
+            host = self.host(node)
+            remote_dir = str(self.remote_cell_dir(node, cell_dir))
+            pack = host.ssh(["tar", "-C", remote_dir, "--exclude=./pids", "-cf", "-", "."])
+            try:
+                with subprocess.Popen(pack, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      stdin=subprocess.DEVNULL, env=_plain_env()) as sender:
+                    unpacked = subprocess.run(["tar", "-C", str(cell_dir), "-xf", "-"],
+                                              stdin=sender.stdout, capture_output=True,
+                                              timeout=COLLECT_TIMEOUT_S)
+                    sender.stdout.close()
+                    error = sender.stderr.read().decode(errors="replace")
+                    sender.wait(timeout=COLLECT_TIMEOUT_S)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                problems.append(f"{node.name}: {exc}")
+                continue
+            if sender.returncode != 0 or unpacked.returncode != 0:
+                problems.append(f"{node.name}: {_last_line(error or unpacked.stderr.decode())}")
+                continue
+            subprocess.run(host.ssh(["rm", "-rf", remote_dir]), capture_output=True,
+                           stdin=subprocess.DEVNULL, timeout=COLLECT_TIMEOUT_S,
+                           env=_plain_env())
+        return problems
+
+    def oom_killed(self, node: Node) -> int:
+        return 0  # a real node's kernel OOM kill shows as the worker's SIGKILL
+
+    def close(self) -> None:
+        pass
+
+
+def status(path: Path) -> list[dict]:
+    """Each host: reachable, CPUs, memory, edgeprof version, whether the agent service runs."""
+    hosts = read_inventory(path)
+
+    def one(host: Host) -> dict:
+        row: dict = {"name": host.name, "address": host.address}
+        try:
+            info = probe(host)
+        except ClusterError as exc:
+            return {**row, "reachable": False, "problem": str(exc)}
+        row.update(reachable=True, cpus=info.get("cpus"), memory_mb=info.get("memory_mb"),
+                   edgeprof=info.get("version"), mxnet=info.get("mxnet"),
+                   horovod=info.get("horovod"), agent=_agent_state(host))
+        return row
+
+    with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+        return list(pool.map(one, hosts))
+
+
+def _agent_state(host: Host) -> str:
+    """``active``/``inactive``/... from systemd, ``unknown`` where systemd does not run."""
+    command = ["sh", "-c", f"if [ -d /run/systemd/system ]; then systemctl is-active "
+               f"{AGENT_SERVICE}; else echo unknown; fi"]
+    try:
+        done = subprocess.run(host.ssh(command), capture_output=True, text=True,
+                              timeout=CHECK_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                              env=_plain_env())
+    except subprocess.TimeoutExpired:
+        return "unknown"
+    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "unknown"
+
+
+def _plain_env() -> dict[str, str]:
+    from .base import child_env
+    return child_env({})
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "no message"
+
+
+__all__ = ["Host", "InventoryCluster", "read_inventory", "hosts_from_inventory",
+           "check_hosts", "open_inventory", "status"]

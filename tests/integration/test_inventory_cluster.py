@@ -1,0 +1,166 @@
+"""The inventory cluster for real: sweeps over SSH into hosts that sshd serves.
+
+No Raspberry Pi here: each "host" is an emulated node (a network namespace with its own
+``eth0`` on the bridge) running Debian's sshd (``profiler.testing.sshd``), reached with a
+key and known_hosts made by the test, through an Ansible INI inventory, exactly as a real
+cluster would be. What differs from real Pis: the hosts share this machine's filesystem
+and Python (each gets its own ``edgeprof_workdir``, so bringing results back is still
+exercised) and the nodes' CPU/memory cgroups do not apply to processes started by sshd.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import ROOT, need_binary, need_root
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+EDGEPROF = [sys.executable, "-m", "profiler.cli"]
+GONE_WITHIN_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    """Three emulated nodes with sshd: n0 the master, n1 and n2 the workers."""
+    from profiler.cluster import emulated
+    from profiler.testing.sshd import SSHD, SshdNodes
+
+    need_root()
+    for binary in (*emulated.REQUIRED_BINARIES, "ssh", "ssh-keygen", SSHD):
+        need_binary(binary)
+    cluster, brought_up = emulated.ensure_cluster(3)
+    work = tmp_path_factory.mktemp("ssh")
+    sshd = SshdNodes(cluster.nodes()[:3], work)
+    try:
+        sshd.start()
+        host_vars = {n: {"edgeprof_workdir": str(work / f"remote-{n}"),
+                         "edgeprof_python": sys.executable} for n in ("n0", "n1", "n2")}
+        inventory = sshd.write_inventory(work / "inventory.ini",
+                                         {"master": ["n0"], "workers": ["n1", "n2"]},
+                                         host_vars=host_vars)
+        yield {"inventory": inventory, "work": work, "sshd": sshd, "cluster": cluster}
+    finally:
+        sshd.stop()
+        if brought_up:
+            emulated.down()
+
+
+def _sweep(hosts, out: Path, *extra: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*EDGEPROF, "sweep", "--cluster", "inventory", "--inventory", str(hosts["inventory"]),
+         "--model", "lenet-mlp", "--dataset", "synthetic", "--val-samples", "64",
+         "--out", str(out), *extra], cwd=ROOT, capture_output=True, text=True, **kw)
+
+
+def _leftovers(*marks: str) -> list[str]:
+    """Processes anywhere on this machine (every namespace) whose command names a mark."""
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if any(mark in cmd for mark in marks) and "pytest" not in cmd:
+            found.append(f"{p.info['pid']}: {cmd[:160]}")
+    return found
+
+
+def _wait_gone(*marks: str) -> list[str]:
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while (left := _leftovers(*marks)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def test_status_shows_every_host(hosts):
+    done = subprocess.run([*EDGEPROF, "cluster", "status", "--inventory",
+                           str(hosts["inventory"]), "--json"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    from profiler import __version__
+    assert [r["name"] for r in rows] == ["n0", "n1", "n2"]
+    for row in rows:
+        assert row["reachable"] and row["edgeprof"] == __version__
+        assert row["mxnet"] is True and row["cpus"] >= 1 and row["memory_mb"] > 100
+        # PID 1 here is not systemd: the agent service's state cannot be known.
+        assert row["agent"] == "unknown"
+    table = subprocess.run([*EDGEPROF, "cluster", "status", "--inventory",
+                            str(hosts["inventory"])], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+    assert table.returncode == 0 and "10.213.0.2" in table.stdout
+
+
+def test_mxnet_and_horovod_cells_over_ssh(hosts, tmp_path):
+    out = tmp_path / "sweep"
+    done = _sweep(hosts, out, "--devices", "2", "--batch", "32", "--max-samples", "256",
+                  "--engine", "mxnet,horovod", "--interval", "0.5", timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["engine"] for r in records) == ["horovod", "mxnet"]
+    from workloads.models import parameter_count
+    model_kb = 4 * parameter_count("lenet-mlp") / 1024
+    for rec in records:
+        assert rec["status"] == "ok", rec["reason"]
+        assert rec["cluster"] == "inventory" and rec["syncs_per_worker"] == 4
+        # Metrics came back from the nodes' own agents, counted on their eth0: every
+        # worker moved its gradients (4 steps x the model) over the wire. The window is
+        # a fraction of a second against 0.5 s samples, and counters are interpolated at
+        # its edges, so only one model's worth is certain to fall inside.
+        assert rec["metrics_nodes"] == 2
+        assert rec["net_sent_kb"] >= model_kb and rec["net_recv_kb"] >= model_kb
+        assert rec["cpu_percent_mean"] is not None and rec["rss_mb_peak"] > 50
+        cell = out / "cells" / rec["cell_id"] / "attempt-1"
+        assert sorted(p.name for p in (cell / "events").iterdir()) == [
+            "worker-0.jsonl", "worker-1.jsonl"]
+        # Every node of the cell sent back its agent's spool (MXNet: master + 2 workers).
+        nodes_used = {"mxnet": ["n0", "n1", "n2"], "horovod": ["n0", "n1"]}[rec["engine"]]
+        assert sorted(p.name for p in (cell / "metrics").iterdir()) == nodes_used
+        assert (cell / "logs" / "worker-0.log").exists()
+    # The remote copies were removed once they had arrived.
+    for node in ("n0", "n1", "n2"):
+        remote = hosts["work"] / f"remote-{node}" / "sweep" / "cells"
+        assert not remote.exists() or not any(remote.glob("*/*/*"))
+    assert _wait_gone(str(out), "remote-n") == []
+
+
+def test_timeout_stops_the_processes_on_every_host(hosts, tmp_path):
+    out = tmp_path / "sweep"
+    # Batch 4 on 20,000 samples: far longer than the 15 s limit.
+    done = _sweep(hosts, out, "--devices", "2", "--batch", "4", "--max-samples", "20000",
+                  "--timeout", "15", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rec = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
+    assert rec["status"] == "timeout", rec
+    assert _wait_gone(str(out), str(hosts["work"] / "remote-n")) == []
+
+
+def test_ctrl_c_stops_the_processes_on_every_host(hosts, tmp_path):
+    out = tmp_path / "sweep"
+    proc = subprocess.Popen(
+        [*EDGEPROF, "sweep", "--cluster", "inventory", "--inventory", str(hosts["inventory"]),
+         "--model", "lenet-mlp", "--dataset", "synthetic", "--val-samples", "64",
+         "--devices", "2", "--batch", "4", "--max-samples", "20000", "--out", str(out)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        # Wait until the workers train on the hosts (their remote events folder exists).
+        while not list(hosts["work"].glob("remote-n*/sweep/cells/*/attempt-1/events/*")):
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "the cell never started training"
+            time.sleep(0.2)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    rec = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
+    assert rec["status"] == "failed" and "interrupted" in rec["reason"]
+    assert _wait_gone(str(out), str(hosts["work"] / "remote-n")) == []
