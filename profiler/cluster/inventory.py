@@ -95,14 +95,19 @@ def read_inventory(path: Path) -> list[Host]:
     try:
         done = subprocess.run([binary, "-i", str(path), "--list"], capture_output=True,
                               text=True, timeout=INVENTORY_TIMEOUT_S,
-                              env={"ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
-                                   "ANSIBLE_LOCALHOST_WARNING": "False",
-                                   **_plain_env()})
+                              env={**_plain_env(),
+                                   # A file no plugin can parse is an error, not an
+                                   # empty inventory with a warning.
+                                   "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
+                                   "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True",
+                                   "ANSIBLE_LOCALHOST_WARNING": "False"})
     except subprocess.TimeoutExpired:
         raise ConfigError(f"--inventory {path}: ansible-inventory took over "
                           f"{INVENTORY_TIMEOUT_S} s: check the file") from None
     if done.returncode != 0:
-        raise ConfigError(f"--inventory {path} cannot be parsed: {_last_line(done.stderr)}")
+        raise ConfigError(f"--inventory {path} cannot be parsed "
+                          f"({_last_line(done.stderr).removeprefix('[ERROR]: ')}): fix it; "
+                          f"`ansible-inventory -i {path} --list` shows the details")
     try:
         data = json.loads(done.stdout)
     except ValueError:

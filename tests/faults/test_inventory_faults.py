@@ -1,0 +1,136 @@
+"""Bad inventories stop a sweep before anything runs: one line naming the fix, exit 2.
+
+Parsing faults go through the real ``ansible-inventory``; the unreachable host and the
+host without edgeprof are real SSH attempts: a bridge address no node answers on, and a
+node served by sshd whose ``edgeprof_python`` does not exist.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from profiler.cluster.inventory import hosts_from_inventory
+from profiler.errors import ConfigError
+from tests.conftest import ROOT, need_binary, need_root
+
+EDGEPROF = [sys.executable, "-m", "profiler.cli"]
+
+
+def _sweep(inventory: Path, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*EDGEPROF, "sweep", "--cluster", "inventory", "--inventory", str(inventory),
+         "--model", "lenet-mlp", "--dataset", "synthetic", "--devices", "1",
+         "--max-samples", "64", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=180)
+
+
+def _assert_one_line(done: subprocess.CompletedProcess, *words: str, out: Path) -> None:
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    assert not out.exists(), "nothing may be written for bad input"
+
+
+BAD_FILES = {
+    "missing": (None, ["does not exist", "inventory.example.ini"]),
+    "empty": ("", ["no hosts in the groups master and workers"]),
+    "no workers": ("[master]\nm ansible_host=10.213.0.1\n", ["no [workers] hosts"]),
+    "no address": ("[master]\nm ansible_host=10.213.0.1\n[workers]\nw1\n",
+                   ["host w1 has no ansible_host"]),
+    "same machine twice": ("[master]\nm ansible_host=10.213.0.1\n[workers]\n"
+                           "w1 ansible_host=10.213.0.2\nw2 ansible_host=10.213.0.2\n",
+                           ["w1 and w2 are the same machine"]),
+    "master and worker": ("[master]\nm ansible_host=10.213.0.1\n[workers]\n"
+                          "m\nw1 ansible_host=10.213.0.2\n", ["listed as master and worker"]),
+    "broken yaml": ("all: [unclosed\n", ["cannot be parsed"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_bad_inventory_file(case, tmp_path):
+    text, words = BAD_FILES[case]
+    inventory = tmp_path / ("inventory.yml" if case == "broken yaml" else "inventory.ini")
+    if text is not None:
+        inventory.write_text(text)
+    _assert_one_line(_sweep(inventory, tmp_path / "out"), *words, out=tmp_path / "out")
+
+
+def test_inventory_needs_cluster_inventory_and_back(tmp_path):
+    inventory = tmp_path / "inventory.ini"
+    inventory.write_text("[master]\nm ansible_host=10.213.0.1\n[workers]\nw ansible_host=10.213.0.2\n")
+    for argv in (["--inventory", str(inventory)], ["--cluster", "inventory"]):
+        done = subprocess.run([*EDGEPROF, "sweep", "--model", "lenet-mlp", *argv, "--out",
+                               str(tmp_path / "out")], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60)
+        _assert_one_line(done, "--inventory FILE goes with --cluster inventory",
+                         out=tmp_path / "out")
+
+
+def test_hosts_come_master_first_with_their_ssh_settings():
+    data = {"_meta": {"hostvars": {
+        "w1": {"ansible_host": "192.168.1.22", "ansible_port": 2222, "ansible_user": "pi",
+               "ansible_ssh_private_key_file": "~/.ssh/pi", "edgeprof_interface": "wlan0",
+               "ansible_ssh_common_args": "-o ProxyJump=bastion"},
+        "m": {"ansible_host": "192.168.1.21"}}},
+        "all": {"children": ["master", "workers"]},
+        "workers": {"children": ["rack1"]}, "rack1": {"hosts": ["w1"]},
+        "master": {"hosts": ["m"]}}
+    hosts = hosts_from_inventory(data, "inv")
+    assert [h.name for h in hosts] == ["m", "w1"]
+    w1 = hosts[1]
+    assert (w1.address, w1.port, w1.user, w1.interface) == ("192.168.1.22", 2222, "pi", "wlan0")
+    argv = w1.ssh(["python", "-c", "print('a b')"])
+    assert argv[:2] == ["ssh", "-o"] and "StrictHostKeyChecking=no" not in argv
+    assert argv[argv.index("-p") + 1] == "2222" and argv[argv.index("-l") + 1] == "pi"
+    assert "ProxyJump=bastion" in argv and argv[-3:-1] == ["192.168.1.22", "--"]
+    # One argument for the remote shell, quoted: no word of the command is re-split.
+    assert argv[-1] == "python -c 'print('\"'\"'a b'\"'\"')'"
+    assert w1.node().scope["interfaces"] == "wlan0"
+    with pytest.raises(ConfigError, match="no hosts"):
+        hosts_from_inventory({"_meta": {"hostvars": {}}}, "inv")
+
+
+@pytest.fixture(scope="module")
+def one_node(tmp_path_factory):
+    from profiler.cluster import emulated
+    from profiler.testing.sshd import SSHD, SshdNodes
+
+    need_root()
+    for binary in (*emulated.REQUIRED_BINARIES, "ssh", "ssh-keygen", SSHD):
+        need_binary(binary)
+    cluster, brought_up = emulated.ensure_cluster(2)
+    work = tmp_path_factory.mktemp("ssh")
+    try:
+        with SshdNodes(cluster.nodes()[:2], work) as sshd:
+            yield sshd, work
+    finally:
+        if brought_up:
+            emulated.down()
+
+
+def test_unreachable_host(one_node, tmp_path):
+    sshd, work = one_node
+    inventory = sshd.write_inventory(tmp_path / "inv.ini", {"master": ["n0"], "workers": ["n1"]},
+                                     host_vars={n: {"edgeprof_python": sys.executable}
+                                                for n in ("n0", "n1")})
+    # n1's address is replaced by one on the bridge that no node answers.
+    inventory.write_text(inventory.read_text().replace("ansible_host=10.213.0.2",
+                                                       "ansible_host=10.213.0.200"))
+    _assert_one_line(_sweep(inventory, tmp_path / "out"), "host n1", "unreachable over SSH",
+                     out=tmp_path / "out")
+
+
+def test_host_without_edgeprof(one_node, tmp_path):
+    sshd, work = one_node
+    inventory = sshd.write_inventory(
+        tmp_path / "inv.ini", {"master": ["n0"], "workers": ["n1"]},
+        host_vars={"n0": {"edgeprof_python": sys.executable},
+                   "n1": {"edgeprof_python": "/opt/nowhere/bin/python"}})
+    _assert_one_line(_sweep(inventory, tmp_path / "out"), "host n1 has no usable edgeprof",
+                     "ansible/site.yml", out=tmp_path / "out")
