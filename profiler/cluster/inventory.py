@@ -173,11 +173,25 @@ def _host(name: str, hv: Mapping, label: str) -> Host:
         name=name, address=address, port=int(port) if port else None,
         user=hv.get("ansible_user") or hv.get("ansible_ssh_user"),
         key_file=hv.get("ansible_ssh_private_key_file"), ssh_args=tuple(ssh_args),
-        python=str(hv.get("edgeprof_python") or DEFAULT_PYTHON),
+        python=_python(hv),
         workdir=str(hv.get("edgeprof_workdir") or DEFAULT_WORKDIR),
         data_dir=str(hv["edgeprof_data_dir"]) if hv.get("edgeprof_data_dir") else None,
         interface=str(hv.get("edgeprof_interface") or DEFAULT_INTERFACE),
         profile=str(hv.get("edgeprof_profile") or "host"))
+
+
+def _python(hv: Mapping) -> str:
+    """``edgeprof_python``, else ``edgeprof_venv``'s python (as group_vars/all.yml derives it).
+
+    ``ansible-inventory`` does not render Jinja, so a templated value is derived here.
+    """
+    python = str(hv.get("edgeprof_python") or "")
+    if python and "{{" not in python:
+        return python
+    venv = str(hv.get("edgeprof_venv") or "")
+    if venv and "{{" not in venv:
+        return str(PurePosixPath(venv) / "bin" / "python")
+    return DEFAULT_PYTHON
 
 
 # What a host must answer before a sweep uses it: edgeprof's version, and the engines.
