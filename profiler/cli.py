@@ -152,11 +152,10 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
                             "inventory.ini")
     if kw["inventory"] is not None:
         # Every host is checked now, before anything is written or started.
-        from .cluster.inventory import open_inventory
-        engines_needed = sorted({c.engine for c in cells})
+        from .cluster.inventory import open_inventory, requirements
         from .engines import get_engine
         needed = max(get_engine(c.engine).nodes_needed(c) for c in cells)
-        open_inventory(kw["inventory"], needed, engines_needed)
+        open_inventory(kw["inventory"], needed, requirements(cells))
     if kw["profile"] is not None:
         from .cluster.profiles import load_catalog
         load_catalog().node_profiles(kw["profile"], 1)  # unknown name, broken YAML: one line

@@ -1,6 +1,7 @@
-"""``edgeprof cluster up|down|status|profiles``: the emulated Pi cluster from the shell.
+"""``edgeprof cluster up|down|status|profiles``: the emulated Pi cluster from the shell,
+and ``status --inventory`` for the real hosts of an Ansible inventory.
 
-A thin Click layer over ``profiler.cluster.emulated``; library errors (not root, a kernel
+A thin Click layer over ``profiler.cluster.emulated`` and ``.inventory``; library errors (not root, a kernel
 feature missing, a cluster already up) become one line on stderr and exit status 2.
 """
 
@@ -16,12 +17,14 @@ from ..cli_errors import reports_errors
 
 @click.group()
 def cluster() -> None:
-    """An emulated cluster of Pi-class nodes on this host (root; see docs/emulated.md).
+    """An emulated cluster of Pi-class nodes on this host (root; see docs/emulated.md),
+    or the real hosts of an Ansible inventory (status only; see docs/cluster.md).
 
     Example:
 
     \b
         sudo edgeprof cluster up --nodes 4 --profile pi3b
+        edgeprof cluster status --inventory inventory.ini
     """
 
 
@@ -116,13 +119,20 @@ def profiles() -> None:
 def _print_hosts(hosts: list[dict]) -> None:
     click.echo(f"{'host':<12} {'address':<16} {'reachable':<9} {'cpus':>4} {'mem MB':>7} "
                f"{'edgeprof':<9} {'mxnet':<5} {'horovod':<7} agent")
+    # mxnet: "dist" has the parameter server, "local" one device only (PyPI's aarch64 wheel).
     for h in hosts:
         if not h["reachable"]:
             click.echo(f"{h['name']:<12} {h['address']:<16} {'no':<9} {h['problem']}")
             continue
         click.echo(f"{h['name']:<12} {h['address']:<16} {'yes':<9} {h['cpus']:>4} "
-                   f"{h['memory_mb']:>7} {h['edgeprof']:<9} {_yes(h['mxnet']):<5} "
+                   f"{h['memory_mb']:>7} {h['edgeprof']:<9} {_mxnet(h):<5} "
                    f"{_yes(h['horovod']):<7} {h['agent']}")
+
+
+def _mxnet(host: dict) -> str:
+    if not host["mxnet"]:
+        return "no"
+    return "dist" if host.get("mxnet_dist") else "local"
 
 
 def _yes(flag) -> str:

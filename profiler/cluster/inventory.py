@@ -195,14 +195,39 @@ def _python(hv: Mapping) -> str:
 
 
 # What a host must answer before a sweep uses it: edgeprof's version, and the engines.
+# Whether MXNet has the parameter server is read from libmxnet's feature list through
+# ctypes (0.1 s) rather than `import mxnet` (seconds of operator registration on a Pi):
+# PyPI's aarch64 wheel lacks it (docs/raspberry-pi.md).
 _PROBE = (
-    "import importlib.util as u, json, os\n"
+    "import ctypes, importlib.util as u, json, os\n"
     "import profiler\n"
+    "def dist_kvstore():\n"
+    "    spec = u.find_spec('mxnet')\n"
+    "    if spec is None:\n"
+    "        return False\n"
+    "    lib = ctypes.CDLL(os.path.join(os.path.dirname(spec.origin), 'libmxnet.so'))\n"
+    "    class Feature(ctypes.Structure):\n"
+    "        _fields_ = [('name', ctypes.c_char_p), ('enabled', ctypes.c_bool)]\n"
+    "    array, size = ctypes.POINTER(Feature)(), ctypes.c_size_t()\n"
+    "    if lib.MXLibInfoFeatures(ctypes.byref(array), ctypes.byref(size)) != 0:\n"
+    "        return False\n"
+    "    return any(array[i].name == b'DIST_KVSTORE' and array[i].enabled\n"
+    "               for i in range(size.value))\n"
     "print(json.dumps({'version': profiler.__version__,"
     " 'mxnet': u.find_spec('mxnet') is not None,"
+    " 'mxnet-dist': dist_kvstore(),"
     " 'horovod': u.find_spec('horovod') is not None,"
     " 'cpus': os.cpu_count(),"
     " 'memory_mb': os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') // 2**20}))\n")
+
+
+def requirements(cells) -> list[str]:
+    """What the hosts must have for ``cells``: engine names, and ``mxnet-dist`` (MXNet
+    built with the distributed KVStore) when an MXNet cell spans devices."""
+    needed = {cell.engine for cell in cells}
+    if any(cell.engine == "mxnet" and cell.devices > 1 for cell in cells):
+        needed.add("mxnet-dist")
+    return sorted(needed)
 
 
 def probe(host: Host) -> dict:
@@ -244,6 +269,11 @@ def check_hosts(hosts: Sequence[Host], engines: Sequence[str] = ("mxnet",)) -> d
                                f"controller {__version__}: provision it again with "
                                "ansible/site.yml so that both run the same version")
         for engine in engines:
+            if engine == "mxnet-dist" and info.get("mxnet") and not info.get(engine):
+                raise ClusterError(f"host {host.name}'s MXNet has no distributed KVStore "
+                                   "(PyPI's aarch64 wheel lacks it): set "
+                                   "edgeprof_mxnet_wheel to a build with USE_DIST_KVSTORE=1 "
+                                   "(docs/raspberry-pi.md), or use --engine horovod")
             if not info.get(engine):
                 raise ClusterError(f"host {host.name} has no {engine} in {host.python}: "
                                    "provision it with ansible/site.yml (see "
@@ -321,32 +351,34 @@ class InventoryCluster:
     def collect(self, cell_dir: Path, nodes: Sequence[Node]) -> list[str]:
         """Bring each node's part of the cell folder back; return one problem per failure.
 
-        The remote copy is removed once it arrived whole (a Pi's SD card is small).
+        Nodes are fetched in parallel; each remote copy is removed once it arrived whole
+        (a Pi's SD card is small).
         """
-        problems = []
-        for node in {n.name: n for n in nodes}.values():
-            host = self.host(node)
-            remote_dir = str(self.remote_cell_dir(node, cell_dir))
-            pack = host.ssh(["tar", "-C", remote_dir, "--exclude=./pids", "-cf", "-", "."])
-            try:
-                with subprocess.Popen(pack, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      stdin=subprocess.DEVNULL, env=_plain_env()) as sender:
-                    unpacked = subprocess.run(["tar", "-C", str(cell_dir), "-xf", "-"],
-                                              stdin=sender.stdout, capture_output=True,
-                                              timeout=COLLECT_TIMEOUT_S)
-                    sender.stdout.close()
-                    error = sender.stderr.read().decode(errors="replace")
-                    sender.wait(timeout=COLLECT_TIMEOUT_S)
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                problems.append(f"{node.name}: {exc}")
-                continue
-            if sender.returncode != 0 or unpacked.returncode != 0:
-                problems.append(f"{node.name}: {_last_line(error or unpacked.stderr.decode())}")
-                continue
-            subprocess.run(host.ssh(["rm", "-rf", remote_dir]), capture_output=True,
-                           stdin=subprocess.DEVNULL, timeout=COLLECT_TIMEOUT_S,
-                           env=_plain_env())
-        return problems
+        unique = list({n.name: n for n in nodes}.values())
+        with ThreadPoolExecutor(max_workers=min(16, len(unique))) as pool:
+            problems = list(pool.map(lambda node: self._fetch(node, Path(cell_dir)), unique))
+        return [problem for problem in problems if problem]
+
+    def _fetch(self, node: Node, cell_dir: Path) -> str | None:
+        host = self.host(node)
+        remote_dir = str(self.remote_cell_dir(node, cell_dir))
+        pack = host.ssh(["tar", "-C", remote_dir, "--exclude=./pids", "-cf", "-", "."])
+        try:
+            with subprocess.Popen(pack, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  stdin=subprocess.DEVNULL, env=_plain_env()) as sender:
+                unpacked = subprocess.run(["tar", "-C", str(cell_dir), "-xf", "-"],
+                                          stdin=sender.stdout, capture_output=True,
+                                          timeout=COLLECT_TIMEOUT_S)
+                sender.stdout.close()
+                error = sender.stderr.read().decode(errors="replace")
+                sender.wait(timeout=COLLECT_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"{node.name}: {exc}"
+        if sender.returncode != 0 or unpacked.returncode != 0:
+            return f"{node.name}: {_last_line(error or unpacked.stderr.decode())}"
+        subprocess.run(host.ssh(["rm", "-rf", remote_dir]), capture_output=True,
+                       stdin=subprocess.DEVNULL, timeout=COLLECT_TIMEOUT_S, env=_plain_env())
+        return None
 
     def oom_killed(self, node: Node) -> int:
         return 0  # a real node's kernel OOM kill shows as the worker's SIGKILL
@@ -367,6 +399,7 @@ def status(path: Path) -> list[dict]:
             return {**row, "reachable": False, "problem": str(exc)}
         row.update(reachable=True, cpus=info.get("cpus"), memory_mb=info.get("memory_mb"),
                    edgeprof=info.get("version"), mxnet=info.get("mxnet"),
+                   mxnet_dist=info.get("mxnet-dist"),
                    horovod=info.get("horovod"), agent=_agent_state(host))
         return row
 
@@ -398,4 +431,4 @@ def _last_line(text: str) -> str:
 
 
 __all__ = ["Host", "InventoryCluster", "read_inventory", "hosts_from_inventory",
-           "check_hosts", "open_inventory", "status"]
+           "check_hosts", "open_inventory", "requirements", "status"]

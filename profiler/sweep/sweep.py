@@ -23,6 +23,7 @@ from tqdm import tqdm
 from ..agent.ship import TRAFFIC_FILE
 from ..cell import CELL_FORMAT, CellConfig
 from ..cluster import open_cluster, teardown
+from ..cluster.inventory import requirements
 from ..engines import get_engine
 from ..engines.base import TrainOptions
 from ..errors import ConfigError
@@ -209,7 +210,8 @@ def _run_sweep(settings: SweepSettings, stop: StopRequest, progress: bool,
                            seed=settings.seed, val_samples=settings.val_samples)
 
     cluster, created = open_cluster(settings.cluster, nodes_needed, settings.profile,
-                                    inventory=settings.inventory, engines=sorted(engines))
+                                    inventory=settings.inventory,
+                                    engines=requirements(settings.cells))
     if on_start is not None:
         on_start(sweep_dir)
     shipper = None

@@ -47,8 +47,13 @@ Subsystem sftp internal-sftp
 class SshdNodes:
     """sshd (Debian openssh-server) inside each emulated node's netns, for tests only."""
 
-    def __init__(self, nodes: list[Node], workdir: Path, user: str = "root", port: int = 22):
+    def __init__(self, nodes: list[Node], workdir: Path, user: str = "root", port: int = 22,
+                 *, cluster=None):
         self.nodes = list(nodes)
+        # With the emulated cluster given, each sshd (and so every session it serves)
+        # runs inside its node's CPU and memory cgroups, as on a board of that size;
+        # without, only in the node's network namespace.
+        self.cluster = cluster
         self.workdir = Path(workdir)
         self.user = user
         self.port = port
@@ -82,9 +87,13 @@ class SshdNodes:
             config.write_text(_CONFIG.format(
                 address=node.address, port=self.port, host_key=host_key,
                 pid_file=folder / "sshd.pid", authorized_keys=self.workdir / "authorized_keys"))
-            argv = ["nsenter", f"--net=/run/netns/{node.scope['netns']}", "--",
-                    SSHD, "-D", "-e", "-f", str(config)]
-            self._procs.append(popen_in_group(argv, {}, folder / "sshd.log"))
+            argv = [SSHD, "-D", "-e", "-f", str(config)]
+            if self.cluster is not None:
+                proc = self.cluster.start(node, argv, {}, folder / "sshd.log", confine=True)
+            else:
+                proc = popen_in_group(["nsenter", f"--net=/run/netns/{node.scope['netns']}",
+                                       "--", *argv], {}, folder / "sshd.log")
+            self._procs.append(proc)
         self.known_hosts_path.write_text("\n".join(known) + "\n")
         self._wait_accepting()
         return self

@@ -7,6 +7,7 @@ node served by sshd whose ``edgeprof_python`` does not exist.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -134,3 +135,36 @@ def test_host_without_edgeprof(one_node, tmp_path):
                    "n1": {"edgeprof_python": "/opt/nowhere/bin/python"}})
     _assert_one_line(_sweep(inventory, tmp_path / "out"), "host n1 has no usable edgeprof",
                      "ansible/site.yml", out=tmp_path / "out")
+
+
+def test_mxnet_without_parameter_server_is_named(monkeypatch):
+    """PyPI's aarch64 MXNet wheel has no distributed KVStore. No such wheel runs here, so
+    the host's answer is given as the probe would read it from that wheel (a stand-in);
+    the probe's real answer on this machine is checked below."""
+    from profiler.cell import CellConfig
+    from profiler.cluster import inventory as inv
+    from profiler.errors import ClusterError
+
+    hosts = [inv.Host(name="pi0", address="192.0.2.1")]
+    answer = {"version": inv.__version__, "mxnet": True, "mxnet-dist": False,
+              "horovod": True}
+    monkeypatch.setattr(inv, "probe", lambda host: answer)
+    one = CellConfig(engine="mxnet", devices=1)
+    two = CellConfig(engine="mxnet", devices=2)
+    hvd = CellConfig(engine="horovod", devices=2)
+    assert inv.requirements([one]) == ["mxnet"]
+    assert inv.requirements([one, two, hvd]) == ["horovod", "mxnet", "mxnet-dist"]
+    inv.check_hosts(hosts, inv.requirements([one, hvd]))  # local KVStore and Horovod work
+    with pytest.raises(ClusterError, match="pi0's MXNet has no distributed KVStore.*"
+                                           "edgeprof_mxnet_wheel.*--engine horovod"):
+        inv.check_hosts(hosts, inv.requirements([two]))
+
+
+def test_probe_reads_the_kvstore_feature_of_this_mxnet():
+    from profiler.cluster.inventory import _PROBE
+
+    done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    # The x86-64 wheel of MXNet 1.9.1 is built with USE_DIST_KVSTORE=1.
+    assert answer["mxnet"] is True and answer["mxnet-dist"] is True, answer

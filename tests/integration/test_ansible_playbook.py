@@ -38,6 +38,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 BIN = Path(sys.executable).parent
 EDGEPROF = [sys.executable, "-m", "profiler.cli"]
 VAULT_PASSWORD = "test-vault-password"
+FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")  # Debian's dataset-fashion-mnist
 SECRETS = {"edgeprof_influx_admin_password": "admin-Secret-1",
            "edgeprof_grafana_admin_password": "grafana-Secret-2",
            "edgeprof_influx_credentials": "agent:agent-Secret-3"}
@@ -78,7 +79,9 @@ def provisioned(tmp_path_factory):
             "edgeprof_grafana_user": "root",
             "edgeprof_grafana_provisioning_dir": str(work / "grafana" / "provisioning"),
             "edgeprof_grafana_dashboards_dir": str(work / "grafana" / "dashboards"),
-            "edgeprof_grafana_secrets_dir": str(work / "grafana" / "secrets")}))
+            "edgeprof_grafana_secrets_dir": str(work / "grafana" / "secrets"),
+            # Debian's Fashion-MNIST (30 MB) goes to each node's edgeprof_data_dir.
+            "edgeprof_datasets": [str(FASHION_DIR)]}))
         secrets = work / "vault.yml"
         secrets.write_text("".join(f"{k}: {v}\n" for k, v in SECRETS.items()))
         password_file = work / "vault-password"
@@ -165,7 +168,8 @@ def test_sweep_runs_on_the_provisioned_nodes(provisioned, tmp_path):
     out = tmp_path / "sweep"
     done = subprocess.run(
         [*EDGEPROF, "sweep", "--cluster", "inventory", "--inventory",
-         str(provisioned["inventory"]), "--model", "lenet-mlp", "--dataset", "synthetic",
+         str(provisioned["inventory"]), "--model", "lenet-mlp", "--dataset", "fashion-mnist",
+         "--data-dir", str(FASHION_DIR.parent),
          "--devices", "2", "--placement", "colocated", "--batch", "32", "--max-samples",
          "256", "--val-samples", "64", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -173,3 +177,9 @@ def test_sweep_runs_on_the_provisioned_nodes(provisioned, tmp_path):
     record = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
     assert record["status"] == "ok", record["reason"]
     assert record["metrics_nodes"] == 2
+    # The playbook put the data on each node, where --data-dir points on that host.
+    assert record["dataset"] == "fashion-mnist"
+    for node in ("n0", "n1"):
+        copied = provisioned["work"] / node / "data" / "fashion-mnist"
+        assert sorted(p.name for p in copied.iterdir()) == sorted(
+            p.name for p in FASHION_DIR.iterdir())

@@ -5,7 +5,8 @@ No Raspberry Pi here: each "host" is an emulated node (a network namespace with 
 key and known_hosts made by the test, through an Ansible INI inventory, exactly as a real
 cluster would be. What differs from real Pis: the hosts share this machine's filesystem
 and Python (each gets its own ``edgeprof_workdir``, so bringing results back is still
-exercised) and the nodes' CPU/memory cgroups do not apply to processes started by sshd.
+exercised). Each sshd runs in its node's CPU and memory cgroups, so what it starts is
+limited like a Pi-class board.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def hosts(tmp_path_factory):
         need_binary(binary)
     cluster, brought_up = emulated.ensure_cluster(3)
     work = tmp_path_factory.mktemp("ssh")
-    sshd = SshdNodes(cluster.nodes()[:3], work)
+    sshd = SshdNodes(cluster.nodes()[:3], work, cluster=cluster)
     try:
         sshd.start()
         host_vars = {n: {"edgeprof_workdir": str(work / f"remote-{n}"),
@@ -88,12 +89,14 @@ def test_status_shows_every_host(hosts):
     for row in rows:
         assert row["reachable"] and row["edgeprof"] == __version__
         assert row["mxnet"] is True and row["cpus"] >= 1 and row["memory_mb"] > 100
+        assert row["mxnet_dist"] is True  # the x86-64 wheel has the parameter server
         # PID 1 here is not systemd: the agent service's state cannot be known.
         assert row["agent"] == "unknown"
     table = subprocess.run([*EDGEPROF, "cluster", "status", "--inventory",
                             str(hosts["inventory"])], cwd=ROOT, capture_output=True,
                            text=True, timeout=120)
     assert table.returncode == 0 and "10.213.0.2" in table.stdout
+    assert " dist " in table.stdout.splitlines()[1], table.stdout
 
 
 def test_mxnet_and_horovod_cells_over_ssh(hosts, tmp_path):
