@@ -47,3 +47,26 @@ def _one_thread_per_process(monkeypatch):
 @pytest.fixture
 def python() -> str:
     return sys.executable
+
+
+def sshd_nodes(workdir: Path, count: int, *, confine: bool = True, extra_binaries=()):
+    """Emulated nodes each serving sshd (``profiler.testing.sshd``): yields the started
+    ``SshdNodes``; stops them, and takes the cluster down if this call brought it up.
+
+    ``confine``: run each sshd (and so what it starts) in its node's CPU and memory
+    cgroups, like the emulated cluster's own processes.
+    """
+    from profiler.cluster import emulated
+    from profiler.testing.sshd import SSHD, SshdNodes
+
+    need_root()
+    for binary in (*emulated.REQUIRED_BINARIES, "ssh", "ssh-keygen", SSHD, *extra_binaries):
+        need_binary(binary)
+    cluster, brought_up = emulated.ensure_cluster(count)
+    sshd = SshdNodes(cluster.nodes()[:count], workdir, cluster=cluster if confine else None)
+    try:
+        yield sshd.start()
+    finally:
+        sshd.stop()
+        if brought_up:
+            emulated.down()

@@ -30,6 +30,7 @@ import traceback
 from profiler.errors import ConfigError, EdgeprofError
 
 from . import optim
+from .node_limits import join_cpu_limit
 
 KVSTORES = ("local", "dist_sync", "dist_async", "horovod")
 DMLC_VARIABLES = ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
@@ -216,6 +217,8 @@ class _Worker:
         from . import models
 
         self.syncs = 0
+        # Start-up is over: from here on the node's CPU quota applies (emulated cluster).
+        join_cpu_limit()
         started = time.time()
         events.emit("start", num_workers=self.num_workers, kvstore=args.kvstore,
                     model=args.model, layers=args.layers, batch=args.batch,

@@ -9,7 +9,10 @@ last worker end):
 - ``rss_mb``: the summed RSS of the node's worker processes (with their descendants)
   at each tick: mean and peak;
 - ``net_*``: the counters of the interfaces the agent counted, interpolated linearly
-  at t_start and t_end, summed over interfaces; KB = 1024 bytes.
+  at t_start and t_end, summed over interfaces; KB = 1024 bytes. ``net_*_per_s`` are the
+  same totals divided by the window's length: rates, which is what the study's Ganglia
+  ``bytes_in``/``bytes_out`` report (its "KB" are KB/s), so they compare across cells
+  of different lengths and with the study.
 
 Each column is then the mean over the worker nodes that have data (None if none).
 
@@ -36,6 +39,8 @@ SUMMARY_COLUMNS = [
     "mem_used_mb_mean", "mem_used_mb_peak",
     "rss_mb_mean", "rss_mb_peak",
     "net_sent_kb", "net_recv_kb", "net_sent_packets", "net_recv_packets",
+    "net_sent_kb_per_s", "net_recv_kb_per_s", "net_sent_packets_per_s",
+    "net_recv_packets_per_s",
     "metrics_nodes",
 ]
 PACKETS_PER_REQUEST = 4
@@ -121,10 +126,14 @@ def _net(counters: dict[str, list[tuple[int, dict]]], start_ms: int, end_ms: int
         totals["recv_bytes"] -= both_bytes
         totals["sent_packets"] -= shipper["packets"]
         totals["recv_packets"] -= shipper["packets"]
-    return {"net_sent_kb": max(0.0, totals["sent_bytes"]) / 1024,
-            "net_recv_kb": max(0.0, totals["recv_bytes"]) / 1024,
-            "net_sent_packets": max(0.0, totals["sent_packets"]),
-            "net_recv_packets": max(0.0, totals["recv_packets"])}
+    out = {"net_sent_kb": max(0.0, totals["sent_bytes"]) / 1024,
+           "net_recv_kb": max(0.0, totals["recv_bytes"]) / 1024,
+           "net_sent_packets": max(0.0, totals["sent_packets"]),
+           "net_recv_packets": max(0.0, totals["recv_packets"])}
+    window_s = (end_ms - start_ms) / 1000
+    if window_s > 0:
+        out.update({f"{name}_per_s": value / window_s for name, value in list(out.items())})
+    return out
 
 
 def _value_at(series: list[tuple[int, dict]], name: str, time_ms: int) -> float:

@@ -80,13 +80,22 @@ class NodeCgroup:
     def dirs(self) -> list[Path]:
         return _unique([self.cpu_dir, self.cpuacct_dir, self.memory_dir])
 
-    def attach(self, pid: int) -> None:
-        """Move ``pid`` into every directory of the node (its children follow it).
+    def can_join_cpu_later(self) -> bool:
+        """Whether the CPU quota is a hierarchy of its own (v1, ``cpu`` not co-mounted
+        with ``cpuacct`` or ``memory``), so a process can be limited in memory and counted
+        from its start but join the quota later (``workloads.node_limits``)."""
+        return self.version == 1 and self.cpu_dir not in (self.cpuacct_dir, self.memory_dir)
+
+    def attach(self, pid: int, *, cpu_quota: bool = True) -> None:
+        """Move ``pid`` into every directory of the node (its children follow it);
+        with ``cpu_quota=False`` into all but the CPU quota's (see ``can_join_cpu_later``).
 
         Safe in a ``preexec_fn``: only ``os`` calls, no locks, no allocation-heavy code.
         """
         data = str(pid).encode()
         for directory in self.dirs():
+            if not cpu_quota and directory == self.cpu_dir:
+                continue
             fd = os.open(str(directory / "cgroup.procs"), os.O_WRONLY)
             try:
                 os.write(fd, data)

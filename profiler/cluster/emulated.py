@@ -8,7 +8,10 @@ than in the state file, so it also cleans up after a crash.
 
 ``EmulatedCluster.start`` runs a process in the node's network namespace and, when confined,
 moves it into the node's cgroups in ``preexec_fn``, i.e. before ``exec``: not one
-instruction of the training process runs outside the node's limits.
+instruction runs outside the node's memory limit and CPU accounting. The training roles
+(worker, server, scheduler) join the CPU quota itself when their start-up (importing
+MXNet, about 2 CPU-seconds) is done, where the cgroup layout allows (cgroup v1);
+``workloads.node_limits`` says why.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
+from workloads.node_limits import JOIN_CPU_CGROUP_ENV
+
 from ..errors import ClusterError, ConfigError
 from ..fsutil import atomic_write_text
 from . import cgroups, netns
@@ -34,6 +39,8 @@ STATE_FILE = STATE_DIR / "cluster.json"
 LOCK_FILE = STATE_DIR / "cluster.lock"
 DEFAULT_PROFILE = "pi3b"
 REQUIRED_BINARIES = ("ip", "tc", "ethtool", "sysctl", "nsenter")
+# Roles that call workloads.node_limits.join_cpu_limit() once their start-up is done.
+LATE_CPU_ROLES = ("worker", "server", "scheduler")
 
 
 class EmulatedCluster:
@@ -70,7 +77,12 @@ class EmulatedCluster:
         preexec = None
         if confine:
             group = _node_cgroup(node)
-            preexec = lambda: group.attach(os.getpid())  # noqa: E731 - runs in the child
+            # Training roles pay MXNet's import outside the CPU quota and join it when
+            # they start to train or serve (workloads.node_limits says why).
+            late = role in LATE_CPU_ROLES and group.can_join_cpu_later()
+            if late:
+                env = {**env, JOIN_CPU_CGROUP_ENV: str(group.cpu_dir / "cgroup.procs")}
+            preexec = lambda: group.attach(os.getpid(), cpu_quota=not late)  # noqa: E731
         return popen_in_group(wrapped, env, log_path, preexec_fn=preexec)
 
     def oom_killed(self, node: Node) -> int:

@@ -134,6 +134,9 @@ def test_real_sweep_then_resume(tmp_path):
             assert float(r["cpu_percent_mean"]) > 0 and float(r["rss_mb_peak"]) > 50
         if r["devices"] == "2" and r["model"] == "resnet":  # parameters cross loopback
             assert float(r["net_sent_kb"]) > 100 and int(r["metrics_nodes"]) == 2
+            # The rate is the total over the training window (within rounding).
+            window_s = float(r["net_sent_kb"]) / float(r["net_sent_kb_per_s"])
+            assert 0 < window_s < float(r["elapsed_s"]) + 1, r
     assert "val_acc" in proc.stdout and proc.stdout.count("ok") >= 12
 
     again = _sweep(out, "--resume")

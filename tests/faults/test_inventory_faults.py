@@ -16,7 +16,7 @@ import pytest
 
 from profiler.cluster.inventory import hosts_from_inventory
 from profiler.errors import ConfigError
-from tests.conftest import ROOT, need_binary, need_root
+from tests.conftest import ROOT, sshd_nodes
 
 EDGEPROF = [sys.executable, "-m", "profiler.cli"]
 
@@ -99,20 +99,9 @@ def test_hosts_come_master_first_with_their_ssh_settings():
 
 @pytest.fixture(scope="module")
 def one_node(tmp_path_factory):
-    from profiler.cluster import emulated
-    from profiler.testing.sshd import SSHD, SshdNodes
-
-    need_root()
-    for binary in (*emulated.REQUIRED_BINARIES, "ssh", "ssh-keygen", SSHD):
-        need_binary(binary)
-    cluster, brought_up = emulated.ensure_cluster(2)
     work = tmp_path_factory.mktemp("ssh")
-    try:
-        with SshdNodes(cluster.nodes()[:2], work) as sshd:
-            yield sshd, work
-    finally:
-        if brought_up:
-            emulated.down()
+    for sshd in sshd_nodes(work, 2, confine=False):
+        yield sshd, work
 
 
 def test_unreachable_host(one_node, tmp_path):

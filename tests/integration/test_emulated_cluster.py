@@ -193,6 +193,52 @@ def test_unconfined_process_runs_in_the_node_but_outside_its_cgroup(emulated, tm
             proc.wait()
 
 
+def test_training_roles_join_the_cpu_quota_after_start_up(emulated, tmp_path):
+    """A worker pays its start-up (importing MXNet) unthrottled but inside the node's memory
+    limit and CPU accounting, and is held to the quota from join_cpu_limit() on; any
+    other confined process is held from its first instruction."""
+    node = emulated.nodes()[1]
+    from profiler.cluster.emulated import _node_cgroup
+    group = _node_cgroup(node)
+    if not group.can_join_cpu_later():
+        pytest.skip("cgroup v2 or co-mounted cpu,cpuacct: roles are confined from the start")
+    code = textwrap.dedent("""
+        import sys, time
+        from workloads.node_limits import join_cpu_limit
+        def cpu_group():
+            for line in open('/proc/self/cgroup'):
+                _, controllers, path = line.strip().split(':', 2)
+                if 'cpu' in controllers.split(','):
+                    return path
+        def busy_cores(seconds):
+            wall, cpu = time.monotonic(), time.process_time()
+            while time.monotonic() - wall < seconds:
+                pass
+            return (time.process_time() - cpu) / (time.monotonic() - wall)
+        print(cpu_group(), round(busy_cores(1.5), 2))
+        print(join_cpu_limit())
+        print(cpu_group(), round(busy_cores(3.0), 2), flush=True)
+    """)
+    worker = emulated.start(node, [sys.executable, "-c", code], {}, tmp_path / "w.log",
+                            role="worker")
+    other = emulated.start(node, [sys.executable, "-c", "import time; time.sleep(5)"], {},
+                           tmp_path / "o.log")
+    try:
+        assert worker.wait(timeout=60) == 0, (tmp_path / "w.log").read_text()
+        before, joined, after = (tmp_path / "w.log").read_text().split("\n")[:3]
+        # Before joining: outside the quota (a busy loop gets far more than 0.3 cores on
+        # an idle host; 0.45 leaves room for a loaded 2-core machine).
+        assert before.split()[0] != "/edgeprof/n1"
+        assert float(before.split()[1]) > 1.5 * CPU_CORES, before
+        assert joined == "True"
+        assert after.split()[0] == "/edgeprof/n1"
+        assert float(after.split()[1]) <= CPU_CORES * 1.15
+        assert other.pid in group.pids()  # memory and accounting from the start
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_allocation_past_the_memory_limit_is_an_oom_kill(emulated, tmp_path):
     node = emulated.nodes()[1]
     before = emulated.oom_killed(node)

@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ROOT, need_binary, need_root
+from tests.conftest import ROOT, sshd_nodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 EDGEPROF = [sys.executable, "-m", "profiler.cli"]
@@ -31,27 +31,14 @@ GONE_WITHIN_S = 10.0
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
     """Three emulated nodes with sshd: n0 the master, n1 and n2 the workers."""
-    from profiler.cluster import emulated
-    from profiler.testing.sshd import SSHD, SshdNodes
-
-    need_root()
-    for binary in (*emulated.REQUIRED_BINARIES, "ssh", "ssh-keygen", SSHD):
-        need_binary(binary)
-    cluster, brought_up = emulated.ensure_cluster(3)
     work = tmp_path_factory.mktemp("ssh")
-    sshd = SshdNodes(cluster.nodes()[:3], work, cluster=cluster)
-    try:
-        sshd.start()
+    for sshd in sshd_nodes(work, 3):
         host_vars = {n: {"edgeprof_workdir": str(work / f"remote-{n}"),
                          "edgeprof_python": sys.executable} for n in ("n0", "n1", "n2")}
         inventory = sshd.write_inventory(work / "inventory.ini",
                                          {"master": ["n0"], "workers": ["n1", "n2"]},
                                          host_vars=host_vars)
-        yield {"inventory": inventory, "work": work, "sshd": sshd, "cluster": cluster}
-    finally:
-        sshd.stop()
-        if brought_up:
-            emulated.down()
+        yield {"inventory": inventory, "work": work, "sshd": sshd}
 
 
 def _sweep(hosts, out: Path, *extra: str, **kw) -> subprocess.CompletedProcess:

@@ -42,6 +42,9 @@ def test_summary_over_worker_nodes_and_window(tmp_path):
     # 2 s of traffic: n1 2 KB, n2 4 KB sent → mean 3 KB; packets 20/40 → 20 and 40.
     assert row["net_sent_kb"] == 3.0 and row["net_recv_kb"] == 6.0
     assert row["net_sent_packets"] == 20 and row["net_recv_packets"] == 40
+    # Rates over the 2 s window: what the study's Ganglia reports as "KB".
+    assert row["net_sent_kb_per_s"] == 1.5 and row["net_recv_kb_per_s"] == 3.0
+    assert row["net_sent_packets_per_s"] == 10.0 and row["net_recv_packets_per_s"] == 20.0
 
 
 def test_counters_interpolate_inside_a_tick(tmp_path):
