@@ -275,6 +275,8 @@ def _register_optional_commands() -> None:
     from .data.cli import data
     for command in (agent, ship, cluster, data):
         cli.add_command(command)
+    from .calibrate.cli import calibrate
+    cluster.add_command(calibrate)
 
 
 _register_optional_commands()

@@ -1,0 +1,73 @@
+"""``edgeprof cluster calibrate``: a profile whose CPU quota trains like a real board.
+
+Registered on the ``cluster`` group by ``profiler.cli`` (not by ``profiler.cluster.cli``:
+calibration runs sweeps, and the cluster package must not import the sweep package).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..cli_errors import reports_errors
+
+
+@click.command()
+@click.option("--profile", "profile", required=True,
+              help="Name of the profile to write, e.g. pi3b-mine.")
+@click.option("--base", default="pi3b", show_default=True,
+              help="Profile whose link rate and memory the new one keeps.")
+@click.option("--workload", required=True,
+              help="What the board was measured training: lenet-mlp, lenet-cnn, resnet-N.")
+@click.option("--samples-per-s", "samples_per_s", required=True, type=float,
+              help="The board's training rate on that workload (samples per second).")
+@click.option("--batch", default=64, show_default=True, type=int,
+              help="Batch size of that measurement.")
+@click.option("--check-workload", default=None,
+              help="A second workload to check the quota with (e.g. lenet-cnn).")
+@click.option("--check-samples-per-s", "check_samples_per_s", default=None, type=float,
+              help="The board's rate on the second workload.")
+@click.option("--check-batch", default=None, type=int,
+              help="Batch of the second workload (default: --batch).")
+@click.option("--tolerance", default=0.05, show_default=True, type=float,
+              help="How close to the rate the quota must bring the node (fraction).")
+@click.option("--to", "to_file", default=None, type=click.Path(path_type=Path),
+              help="Profiles file to write (default ~/.config/edgeprof/profiles.yaml).")
+@reports_errors
+def calibrate(profile, base, workload, samples_per_s, batch, check_workload,
+              check_samples_per_s, check_batch, tolerance, to_file) -> None:
+    """Find the CPU quota at which one emulated node trains like a real board (root).
+
+    Measure the board first: `edgeprof run` (or a one-device sweep) on it gives
+    samples_per_s. Each step trains a real one-device cell on a one-node emulated
+    cluster and scales the quota by target / measured; the profile is written when the
+    rate is within --tolerance, with the second workload's rate beside its reference.
+
+    Example:
+
+    \b
+        sudo edgeprof cluster calibrate --profile pi3b-mine --workload lenet-mlp \\
+            --samples-per-s 571 --check-workload lenet-cnn --check-samples-per-s 55.6
+    """
+    from . import Workload, calibrate as run_calibration, write_profile
+    from ..errors import ConfigError
+
+    if (check_workload is None) != (check_samples_per_s is None):
+        raise ConfigError("--check-workload and --check-samples-per-s go together: give "
+                          "both, or neither")
+    if batch < 1 or (check_batch is not None and check_batch < 1):
+        raise ConfigError("--batch and --check-batch must be at least 1")
+    if not 0 < tolerance < 0.5:
+        raise ConfigError(f"--tolerance {tolerance}: give a fraction such as 0.05")
+    main = Workload.parse(workload, batch)
+    check = None
+    if check_workload is not None:
+        check = (Workload.parse(check_workload, check_batch or batch), check_samples_per_s)
+    result = run_calibration(profile, base, main, samples_per_s, check=check,
+                             tolerance=tolerance, report=lambda line: click.echo(line, err=True))
+    path = write_profile(result, to_file)
+    click.echo(f"{profile}: cpu_cores {result.quota_cores:.4f} ({main.label} "
+               f"{result.samples_per_s:.1f} samples/s, {result.ratio:.3f} x {samples_per_s:g})"
+               + (f"; {check[0].label} {result.check_ratio:.3f} x its reference"
+                  if check else "") + f" -> {path}")

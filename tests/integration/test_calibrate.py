@@ -1,0 +1,86 @@
+"""``edgeprof cluster calibrate`` for real: one-device cells on a one-node emulated cluster.
+
+The "board" here is this machine's own LeNet-MLP at a quota of 0.15 cores: the test
+measures that rate once, then asks calibrate to find a quota that reproduces it from the
+pi3b profile's 0.3 cores, and checks the profile it writes reads back and that the
+quota found trains at the rate asked for (the training rate, not start-up).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, need_binary, need_root
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+EDGEPROF = [sys.executable, "-m", "profiler.cli"]
+
+
+def _calibrate(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*EDGEPROF, "cluster", "calibrate", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=500)
+
+
+@pytest.fixture(scope="module")
+def no_cluster():
+    need_root()
+    from profiler.cluster import emulated
+    for binary in emulated.REQUIRED_BINARIES:
+        need_binary(binary)
+    try:
+        emulated.attach()
+    except Exception:
+        yield
+        return
+    emulated.down()  # an idle cluster another test left: calibration refuses to rebuild it
+    yield
+
+
+def test_calibrate_finds_the_quota_of_a_rate_and_writes_the_profile(no_cluster, tmp_path):
+    from profiler.calibrate import Workload, _Measurer
+    from profiler.cluster.profiles import load_catalog
+
+    base = load_catalog().profiles["pi3b"]
+    reference = _Measurer(tmp_path / "ref", base)(Workload("lenet-mlp", None, 32), 0.15, 3000)
+    target = round(reference.samples_per_s)
+    out = tmp_path / "profiles.yaml"
+    done = _calibrate("--profile", "board-x", "--workload", "lenet-mlp", "--batch", "32",
+                      "--samples-per-s", str(target), "--check-workload", "lenet-cnn",
+                      "--check-samples-per-s", "500", "--tolerance", "0.1", "--to", str(out))
+    assert done.returncode == 0, done.stderr
+    steps = [line for line in done.stderr.splitlines() if line.startswith("lenet-mlp")]
+    assert 2 <= len(steps) <= 5, done.stderr
+    assert "check lenet-cnn" in done.stderr and "board-x: cpu_cores" in done.stdout
+    profile = yaml.safe_load(out.read_text())["profiles"]["board-x"]
+    # Link and memory come from the base; the quota from the measurement. The rate is
+    # not strictly proportional to the quota (CFS throttling), so only a range is sure.
+    assert profile["link_mbit"] == base.link_mbit and profile["memory_mb"] == base.memory_mb
+    assert 0.06 <= profile["cpu_cores"] <= 0.3, profile
+    calibration = profile["calibration"]
+    assert abs(calibration["samples_per_s"] / target - 1) <= 0.1
+    assert calibration["check_samples_per_s"] > 0
+    # The file is a profiles file edgeprof reads.
+    catalog = load_catalog([out])
+    assert catalog.profiles["board-x"].cpu_cores == profile["cpu_cores"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--workload", "vgg-16", "--samples-per-s", "10"], ["unknown workload 'vgg-16'"]),
+    (["--workload", "lenet-mlp", "--samples-per-s", "10", "--check-workload", "lenet-cnn"],
+     ["go together"]),
+    (["--workload", "lenet-mlp", "--samples-per-s", "0"], ["a number > 0"]),
+    (["--workload", "lenet-mlp", "--samples-per-s", "10", "--base", "pi9"],
+     ["unknown base profile 'pi9'"]),
+])
+def test_bad_calibration_input_is_one_line(args, words, tmp_path):
+    done = _calibrate("--profile", "x", "--to", str(tmp_path / "p.yaml"), *args)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    assert not (tmp_path / "p.yaml").exists()
