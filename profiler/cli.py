@@ -277,6 +277,9 @@ def _register_optional_commands() -> None:
         cli.add_command(command)
     from .calibrate.cli import calibrate
     cluster.add_command(calibrate)
+    from .report.cli import compare, report
+    cli.add_command(report)
+    cli.add_command(compare)
 
 
 _register_optional_commands()

@@ -1,0 +1,76 @@
+"""``build_report``: a sweep folder → ``report.html`` (self-contained) and ``report/*.png``."""
+
+from __future__ import annotations
+
+import platform
+import time
+from importlib import metadata
+from pathlib import Path
+
+from .. import __version__
+from ..errors import ConfigError
+from ..fsutil import atomic_write_text
+from .sweep_data import Sweep, load_sweep
+
+
+def build_report(sweep_dir: Path, out: Path | None = None) -> Path:
+    """Write the report of ``sweep_dir``; return the HTML file's path."""
+    sweep = load_sweep(Path(sweep_dir))
+    out = Path(out) if out is not None else sweep.path / "report.html"
+    figures_dir = out.parent / f"{out.stem}-figures"  # the PNGs, beside the page
+    try:
+        from . import figures as figs
+    except ImportError as exc:
+        raise ConfigError(f"the report needs matplotlib ({exc.name} missing): pip install "
+                          "'edgeprof[controller]'") from None
+    from .html import render
+    from .study import _config, matches
+
+    drawn = [build(sweep.records) for build in figs.SWEEP_FIGURES]
+    cell_figures = []
+    for record in sweep.records:
+        figure = figs.node_series(record, sweep.node_series(record))
+        if figure is not None:
+            cell_figures.append(figure)
+    page = render(title=f"edgeprof sweep {sweep.sweep_id}", environment=environment(sweep),
+                  records=sweep.records, config_of=_config, figures=drawn,
+                  cell_figures=cell_figures, matches=matches(sweep.records))
+    try:
+        figures_dir.mkdir(parents=True, exist_ok=True)
+        for figure in [f for f in drawn if isinstance(f, figs.Figure)] + cell_figures:
+            (figures_dir / f"{figure.name}.png").write_bytes(figure.png)
+        atomic_write_text(out, page)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the report to {out} ({exc.strerror}): give "
+                          "--out FILE in a writable folder") from None
+    return out
+
+
+def environment(sweep: Sweep) -> dict:
+    identity = sweep.identity
+    records = sweep.records
+    created = sweep.settings.get("created")
+    return {
+        "sweep": sweep.sweep_id,
+        "folder": str(sweep.path.resolve()),
+        "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(created)) if created else "",
+        "edgeprof": __version__,
+        "engines": ", ".join(f"{name} {_version(name)}"
+                             for name in sorted({r.get("engine", "mxnet") for r in records})),
+        "mxnet (this machine)": _version("mxnet"),
+        "cluster": f"{identity.get('cluster', '')}"
+                   + (f" ({identity['profile']})" if identity.get("profile") else ""),
+        "nodes with metrics (max)": max((r.get("metrics_nodes") or 0 for r in records),
+                                        default=0),
+        "devices": ", ".join(str(d) for d in sorted({r["devices"] for r in records})),
+        "datasets": ", ".join(sorted({str(r.get("dataset")) for r in records})),
+        "cells": len(records),
+        "report host": platform.node(),
+    }
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"

@@ -1,0 +1,72 @@
+"""``edgeprof report`` and ``edgeprof compare``: a sweep folder as a page, two side by side."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from ..cli_errors import reports_errors
+
+
+@click.command()
+@click.argument("sweep_dir", type=click.Path(path_type=Path))
+@click.option("--out", "out", default=None, type=click.Path(path_type=Path),
+              help="HTML file to write (default SWEEP_DIR/report.html); the figures go "
+                   "beside it as PNG, in <name>-figures/.")
+@reports_errors
+def report(sweep_dir: Path, out: Path | None) -> None:
+    """Write one self-contained HTML report of a sweep (figures embedded, opens offline).
+
+    Every cell with its status; time, accuracy and resources against devices, sync
+    against async, depth x batch, accuracy over epochs as far as the cells allow; each
+    cell's per-node series from its spools; the study's numbers beside matching cells.
+
+    Example:
+
+    \b
+        edgeprof report runs/20261123-101500
+        edgeprof report runs/20261123-101500 --out ~/reports/pi-sweep.html
+    """
+    from .build import build_report
+    started = time.monotonic()
+    path = build_report(sweep_dir, out)
+    click.echo(f"report: {path} ({path.stat().st_size / 1024:.0f} KB, "
+               f"{time.monotonic() - started:.1f} s)")
+
+
+@click.command()
+@click.argument("sweep_a", type=click.Path(path_type=Path))
+@click.argument("sweep_b", type=click.Path(path_type=Path))
+@click.option("--csv", "csv_path", default=None, type=click.Path(path_type=Path),
+              help="Also write the values and ratios as CSV.")
+@click.option("--ignore", default="",
+              help="Cell settings to leave out of the match, comma-separated (e.g. engine).")
+@reports_errors
+def compare(sweep_a: Path, sweep_b: Path, csv_path: Path | None, ignore: str) -> None:
+    """Ratios B / A of each measure for the cells two sweeps share.
+
+    Cells match by configuration; two clusters or two dates of one grid match as they
+    are, two engines with --ignore engine.
+
+    Example:
+
+    \b
+        edgeprof compare runs/emulated-sweep runs/pi-sweep --csv ratios.csv
+        edgeprof compare runs/mxnet runs/horovod --ignore engine
+    """
+    from ..errors import ConfigError
+    from .compare import compare as match, table, to_csv
+    from .sweep_data import load_sweep
+
+    rows = match(load_sweep(sweep_a), load_sweep(sweep_b),
+                 tuple(f.strip() for f in ignore.split(",") if f.strip()))
+    click.echo(f"B / A, B = {sweep_b}, A = {sweep_a}; {len(rows)} cell(s) in common")
+    click.echo(table(rows))
+    if csv_path is not None:
+        try:
+            csv_path.write_text(to_csv(rows))
+        except OSError as exc:
+            raise ConfigError(f"cannot write {csv_path} ({exc.strerror}): give --csv in a "
+                              "writable folder") from None

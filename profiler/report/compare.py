@@ -1,0 +1,97 @@
+"""Two sweeps side by side: for the cells they share, the ratio B / A of each measure.
+
+Cells are matched by their configuration (``cell_id`` hashes it), so two clusters or two
+dates of the same grid match as they are; ``ignore`` drops fields from the match, e.g.
+``engine`` to set MXNet's cells beside Horovod's of the same model, batch and devices.
+Only cells that finished ``ok`` in both are compared.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+
+from ..cell import CellConfig
+from ..errors import ConfigError
+from .sweep_data import Sweep
+
+MEASURES = ["elapsed_s", "train_s", "samples_per_s", "val_accuracy", "cpu_percent_mean",
+            "mem_used_mb_mean", "rss_mb_peak", "net_sent_kb_per_s", "net_recv_kb_per_s"]
+MATCHABLE = [f for f in CellConfig.__dataclass_fields__]
+
+
+@dataclass
+class Row:
+    config: str
+    a: dict
+    b: dict
+
+    def ratio(self, measure: str) -> float | None:
+        x, y = self.a.get(measure), self.b.get(measure)
+        if x in (None, 0) or y is None:
+            return None
+        return y / x
+
+
+def compare(a: Sweep, b: Sweep, ignore: tuple[str, ...] = ()) -> list[Row]:
+    unknown = sorted(set(ignore) - set(MATCHABLE))
+    if unknown:
+        raise ConfigError(f"--ignore {','.join(unknown)}: not a cell setting; use some of "
+                          f"{', '.join(MATCHABLE)}")
+
+    def key(r: dict) -> tuple:
+        return tuple((f, r.get(f)) for f in MATCHABLE if f not in ignore)
+
+    b_by_key: dict[tuple, dict] = {}
+    for r in b.records:
+        if r.get("status") == "ok":
+            b_by_key.setdefault(key(r), r)
+    rows = [Row(_label(r, ignore), r, b_by_key[key(r)]) for r in a.records
+            if r.get("status") == "ok" and key(r) in b_by_key]
+    if not rows:
+        raise ConfigError(f"{a.path} and {b.path} have no finished cell in common: compare "
+                          "sweeps of the same grid, or match across a setting with "
+                          "--ignore engine (or another cell setting)")
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    width = max(len(r.config) for r in rows)
+    head = f"{'cell':<{width}} " + " ".join(f"{_short(m):>10}" for m in MEASURES)
+    lines = [head]
+    for row in rows:
+        lines.append(f"{row.config:<{width}} " + " ".join(
+            f"{_fmt(row.ratio(m)):>10}" for m in MEASURES))
+    return "\n".join(lines)
+
+
+def to_csv(rows: list[Row]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["cell", "cell_id_a", "cell_id_b"]
+                    + [f"{m}_{side}" for m in MEASURES for side in ("a", "b", "ratio")])
+    for row in rows:
+        values = []
+        for m in MEASURES:
+            ratio = row.ratio(m)
+            values += [row.a.get(m), row.b.get(m), "" if ratio is None else round(ratio, 4)]
+        writer.writerow([row.config, row.a["cell_id"], row.b["cell_id"], *values])
+    return buffer.getvalue()
+
+
+def _label(r: dict, ignore) -> str:
+    depth = f"-{r['layers']}" if r.get("layers") else ""
+    parts = [f"{r['model']}{depth}", f"b{r['batch']}", f"x{r['devices']}", r["sync"],
+             r["engine"] if "engine" not in ignore else ""]
+    return " ".join(p for p in parts if p)
+
+
+def _short(measure: str) -> str:
+    return {"cpu_percent_mean": "cpu%", "mem_used_mb_mean": "mem MB", "rss_mb_peak": "rss MB",
+            "net_sent_kb_per_s": "sent KB/s", "net_recv_kb_per_s": "recv KB/s",
+            "samples_per_s": "samples/s", "val_accuracy": "val acc"}.get(measure, measure)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"

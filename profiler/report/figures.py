@@ -1,0 +1,219 @@
+"""The report's figures, drawn with matplotlib (Agg, no display) into PNG bytes.
+
+Each builder takes the sweep's records and returns a ``Figure``, or a ``Skipped`` saying
+why the sweep's cells cannot show it (e.g. no cell varies the device count): the report
+lists those instead of leaving a hole. Cells that did not finish ``ok`` have no
+training time or accuracy and are left out of the plots (the status table shows them);
+``diverged`` cells are drawn hollow.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+DPI = 90
+
+
+@dataclass
+class Figure:
+    name: str  # file name stem, e.g. "fig-devices-time"
+    title: str
+    caption: str
+    png: bytes
+
+
+@dataclass
+class Skipped:
+    title: str
+    reason: str
+
+
+def _png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def _ok(records: list[dict]) -> list[dict]:
+    return [r for r in records if r.get("status") == "ok"]
+
+
+def _series_label(r: dict, *, without: tuple[str, ...] = ()) -> str:
+    parts = {"model": r["model"] + (f"-{r['layers']}" if r.get("layers") else ""),
+             "batch": f"b{r['batch']}", "sync": r["sync"], "engine": r["engine"],
+             "devices": f"x{r['devices']}"}
+    return " ".join(v for k, v in parts.items() if k not in without)
+
+
+def _by_devices(records: list[dict]) -> dict[str, list[dict]]:
+    """Series (all but the device count alike) with at least two device counts."""
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for r in _ok(records):
+        groups[_series_label(r, without=("devices",))].append(r)
+    return {k: sorted(v, key=lambda r: r["devices"]) for k, v in groups.items()
+            if len({r["devices"] for r in v}) >= 2}
+
+
+def _plot_against_devices(records, name, title, caption, panels) -> Figure | Skipped:
+    series = _by_devices(records)
+    if not series:
+        return Skipped(title, "no configuration was run with two or more device counts")
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.6), squeeze=False)
+    for ax, (column, ylabel) in zip(axes[0], panels):
+        for label, rows in series.items():
+            points = [(r["devices"], r.get(column)) for r in rows if r.get(column) is not None]
+            if not points:
+                continue
+            xs, ys = zip(*points)
+            line, = ax.plot(xs, ys, marker="o", label=label)
+            hollow = [(r["devices"], r.get(column)) for r in rows
+                      if r.get("diverged") and r.get(column) is not None]
+            if hollow:
+                hx, hy = zip(*hollow)
+                ax.scatter(hx, hy, s=90, facecolors="white", edgecolors=line.get_color(),
+                           zorder=3, label=f"{label} (diverged)")
+        ax.set_xlabel("devices")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    return Figure(name, title, caption, _png(fig))
+
+
+def time_and_accuracy_vs_devices(records):
+    return _plot_against_devices(
+        records, "fig-devices-time-accuracy", "Time and accuracy against devices",
+        "Training time (all epochs) and final validation accuracy per configuration, as the "
+        "study's Tables 1-2.",
+        [("train_s", "training time (s)"), ("val_accuracy", "validation accuracy")])
+
+
+def resources_vs_devices(records):
+    return _plot_against_devices(
+        records, "fig-devices-resources", "CPU, memory and network against devices",
+        "Means over the worker nodes during training, as the study's Figures 4, 6 and 7; "
+        "network in KB/s (sent).",
+        [("cpu_percent_mean", "CPU % of the node"), ("mem_used_mb_mean", "memory used (MB)"),
+         ("net_sent_kb_per_s", "sent (KB/s)")])
+
+
+def sync_vs_async(records):
+    title = "Synchronous against asynchronous"
+    pairs: dict[str, dict[str, dict]] = defaultdict(dict)
+    for r in _ok(records):
+        if r["devices"] > 1:
+            pairs[_series_label(r, without=("sync",))][r["sync"]] = r
+    pairs = {k: v for k, v in pairs.items() if {"sync", "async"} <= set(v)}
+    if not pairs:
+        return Skipped(title, "no configuration was run both sync and async on 2+ devices")
+    labels = sorted(pairs)
+    fig, axes = plt.subplots(1, 2, figsize=(10.4, 3.6))
+    width = 0.38
+    for ax, (column, ylabel) in zip(axes, [("train_s", "training time (s)"),
+                                           ("val_accuracy", "validation accuracy")]):
+        for offset, mode in ((-width / 2, "sync"), (width / 2, "async")):
+            ax.bar([i + offset for i in range(len(labels))],
+                   [pairs[k][mode].get(column) or 0 for k in labels], width, label=mode)
+        ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=7)
+        ax.set_ylabel(ylabel)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend()
+    return Figure("fig-sync-async", title, "As the study's Figure 3.", _png(fig))
+
+
+def _grid_layers_batch(records):
+    cells = [r for r in _ok(records) if r["model"] == "resnet"]
+    layers = sorted({r["layers"] for r in cells})
+    batches = sorted({r["batch"] for r in cells})
+    return cells, layers, batches
+
+
+def _bars_by_layers(records, name, title, caption, panels) -> Figure | Skipped:
+    cells, layers, batches = _grid_layers_batch(records)
+    if len(layers) * len(batches) < 2:
+        return Skipped(title, "no ResNet cells with two or more depth x batch combinations")
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.6), squeeze=False)
+    width = 0.8 / len(batches)
+    for ax, (column, ylabel) in zip(axes[0], panels):
+        for j, batch in enumerate(batches):
+            values = []
+            for layer in layers:
+                found = [r.get(column) for r in cells
+                         if r["layers"] == layer and r["batch"] == batch and r.get(column)]
+                values.append(sum(found) / len(found) if found else 0)
+            ax.bar([i + (j - (len(batches) - 1) / 2) * width for i in range(len(layers))],
+                   values, width, label=f"batch {batch}")
+        ax.set_xticks(range(len(layers)), [f"ResNet-{n}" for n in layers])
+        ax.set_ylabel(ylabel)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    return Figure(name, title, caption, _png(fig))
+
+
+def time_and_accuracy_by_layers_batch(records):
+    return _bars_by_layers(
+        records, "fig-layers-batch", "Time and accuracy by depth and batch",
+        "ResNet cells, mean over their device counts, as the study's Figure 5 (out-of-memory "
+        "cells have no bar: see the status table).",
+        [("train_s", "training time (s)"), ("val_accuracy", "validation accuracy")])
+
+
+def resources_by_layers_batch(records):
+    return _bars_by_layers(
+        records, "fig-layers-batch-resources", "Resources by depth and batch",
+        "Means over worker nodes, as the study's Table 3.",
+        [("cpu_percent_mean", "CPU %"), ("mem_used_mb_peak", "memory peak (MB)"),
+         ("net_sent_kb_per_s", "sent (KB/s)")])
+
+
+def accuracy_over_epochs(records):
+    title = "Accuracy over epochs"
+    cells = [r for r in _ok(records) if len(r.get("val_accuracy_per_epoch") or []) >= 2]
+    if not cells:
+        return Skipped(title, "no finished cell trained two or more epochs")
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for r in cells:
+        accuracies = r["val_accuracy_per_epoch"]
+        ax.plot(range(1, len(accuracies) + 1), accuracies, marker="o", label=_series_label(r))
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("validation accuracy")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return Figure("fig-epochs", title, "Validation accuracy after each epoch, as the "
+                  "study's Table 4.", _png(fig))
+
+
+SWEEP_FIGURES: list[Callable] = [time_and_accuracy_vs_devices, sync_vs_async,
+                                 resources_vs_devices, time_and_accuracy_by_layers_batch,
+                                 resources_by_layers_batch, accuracy_over_epochs]
+
+NODE_PANELS = [("cpu_percent", "CPU %"), ("mem_used_mb", "memory (MB)"),
+               ("net_sent_kb_per_s", "sent KB/s"), ("net_recv_kb_per_s", "received KB/s")]
+
+
+def node_series(record: dict, nodes: dict) -> Figure | None:
+    """One cell's per-node CPU, memory and network over its life (None: no samples)."""
+    if not nodes:
+        return None
+    fig, axes = plt.subplots(1, len(NODE_PANELS), figsize=(13, 2.4), squeeze=False)
+    for ax, (column, ylabel) in zip(axes[0], NODE_PANELS):
+        for node, series in nodes.items():
+            points = series.get(column)
+            if points:
+                xs, ys = zip(*points)
+                ax.plot(xs, ys, linewidth=1, label=node)
+        ax.set_title(ylabel, fontsize=9)
+        ax.set_xlabel("s since launch", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=6, ncol=2)
+    return Figure(f"fig-cell-{record['cell_id']}", _series_label(record),
+                  f"status {record.get('status')}", _png(fig))

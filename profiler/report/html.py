@@ -1,0 +1,123 @@
+"""One self-contained HTML page: inline CSS, figures as base64 PNG, no script, no link
+to anything outside the file, so that it opens offline and can be mailed."""
+
+from __future__ import annotations
+
+import base64
+import html
+from datetime import datetime, timezone
+
+from .figures import Figure, Skipped
+from .study import HARDWARE, Match
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
+h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ccc}
+table{border-collapse:collapse;font-size:12px;margin:8px 0}
+td,th{border:1px solid #ddd;padding:3px 6px;text-align:right}th{background:#f3f3f3}
+td.l,th.l{text-align:left}
+tr.ok td.s{color:#176117}tr.oom td.s,tr.timeout td.s,tr.failed td.s{color:#b00020;font-weight:bold}
+tr.oom,tr.timeout,tr.failed{background:#fff3f3}tr.diverged{background:#fffbe6}
+figure{margin:12px 0}figcaption{font-size:12px;color:#555}img{max-width:100%}
+.note{font-size:12px;color:#555}
+"""
+
+STATUS_COLUMNS = [("config", "configuration"), ("status", "status"), ("reason", "reason"),
+                  ("dataset", "dataset"), ("train_s", "train s"), ("samples_per_s", "samples/s"),
+                  ("val_accuracy", "val acc"), ("cpu_percent_mean", "CPU %"),
+                  ("mem_used_mb_peak", "mem peak MB"), ("net_sent_kb_per_s", "sent KB/s"),
+                  ("net_recv_kb_per_s", "recv KB/s"), ("metrics_nodes", "nodes")]
+
+
+def _e(value) -> str:
+    return html.escape(str(value))
+
+
+def _number(value) -> str:
+    if value is None or value == "":
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 10 else f"{value:,.1f}"
+    return _e(value)
+
+
+def _img(figure: Figure) -> str:
+    data = base64.b64encode(figure.png).decode()
+    return (f'<figure id="{_e(figure.name)}"><img alt="{_e(figure.title)}" '
+            f'src="data:image/png;base64,{data}"><figcaption>{_e(figure.title)}: '
+            f"{_e(figure.caption)}</figcaption></figure>")
+
+
+def render(*, title: str, environment: dict, records: list[dict], config_of,
+           figures: list[Figure | Skipped], cell_figures: list[Figure],
+           matches: list[Match]) -> str:
+    out = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+           f"<title>{_e(title)}</title><style>{CSS}</style></head><body>",
+           f"<h1>{_e(title)}</h1>", "<h2>Environment</h2><table>"]
+    out += [f"<tr><th class='l'>{_e(k)}</th><td class='l'>{_e(v)}</td></tr>"
+            for k, v in environment.items()]
+    out.append("</table>")
+
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.get("status", "?")] = counts.get(r.get("status", "?"), 0) + 1
+    out.append("<h2>Cells</h2><p class='note'>" + ", ".join(
+        f"{n} {_e(s)}" for s, n in sorted(counts.items())) +
+        ". Every cell is listed with its last attempt; cells that did not finish "
+        "<b>ok</b> are kept here with their reason and left out of the plots.</p>")
+    out.append("<table><tr>" + "".join(
+        f"<th class='{'l' if k in ('config', 'status', 'reason', 'dataset') else ''}'>"
+        f"{_e(h)}</th>" for k, h in STATUS_COLUMNS) + "</tr>")
+    for r in records:
+        status = str(r.get("status", ""))
+        classes = status + (" diverged" if r.get("diverged") else "")
+        cells = []
+        for key, _ in STATUS_COLUMNS:
+            if key == "config":
+                cells.append(f"<td class='l'>{_e(config_of(r))}</td>")
+            elif key == "status":
+                label = status + (", diverged" if r.get("diverged") else "")
+                cells.append(f"<td class='l s'>{_e(label)}</td>")
+            elif key in ("reason", "dataset"):
+                cells.append(f"<td class='l'>{_e(r.get(key) or '')}</td>")
+            else:
+                cells.append(f"<td>{_number(r.get(key))}</td>")
+        out.append(f"<tr class='{_e(classes)}'>" + "".join(cells) + "</tr>")
+    out.append("</table>")
+
+    out.append("<h2>Figures</h2>")
+    skipped = [f for f in figures if isinstance(f, Skipped)]
+    out += [_img(f) for f in figures if isinstance(f, Figure)]
+    if skipped:
+        out.append("<p class='note'>Not drawn, since this sweep's cells cannot show them:</p>"
+                   "<ul class='note'>" + "".join(
+                       f"<li>{_e(s.title)}: {_e(s.reason)}</li>" for s in skipped) + "</ul>")
+
+    out.append("<h2>Beside the study</h2>")
+    if matches:
+        out.append(f"<p class='note'>Park, Lee &amp; Kim (2019): {_e(HARDWARE)}, MNIST and "
+                   "CIFAR-10. Other hardware and software: compare shapes and ratios, not "
+                   "absolute times. Ours: cluster "
+                   f"{_e(environment.get('cluster', ''))}, dataset shown per row.</p>")
+        out.append("<table><tr><th class='l'>study</th><th class='l'>our cell</th>"
+                   "<th class='l'>measure</th><th>ours</th><th>study</th><th>ours / study"
+                   "</th><th class='l'>note</th></tr>")
+        for m in matches:
+            ratio = (m.ours / m.study) if (m.ours is not None and m.study) else None
+            note = m.note if m.comparable else f"not comparable: {m.note}"
+            out.append(f"<tr><td class='l'>{_e(m.source)}</td><td class='l'>{_e(m.config)}"
+                       f"</td><td class='l'>{_e(m.measure)}</td><td>{_number(m.ours)}</td>"
+                       f"<td>{_number(m.study)}</td><td>{_number(ratio)}</td>"
+                       f"<td class='l'>{_e(note)}</td></tr>")
+        out.append("</table>")
+    else:
+        out.append("<p class='note'>No cell matches a configuration the study reports "
+                   "(e.g. LeNet batch 64 sync on 1-10 devices, ResNet 32/80/110 x batch "
+                   "32/64/128).</p>")
+
+    out.append("<h2>Per-node time series</h2><p class='note'>Each cell's worker and master "
+               "nodes over the cell's life (from its spools), last attempt.</p>")
+    out += [_img(f) for f in cell_figures]
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    out.append(f"<p class='note'>Written by edgeprof report, {stamp}.</p></body></html>")
+    return "\n".join(out)

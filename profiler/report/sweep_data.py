@@ -1,0 +1,113 @@
+"""A sweep folder as the report reads it: its settings, the last record of every cell
+(in grid order), and each cell's per-node time series from its spools.
+
+Only files the sweep itself wrote are read (``sweep.json``, ``results.jsonl``,
+``cells/<id>/attempt-<N>/metrics/<node>/``), so a report works on a copied folder, on
+another machine, with no server.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..agent.spool import read_points
+from ..errors import ConfigError
+from ..sweep.store import ResultsStore
+
+# What the per-node plots show: (measurement, field) → series name.
+SERIES = {("cpu", "cpu_percent"): "cpu_percent", ("mem", "used_mb"): "mem_used_mb"}
+NET_FIELDS = {"sent_bytes_per_s": "net_sent_kb_per_s", "recv_bytes_per_s": "net_recv_kb_per_s"}
+
+
+@dataclass
+class Sweep:
+    path: Path
+    settings: dict
+    records: list[dict]  # the last record of each cell, grid order first
+    series_cache: dict = field(default_factory=dict)
+
+    @property
+    def sweep_id(self) -> str:
+        return str(self.settings.get("sweep_id") or self.path.name)
+
+    @property
+    def identity(self) -> dict:
+        return self.settings.get("identity") or {}
+
+    def cell_dir(self, record: dict) -> Path:
+        return self.path / "cells" / record["cell_id"] / f"attempt-{record.get('attempt', 1)}"
+
+    def node_series(self, record: dict) -> dict[str, dict[str, list[tuple[float, float]]]]:
+        """Per node: series name → [(seconds since the cell's launch, value)] in its window."""
+        key = (record["cell_id"], record.get("attempt"))
+        if key not in self.series_cache:
+            self.series_cache[key] = _read_cell_series(self.cell_dir(record) / "metrics",
+                                                       record)
+        return self.series_cache[key]
+
+
+def load_sweep(path: Path) -> Sweep:
+    """Read a sweep folder; one-line ``ConfigError`` when it is not one or has no cell."""
+    path = Path(path)
+    settings_file = path / "sweep.json"
+    if not path.is_dir() or not settings_file.is_file():
+        raise ConfigError(f"{path} is not a sweep folder (no sweep.json): give the --out "
+                          "folder of an `edgeprof sweep` (runs/<sweep id> by default)")
+    try:
+        settings = json.loads(settings_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{settings_file} cannot be read ({exc}): is the folder a "
+                          "complete copy of the sweep?") from None
+    latest = ResultsStore(path).latest()
+    if not latest:
+        raise ConfigError(f"{path} has no finished cell yet (results.jsonl is empty): "
+                          "let the sweep run, or `edgeprof sweep --resume --out "
+                          f"{path}` to finish it")
+    order = {cell_id: i for i, cell_id in enumerate(_grid_ids(settings))}
+    records = sorted(latest.values(), key=lambda r: (order.get(r["cell_id"], len(order)),
+                                                      r.get("launched_at") or 0))
+    return Sweep(path=path, settings=settings, records=records)
+
+
+def _grid_ids(settings: dict) -> list[str]:
+    from ..cell import CellConfig
+    ids = []
+    for cell in settings.get("cells") or []:
+        try:
+            ids.append(CellConfig(**cell).cell_id)
+        except TypeError:
+            continue  # a cell of an older format: keep the records' own order
+    return ids
+
+
+def _read_cell_series(metrics_dir: Path, record: dict) -> dict:
+    if not metrics_dir.is_dir():
+        return {}
+    start_ms = int((record.get("launched_at") or 0) * 1000)
+    end_ms = int((record.get("reaped_at") or 0) * 1000) or None
+    nodes = {}
+    for node_dir in sorted(p for p in metrics_dir.iterdir() if p.is_dir()):
+        series: dict[str, list[tuple[float, float]]] = {}
+        net: dict[int, dict[str, dict[str, float]]] = {}
+        for _base, point in read_points(node_dir):
+            if point.time_ms < start_ms or (end_ms and point.time_ms > end_ms + 1000):
+                continue
+            t_s = (point.time_ms - start_ms) / 1000
+            if point.measurement == "net":
+                net.setdefault(point.time_ms, {})[point.tags.get("interface", "")] = point.fields
+                continue
+            for (measurement, name), column in SERIES.items():
+                if point.measurement == measurement and name in point.fields:
+                    series.setdefault(column, []).append((t_s, float(point.fields[name])))
+        for time_ms, interfaces in sorted(net.items()):
+            # A node's own NIC when it has one; the local cluster has only loopback.
+            counted = {k: v for k, v in interfaces.items() if k != "lo"} or interfaces
+            for name, column in NET_FIELDS.items():
+                total = sum(float(f.get(name, 0)) for f in counted.values())
+                series.setdefault(column, []).append(((time_ms - start_ms) / 1000,
+                                                      total / 1024))
+        if series:
+            nodes[node_dir.name] = series
+    return nodes
