@@ -280,6 +280,8 @@ def _register_optional_commands() -> None:
     from .report.cli import compare, report
     cli.add_command(report)
     cli.add_command(compare)
+    from .dashboards.cli import dashboards
+    cli.add_command(dashboards)
 
 
 _register_optional_commands()

@@ -70,3 +70,12 @@ def sshd_nodes(workdir: Path, count: int, *, confine: bool = True, extra_binarie
         sshd.stop()
         if brought_up:
             emulated.down()
+
+
+def assert_one_line(done, *words: str) -> None:
+    """Bad input: exit status 2 and one line on stderr, no traceback, naming ``words``."""
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    for word in words:
+        assert word in lines[0], lines[0]

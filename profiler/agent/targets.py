@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
 from ..errors import ConfigError
+from ..secrets import read_secret
 
 log = logging.getLogger(__name__)
 
@@ -114,21 +113,7 @@ def split_userinfo(url: str) -> tuple[str, str | None]:
 
 def read_token(token_file: Path | None) -> str | None:
     """The token from a file only its owner can read, else from ``INFLUX_TOKEN``."""
-    if token_file is None:
-        return os.environ.get("INFLUX_TOKEN") or None
-    path = Path(token_file)
-    try:
-        mode = stat.S_IMODE(path.stat().st_mode)
-        text = path.read_text().strip()
-    except OSError as exc:
-        raise ConfigError(f"--influx-token-file {path}: cannot read it ({exc.strerror}): "
-                          "give a readable file holding the token") from None
-    if mode & 0o077:
-        raise ConfigError(f"--influx-token-file {path} is readable by others "
-                          f"(mode {mode:04o}): run chmod 600 {path}")
-    if not text:
-        raise ConfigError(f"--influx-token-file {path} is empty: write the token into it")
-    return text
+    return read_secret(token_file, "INFLUX_TOKEN", "--influx-token-file")
 
 
 def check_target(target: InfluxTarget) -> InfluxTarget:

@@ -30,6 +30,7 @@ from ..errors import ConfigError
 from ..fsutil import atomic_write_text
 from .interrupts import StopRequest
 from .monitoring import summary_columns
+from .train_points import spool_cell_points
 from .runner import run_cell
 from .store import ResultsStore
 from .timeouts import cell_timeout_s
@@ -272,6 +273,7 @@ def _run_one(cell, cluster, engine, sweep_dir, options, sweep_id, settings, stor
     timeout_s = cell_timeout_s(cell, settings.timeout_s, settings.val_samples)
     if shipper is not None:
         shipper.watch(cell_dir)
+    record = None
     try:
         record = run_cell(cell, cluster, engine, cell_dir, options, sweep_id=sweep_id,
                           timeout_s=timeout_s, monitor_interval_s=settings.interval_s,
@@ -283,6 +285,12 @@ def _run_one(cell, cluster, engine, sweep_dir, options, sweep_id, settings, stor
                   "cluster": cluster.name, "attempt": attempt, "status": "failed",
                   "reason": f"could not run the cell: {type(exc).__name__}: {exc}"[:500]}
     finally:
+        if record is not None:
+            try:
+                # Progress and outcome as points for Grafana, shipped with the cell's spools.
+                spool_cell_points(cell_dir, cell, record, sweep_id)
+            except OSError as exc:
+                log.warning("cell %s: training points not spooled: %s", cell.label, exc)
         if shipper is not None:
             shipper.finish(cell_dir)
     store.append(record)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, need, need_binary
+from tests.conftest import ROOT, assert_one_line, need, need_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 EDGEPROF = [sys.executable, "-m", "profiler.cli"]
@@ -138,27 +138,19 @@ def test_compare_gives_ratios_of_shared_cells(sweep, tmp_path):
         assert float(row["val_accuracy_ratio"]) == pytest.approx(1.0)
 
 
-def _one_line(done: subprocess.CompletedProcess, *words: str) -> None:
-    assert done.returncode == 2, (done.stdout, done.stderr)
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-
-
-def test_bad_input_is_one_line(sweep, tmp_path):
-    _one_line(_edgeprof("report", str(tmp_path)), "not a sweep folder")
+def test_bad_input_isassert_one_line(sweep, tmp_path):
+    assert_one_line(_edgeprof("report", str(tmp_path)), "not a sweep folder")
     empty_sweep = tmp_path / "empty"
     empty_sweep.mkdir()
     shutil.copy(sweep / "sweep.json", empty_sweep / "sweep.json")
-    _one_line(_edgeprof("report", str(empty_sweep)), "no finished cell")
-    _one_line(_edgeprof("report", str(sweep), "--out", "/proc/no/report.html"),
+    assert_one_line(_edgeprof("report", str(empty_sweep)), "no finished cell")
+    assert_one_line(_edgeprof("report", str(sweep), "--out", "/proc/no/report.html"),
               "cannot write the report")
     lonely = tmp_path / "lonely"
     shutil.copytree(sweep, lonely)
     records = [json.loads(line) for line in (lonely / "results.jsonl").read_text().splitlines()]
     (lonely / "results.jsonl").write_text("".join(
         json.dumps({**r, "batch": 999}) + "\n" for r in records))
-    _one_line(_edgeprof("compare", str(sweep), str(lonely)), "no finished cell in common")
-    _one_line(_edgeprof("compare", str(sweep), str(sweep), "--ignore", "colour"),
+    assert_one_line(_edgeprof("compare", str(sweep), str(lonely)), "no finished cell in common")
+    assert_one_line(_edgeprof("compare", str(sweep), str(sweep), "--ignore", "colour"),
               "not a cell setting")

@@ -1,0 +1,1 @@
+"""Grafana dashboards as code: ``generate.py`` writes the JSON files beside it."""

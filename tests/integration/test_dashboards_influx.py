@@ -1,0 +1,96 @@
+"""Every panel and template-variable query of every dashboard, run against a real InfluxDB.
+
+Debian's InfluxDB 1.6.7 on loopback receives the points of a real small sweep shipped
+live by ``edgeprof sweep --influx-url`` (agents' metrics and the cells' training
+points). The queries are those of the committed dashboards/*.json, with Grafana's
+macros substituted as Grafana renders them: ``$timeFilter`` as a time range covering
+the sweep, ``$__interval`` as 1s, each variable as one of the values its own query
+returned (chained: the cell list comes from the chosen sweep, and so on) and once as
+the "All" value. Each must return at least one series: this is what catches a panel
+that would silently show nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from profiler.testing.servers import LocalServer, influx_query
+from tests.conftest import ROOT, need_binary
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+BOARDS = sorted((ROOT / "dashboards").glob("*.json"))
+DB = "edgeprof"
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    need_binary("influxd")
+    work = tmp_path_factory.mktemp("dashboards")
+    with LocalServer("influxdb1", work / "influxdb") as server:
+        out = work / "sweep"
+        done = subprocess.run(
+            [sys.executable, "-m", "profiler.cli", "sweep", "--model", "lenet-mlp",
+             "--dataset", "mnist-5k", "--devices", "1,2", "--batch", "32", "--epochs", "2",
+             "--max-samples", "400", "--interval", "0.5", "--out", str(out),
+             "--influx-url", server.url, "--influx-db", DB],
+            cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        sweep_id = json.loads((out / "sweep.json").read_text())["sweep_id"]
+        yield server, sweep_id
+
+
+def _render(query: str, values: dict[str, str]) -> str:
+    query = query.replace("$timeFilter", "time > now() - 1h").replace("$__interval", "1s")
+    for name, value in sorted(values.items(), key=lambda kv: -len(kv[0])):
+        query = query.replace(f"${name}", value)
+    assert "$" not in re.sub(r"\$tag_\w+|\^|\$/", "", query), query  # nothing left over
+    return query
+
+
+def _variable_values(server, board: dict, sweep_id: str, *, all_values: bool) -> dict:
+    chosen: dict[str, str] = {}
+    for variable in board["templating"]["list"]:
+        if variable["type"] != "query":
+            continue
+        rows = influx_query(server.url, DB, _render(variable["query"], chosen))
+        values = [v for series in rows for _, v in series["values"]]
+        assert values, f"{board['uid']}: variable {variable['name']} lists nothing"
+        if variable["name"] == "sweep":
+            assert sweep_id in values
+            chosen["sweep"] = sweep_id
+        else:
+            chosen[variable["name"]] = variable.get("allValue", ".*") if all_values \
+                else re.escape(sorted(values)[0])
+    return chosen
+
+
+def _targets(board: dict):
+    for panel in board["panels"]:
+        for target in panel.get("targets", []):
+            yield panel["title"], target
+
+
+@pytest.mark.parametrize("board_path", BOARDS, ids=[p.stem for p in BOARDS])
+@pytest.mark.parametrize("all_values", [False, True], ids=["one-value", "all"])
+def test_every_query_of_the_dashboard_returns_data(shipped, board_path: Path, all_values):
+    server, sweep_id = shipped
+    board = json.loads(board_path.read_text())
+    values = _variable_values(server, board, sweep_id, all_values=all_values)
+    targets = list(_targets(board))
+    assert targets
+    empty = []
+    for title, target in targets:
+        query = _render(target["query"], values)
+        if not influx_query(server.url, DB, query):
+            empty.append(f"{title}: {query}")
+    assert not empty, "panels with no data:\n" + "\n".join(empty)
+
+
+def test_there_are_two_dashboards():
+    assert [p.name for p in BOARDS] == ["node-resources.json", "sweep-overview.json"]

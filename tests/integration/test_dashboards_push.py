@@ -1,0 +1,88 @@
+"""``edgeprof dashboards push`` against a stand-in for Grafana's HTTP API.
+
+No Grafana server can run here (not in Debian, PyPI or npm): ``profiler.testing.
+fake_grafana`` answers the calls as Grafana 11 does and records them. The push itself
+is real (grafana-client over HTTP on loopback, the committed dashboards).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from profiler.testing.fake_grafana import FakeGrafana
+from tests.conftest import ROOT, assert_one_line
+
+pytestmark = pytest.mark.integration
+TOKEN = "glsa_test-token-0123456789"
+INFLUX_SECRET = "grafana-reader:influx-secret-42"
+BOARD_UIDS = sorted(json.loads(p.read_text())["uid"] for p in (ROOT / "dashboards").glob("*.json"))
+
+
+def _push(url: str, *args: str, token: str = TOKEN, extra_env=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GRAFANA_TOKEN": token, "INFLUX_TOKEN": INFLUX_SECRET,
+           **(extra_env or {})}
+    argv = [sys.executable, "-m", "profiler.cli", "dashboards", "push", "--grafana-url", url,
+            *args]
+    assert TOKEN not in " ".join(argv) and INFLUX_SECRET not in " ".join(argv)
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_push_creates_then_changes_nothing(tmp_path):
+    with FakeGrafana(token=TOKEN) as grafana:
+        first = _push(grafana.url, "--influx-url", "http://influx:8086")
+        assert first.returncode == 0, first.stderr
+        writes = grafana.writes()
+        assert [(r.method, r.path) for r in writes] == [
+            ("POST", "/api/folders"), ("POST", "/api/datasources")] + [
+            ("POST", "/api/dashboards/db")] * len(BOARD_UIDS)
+        assert all(r.authorization == f"Bearer {TOKEN}" for r in grafana.requests)
+        assert writes[0].body == {"title": "edgeprof", "uid": "edgeprof"}
+        datasource = writes[1].body
+        assert datasource["uid"] == "edgeprof-influxdb" and datasource["type"] == "influxdb"
+        assert datasource["jsonData"]["dbName"] == "edgeprof"
+        assert datasource["user"] == "grafana-reader"
+        assert datasource["secureJsonData"] == {"password": "influx-secret-42"}
+        pushed = sorted(r.body["dashboard"]["uid"] for r in writes[2:])
+        assert pushed == BOARD_UIDS
+        for r in writes[2:]:
+            assert r.body["overwrite"] is True and r.body["folderUid"] == "edgeprof"
+        # Nothing secret in what the command printed.
+        assert TOKEN not in first.stdout + first.stderr
+        assert "influx-secret-42" not in first.stdout + first.stderr
+
+        before = len(grafana.requests)
+        second = _push(grafana.url, "--influx-url", "http://influx:8086")
+        assert second.returncode == 0, second.stderr
+        assert [r for r in grafana.requests[before:] if r.method != "GET"] == []
+        assert "0 written" in second.stdout
+
+        # A changed dashboard in Grafana (edited in the UI) is put back, alone.
+        uid = BOARD_UIDS[0]
+        grafana.dashboards[uid]["dashboard"]["title"] = "edited by hand"
+        before = len(grafana.requests)
+        third = _push(grafana.url)
+        assert third.returncode == 0, third.stderr
+        writes = [r for r in grafana.requests[before:] if r.method != "GET"]
+        assert [(r.path, r.body["dashboard"]["uid"]) for r in writes] == [
+            ("/api/dashboards/db", uid)]
+
+
+def test_bad_push_input_isassert_one_line(tmp_path):
+    assert_one_line(_push("ftp://monitor:3000"), "not an http(s) URL")
+    assert_one_line(_push("http://127.0.0.1:1"), "cannot reach Grafana")
+    assert_one_line(_push("http://admin:pw@127.0.0.1:1"), "must not hold credentials")
+    with FakeGrafana(token=TOKEN) as grafana:
+        assert_one_line(_push(grafana.url, token="wrong"), "refused the credentials (401)")
+        assert_one_line(_push(grafana.url, token=""), "no Grafana credentials")
+        loose = tmp_path / "token"
+        loose.write_text(TOKEN)
+        loose.chmod(0o644)
+        assert_one_line(_push(grafana.url, "--grafana-token-file", str(loose)), "chmod 600")
+        loose.chmod(0o600)
+        done = _push(grafana.url, "--grafana-token-file", str(loose), token="")
+        assert done.returncode == 0, done.stderr
