@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from bisect import bisect_left
 from pathlib import Path
-from statistics import fmean
+from statistics import fmean, median
 
 from .spool import read_points
 
@@ -90,7 +90,12 @@ def _node(spool_dir: Path, start_ms: int, end_ms: int, shipper: dict) -> dict:
         elif point.measurement == "proc" and point.tags.get("role") == "worker":
             rss_by_time[point.time_ms] = rss_by_time.get(point.time_ms, 0.0) + point.fields["rss_mb"]
     out: dict = {}
-    cpu_values = _in_window(cpu, end_ms)
+    # A CPU sample covers the interval before it, so the window's first one also holds
+    # what the processes did before training: on the emulated cluster their start-up,
+    # outside the node's quota (workloads/node_limits.py). Skip it when others remain.
+    interval_ms = median(b[0] - a[0] for a, b in zip(cpu, cpu[1:])) if len(cpu) > 1 else 0
+    later = [(t, v) for t, v in cpu if t >= start_ms + interval_ms]
+    cpu_values = _in_window(later if any(t <= end_ms for t, _ in later) else cpu, end_ms)
     if cpu_values:
         out.update(cpu_percent_mean=fmean(cpu_values), cpu_percent_peak=max(cpu_values))
     mem_values = _in_window(mem, end_ms)

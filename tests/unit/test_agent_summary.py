@@ -84,3 +84,12 @@ def test_loopback_shipper_traffic_is_not_training_traffic(tmp_path):
 def test_no_metrics_gives_empty_columns(tmp_path):
     row = summarize_cell(tmp_path / "cell", ["n1"], 0.0, 1.0)
     assert row["metrics_nodes"] == 0 and row["cpu_percent_mean"] is None
+
+
+def test_the_window_first_cpu_sample_holds_start_up_and_is_skipped(tmp_path):
+    # The sample at 101 s covers 100-101 s: the processes' start-up before training
+    # (unthrottled on the emulated cluster), not training.
+    cell = tmp_path / "sweep" / "cells" / "c1"
+    _spool(cell, "n1", "eth0", [0, 300, 50, 60, 70], 1024)
+    row = summarize_cell(cell, ["n1"], 101.0, 104.0)
+    assert row["cpu_percent_peak"] == 70.0 and row["cpu_percent_mean"] == 60.0
