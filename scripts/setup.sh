@@ -5,6 +5,7 @@
 # ethtool (emulated cluster), influxdb and victoria-metrics (the servers the integration
 # tests ship to), dataset-fashion-mnist (real images, no download), python3-venv,
 # openssh (the inventory cluster's client; sshd inside emulated nodes in tests),
+# iptables (the playbook test checks the firewall role's rules inside a node),
 # chromium (the report is opened headless in tests).
 # Python packages: edgeprof with its pinned MXNet 1.9.1 and NumPy < 1.24 (every pip call uses constraints.txt so that nothing pulls NumPy 2), then
 # Horovod 0.28.1 built against that MXNet with Gloo. Safe to run again: it skips what is there.
@@ -12,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(python3-venv python3-dev g++ cmake make iproute2 ethtool influxdb victoria-metrics
-              curl procps dataset-fashion-mnist openssh-server openssh-client chromium)
+              curl procps dataset-fashion-mnist openssh-server openssh-client chromium iptables)
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 

@@ -28,6 +28,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -194,31 +195,36 @@ def _python(hv: Mapping) -> str:
     return DEFAULT_PYTHON
 
 
-# What a host must answer before a sweep uses it: edgeprof's version, and the engines.
-# Whether MXNet has the parameter server is read from libmxnet's feature list through
-# ctypes (0.1 s) rather than `import mxnet` (seconds of operator registration on a Pi):
-# PyPI's aarch64 wheel lacks it (docs/raspberry-pi.md).
-_PROBE = (
-    "import ctypes, importlib.util as u, json, os\n"
-    "import profiler\n"
-    "def dist_kvstore():\n"
-    "    spec = u.find_spec('mxnet')\n"
-    "    if spec is None:\n"
-    "        return False\n"
-    "    lib = ctypes.CDLL(os.path.join(os.path.dirname(spec.origin), 'libmxnet.so'))\n"
-    "    class Feature(ctypes.Structure):\n"
-    "        _fields_ = [('name', ctypes.c_char_p), ('enabled', ctypes.c_bool)]\n"
-    "    array, size = ctypes.POINTER(Feature)(), ctypes.c_size_t()\n"
-    "    if lib.MXLibInfoFeatures(ctypes.byref(array), ctypes.byref(size)) != 0:\n"
-    "        return False\n"
-    "    return any(array[i].name == b'DIST_KVSTORE' and array[i].enabled\n"
-    "               for i in range(size.value))\n"
-    "print(json.dumps({'version': profiler.__version__,"
-    " 'mxnet': u.find_spec('mxnet') is not None,"
-    " 'mxnet-dist': dist_kvstore(),"
-    " 'horovod': u.find_spec('horovod') is not None,"
-    " 'cpus': os.cpu_count(),"
-    " 'memory_mb': os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') // 2**20}))\n")
+# What a host must answer before a sweep uses it: edgeprof's version, and whether each
+# engine the sweep needs really imports there (argv names them). A package that exists
+# but does not import (MXNet beside NumPy 2, a Horovod built without MXNet or Gloo) is
+# named with its error. Importing MXNet takes about 2 s on an x86 core and several on a
+# Pi; the hosts answer in parallel, so a sweep pays it once.
+_PROBE = """\
+import importlib, json, os, sys
+import profiler
+answer = {'version': profiler.__version__, 'cpus': os.cpu_count(),
+          'memory_mb': os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') // 2**20,
+          'errors': {}}
+def load(name):
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:  # a broken install is an answer, not a crash of the check
+        answer['errors'][name] = (type(exc).__name__ + ': ' + str(exc))[:200]
+        return None
+if 'mxnet' in sys.argv[1:]:
+    mx = load('mxnet')
+    answer['mxnet'] = mx is not None
+    # PyPI's aarch64 wheel has no parameter server (docs/raspberry-pi.md).
+    answer['mxnet-dist'] = mx is not None and mx.runtime.Features().is_enabled('DIST_KVSTORE')
+if 'horovod' in sys.argv[1:]:
+    hvd = load('horovod.mxnet')
+    answer['horovod'] = hvd is not None and hvd.gloo_built()
+    if hvd is not None and not hvd.gloo_built():
+        answer['errors']['horovod.mxnet'] = 'built without Gloo (HOROVOD_WITH_GLOO=1)'
+print(json.dumps(answer))
+"""
+ENGINE_MODULES = {"mxnet": "mxnet", "horovod": "horovod.mxnet"}
 
 
 def requirements(cells) -> list[str]:
@@ -230,12 +236,15 @@ def requirements(cells) -> list[str]:
     return sorted(needed)
 
 
-def probe(host: Host) -> dict:
-    """Ask ``host`` for its edgeprof version, engines, CPUs and memory; raise one line."""
+def probe(host: Host, engines: Sequence[str] = tuple(ENGINE_MODULES)) -> dict:
+    """Ask ``host`` for its edgeprof version, CPUs, memory and whether ``engines`` import
+    (``mxnet-dist`` counts as ``mxnet``); raise one line."""
+    imports = sorted({"mxnet" if e == "mxnet-dist" else e for e in engines}
+                     & set(ENGINE_MODULES))
     try:
-        done = subprocess.run(host.ssh([host.python, "-c", _PROBE]), capture_output=True,
-                              text=True, timeout=CHECK_TIMEOUT_S, stdin=subprocess.DEVNULL,
-                              env=_plain_env())
+        done = subprocess.run(host.ssh([host.python, "-c", _PROBE, *imports]),
+                              capture_output=True, text=True, timeout=CHECK_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL, env=_plain_env())
     except subprocess.TimeoutExpired:
         raise ClusterError(f"host {host.name} ({host.address}) did not answer within "
                            f"{CHECK_TIMEOUT_S} s: check that it is up and reachable") from None
@@ -260,7 +269,7 @@ def probe(host: Host) -> dict:
 def check_hosts(hosts: Sequence[Host], engines: Sequence[str] = ("mxnet",)) -> dict[str, dict]:
     """Probe every host in parallel; raise one line naming the first host that cannot run."""
     with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
-        futures = {host.name: pool.submit(probe, host) for host in hosts}
+        futures = {host.name: pool.submit(probe, host, engines) for host in hosts}
     answers = {}
     for host in hosts:
         info = futures[host.name].result()  # raises the host's ClusterError
@@ -269,17 +278,25 @@ def check_hosts(hosts: Sequence[Host], engines: Sequence[str] = ("mxnet",)) -> d
                                f"controller {__version__}: provision it again with "
                                "ansible/site.yml so that both run the same version")
         for engine in engines:
+            module = ENGINE_MODULES.get(engine)
+            if module and not info.get(engine):
+                error = (info.get("errors") or {}).get(module, "no answer")
+                raise ClusterError(f"host {host.name} cannot use {module} in {host.python} "
+                                   f"({error}): provision it with ansible/site.yml (see "
+                                   "docs/raspberry-pi.md for the MXNet and Horovod builds)")
             if engine == "mxnet-dist" and info.get("mxnet") and not info.get(engine):
                 raise ClusterError(f"host {host.name}'s MXNet has no distributed KVStore "
                                    "(PyPI's aarch64 wheel lacks it): set "
                                    "edgeprof_mxnet_wheel to a build with USE_DIST_KVSTORE=1 "
                                    "(docs/raspberry-pi.md), or use --engine horovod")
-            if not info.get(engine):
-                raise ClusterError(f"host {host.name} has no {engine} in {host.python}: "
-                                   "provision it with ansible/site.yml (see "
-                                   "docs/raspberry-pi.md for the MXNet and Horovod builds)")
         answers[host.name] = info
     return answers
+
+
+# A sweep checks its hosts in preflight and again when it opens the cluster, moments
+# apart: the second time reuses the first answer (each check imports the engines).
+CHECK_REUSE_S = 60.0
+_checked: dict[tuple, float] = {}
 
 
 def open_inventory(path: Path, nodes_needed: int,
@@ -290,7 +307,11 @@ def open_inventory(path: Path, nodes_needed: int,
         raise ClusterError(f"--inventory {path} lists {len(hosts)} nodes, the grid needs "
                            f"{nodes_needed} (devices + 1 with --placement master): add "
                            "hosts or use fewer --devices")
-    check_hosts(hosts, engines)
+    key = (tuple(hosts), tuple(sorted(engines)))
+    checked_at = _checked.get(key)
+    if checked_at is None or time.monotonic() - checked_at > CHECK_REUSE_S:
+        check_hosts(hosts, engines)
+        _checked[key] = time.monotonic()
     return InventoryCluster(hosts)
 
 

@@ -1,12 +1,15 @@
 """Bad inventories stop a sweep before anything runs: one line naming the fix, exit 2.
 
-Parsing faults go through the real ``ansible-inventory``; the unreachable host and the
-host without edgeprof are real SSH attempts: a bridge address no node answers on, and a
-node served by sshd whose ``edgeprof_python`` does not exist.
+Parsing faults go through the real ``ansible-inventory``; the unreachable host, the host
+without edgeprof and the hosts that cannot run the grid are real SSH attempts: a bridge
+address no node answers on, a node served by sshd whose ``edgeprof_python`` does not
+exist, and nodes whose ``edgeprof_python`` sees another edgeprof version or a broken
+engine (stand-ins, see ``SHADOWS``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -21,11 +24,11 @@ from tests.conftest import ROOT, sshd_nodes
 EDGEPROF = [sys.executable, "-m", "profiler.cli"]
 
 
-def _sweep(inventory: Path, out: Path) -> subprocess.CompletedProcess:
+def _sweep(inventory: Path, out: Path, *grid: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [*EDGEPROF, "sweep", "--cluster", "inventory", "--inventory", str(inventory),
-         "--model", "lenet-mlp", "--dataset", "synthetic", "--devices", "1",
-         "--max-samples", "64", "--out", str(out)],
+         "--model", "lenet-mlp", "--dataset", "synthetic", "--max-samples", "64",
+         "--out", str(out), *(grid or ("--devices", "1"))],
         cwd=ROOT, capture_output=True, text=True, timeout=180)
 
 
@@ -137,7 +140,7 @@ def test_mxnet_without_parameter_server_is_named(monkeypatch):
     hosts = [inv.Host(name="pi0", address="192.0.2.1")]
     answer = {"version": inv.__version__, "mxnet": True, "mxnet-dist": False,
               "horovod": True}
-    monkeypatch.setattr(inv, "probe", lambda host: answer)
+    monkeypatch.setattr(inv, "probe", lambda host, engines=(): answer)
     one = CellConfig(engine="mxnet", devices=1)
     two = CellConfig(engine="mxnet", devices=2)
     hvd = CellConfig(engine="horovod", devices=2)
@@ -149,11 +152,57 @@ def test_mxnet_without_parameter_server_is_named(monkeypatch):
         inv.check_hosts(hosts, inv.requirements([two]))
 
 
-def test_probe_reads_the_kvstore_feature_of_this_mxnet():
+def test_probe_imports_the_engines_of_this_machine():
     from profiler.cluster.inventory import _PROBE
 
-    done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
-                          timeout=60, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-c", _PROBE, "horovod", "mxnet"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     answer = json.loads(done.stdout.strip().splitlines()[-1])
-    # The x86-64 wheel of MXNet 1.9.1 is built with USE_DIST_KVSTORE=1.
+    # The x86-64 wheel of MXNet 1.9.1 is built with USE_DIST_KVSTORE=1; setup.sh builds
+    # Horovod against it with Gloo.
     assert answer["mxnet"] is True and answer["mxnet-dist"] is True, answer
+    assert answer["horovod"] is True and answer["errors"] == {}, answer
+
+
+# A host whose venv is not what the controller expects. Each stand-in is the real Python
+# of this machine behind a wrapper that puts a folder of shadowing packages first on its
+# path: an edgeprof of another version, an MXNet that is found but does not import (as
+# beside NumPy 2: find_spec finds it, and its libmxnet.so loads), a Horovod built
+# without MXNet (``horovod`` is there, ``horovod.mxnet`` is not).
+SHADOWS = {
+    "version": {"profiler/__init__.py": '__version__ = "0.0.1"\n'},
+    "mxnet": {"mxnet/__init__.py": "raise AttributeError(\"module 'numpy' has no "
+                                    "attribute 'bool'\")\n"},
+    "horovod": {"horovod/__init__.py": ""},
+}
+
+
+def _shadowed_python(folder: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(text)
+    if "mxnet/__init__.py" in files:  # the real libraries beside it: libmxnet.so loads
+        real = Path(importlib.util.find_spec("mxnet").origin).parent
+        for library in real.glob("*.so*"):
+            (folder / "mxnet" / library.name).symlink_to(library)
+    wrapper = folder / "python"
+    wrapper.write_text(f"#!/bin/sh\nPYTHONPATH={folder} exec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+@pytest.mark.parametrize("case, grid, words", [
+    ("version", (), ["host n1 runs edgeprof 0.0.1", "ansible/site.yml"]),
+    ("mxnet", (), ["host n1 cannot use mxnet", "AttributeError", "ansible/site.yml"]),
+    ("horovod", ("--engine", "horovod", "--devices", "2"),
+     ["host n1 cannot use horovod.mxnet", "No module named 'horovod.mxnet'"]),
+])
+def test_host_that_cannot_run_the_grid(one_node, tmp_path, case, grid, words):
+    sshd, work = one_node
+    python = _shadowed_python(tmp_path / "shadow", SHADOWS[case])
+    inventory = sshd.write_inventory(
+        tmp_path / "inv.ini", {"master": ["n0"], "workers": ["n1"]},
+        host_vars={"n0": {"edgeprof_python": sys.executable},
+                   "n1": {"edgeprof_python": str(python)}})
+    _assert_one_line(_sweep(inventory, tmp_path / "out", *grid), *words,
+                     out=tmp_path / "out")

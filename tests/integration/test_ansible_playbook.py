@@ -3,20 +3,40 @@
 Three emulated nodes (network namespaces on this host) run Debian's sshd
 (``profiler.testing.sshd``): n0 is the master, n1 a worker, n2 the monitor. The playbook
 runs twice; the second run must change nothing. Then a sweep runs over SSH on the
-virtual environments the playbook built.
+virtual environments the playbook built, and a change to the controller's code (no
+version bump) is deployed by a third run of the trainer role.
+
+- The firewall is on, for a subnet (10.213.0.0/29) that holds the nodes but not this
+  host's end of the bridge (10.213.0.254, the controller): every node, monitor included,
+  must then refuse the controller on a high port and still accept another node, and
+  still accept SSH.
+- InfluxDB (Debian's influxdb, authentication on) runs inside the monitor's namespace,
+  started by the test on that node's own 127.0.0.1:8086, where the monitor role's user
+  tasks reach it over SSH: admin, database, agents' user and grant are made by the
+  first run (reported as changes) and found by the second (none), with passwords that
+  hold a quote and a backslash.
 
 What this machine makes the test do differently from a box of Pis, and so cannot check:
 - the nodes share this host's filesystem, hostname and packages: every path the play
-  writes (venvs, spools, configuration, /etc/hosts, Grafana provisioning) points into
-  the test's folder, the hostname task is off, and the package list is what
-  scripts/setup.sh already installed (the apt task runs, with its lock timeout, and
-  finds them present); chrony is not installed (it would change this machine);
+  writes (venvs, spools, configuration, /etc/hosts, the saved firewall rules, Grafana
+  provisioning) points into the test's folder, the hostname task is off, and the
+  package list is what scripts/setup.sh already installed plus iptables (the apt task
+  runs, with its lock timeout); chrony is not installed (it would change this machine);
+- the firewall's rules are checked live in each node's namespace and in the file saved
+  for netfilter-persistent, but not their reload at boot: no reboot, no systemd, and
+  iptables-persistent is left out here (its install would save this machine's own rules
+  into /etc/iptables). IPv6 is off on the emulated links: the IPv6 rules are checked as
+  rules only;
 - PID 1 is not systemd: the systemd tasks (agent service, InfluxDB and Grafana
-  services, InfluxDB users) are skipped by their guards; the unit file is checked as a
-  file only;
-- the vendor repositories (InfluxData, Grafana) cannot be reached, so they and the
-  Grafana install are switched off; Debian's influxdb (installed) is the fallback;
-- the trainer's MXNet is PyPI's x86 wheel (pip's cache), not a Pi build.
+  services, netfilter-persistent) are skipped by their guards; the unit file is checked
+  as a file only, and InfluxDB is started by the test instead of its service;
+- the vendor repositories (InfluxData, Grafana) cannot be reached, so they are switched
+  off, and so is Grafana (``edgeprof_monitor_grafana: false``): the test checks that
+  nothing of Grafana is then written. Grafana's provisioning files are rendered by a
+  separate run of those tasks on this host, with root standing in for the ``grafana``
+  user that only Grafana's package creates;
+- the trainer's MXNet is PyPI's x86 wheel (pip's cache), not a Pi build, and Horovod's
+  build (``edgeprof_horovod``, minutes per node) is not run.
 """
 
 from __future__ import annotations
@@ -24,24 +44,111 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import socket
 import stat
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, sshd_nodes
+from profiler.cluster.base import kill_group, popen_in_group
+from tests.conftest import ROOT, need_binary, sshd_nodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 BIN = Path(sys.executable).parent
 EDGEPROF = [sys.executable, "-m", "profiler.cli"]
 VAULT_PASSWORD = "test-vault-password"
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")  # Debian's dataset-fashion-mnist
-SECRETS = {"edgeprof_influx_admin_password": "admin-Secret-1",
+# A quote and a backslash in the InfluxDB passwords: InfluxQL string literals must escape them.
+SECRETS = {"edgeprof_influx_admin_password": "admin-Se'cret-1",
            "edgeprof_grafana_admin_password": "grafana-Secret-2",
-           "edgeprof_influx_credentials": "agent:agent-Secret-3"}
+           "edgeprof_influx_credentials": "agent:agent-Se'c\\ret-3"}
+SUBNET = "10.213.0.0/29"          # n0-n2 (.1-.3), not the bridge's host end (.254)
+SUBNET6 = "fd00:213::/64"
+HIGH_PORT = 29876
+INFLUXD_CONFIG = """\
+reporting-disabled = true
+bind-address = "127.0.0.1:8088"
+[meta]
+  dir = "{data}/meta"
+[data]
+  dir = "{data}/data"
+  wal-dir = "{data}/wal"
+[monitor]
+  store-enabled = false
+[http]
+  bind-address = "127.0.0.1:8086"
+  auth-enabled = true
+  log-enabled = false
+"""
+
+
+def _in_netns(node, argv, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(["nsenter", f"--net=/run/netns/{node.scope['netns']}", "--",
+                           *argv], capture_output=True, text=True, timeout=60, **kw)
+
+
+def _influx(node, query: str, user: str, password: str) -> tuple[int, dict]:
+    """An InfluxQL query from inside ``node``'s namespace: (HTTP status, JSON answer)."""
+    code = ("import json, sys, requests\n"
+            "r = requests.post('http://127.0.0.1:8086/query', data={'q': sys.argv[1]},"
+            " auth=(sys.argv[2], sys.argv[3]), timeout=10)\n"
+            "print(json.dumps([r.status_code, r.json()]))\n")
+    done = _in_netns(node, [sys.executable, "-c", code, query, user, password])
+    assert done.returncode == 0, done.stderr
+    status, answer = json.loads(done.stdout)
+    return status, answer
+
+
+def _start_influxd(node, folder: Path) -> subprocess.Popen:
+    folder.mkdir(parents=True)
+    config = folder / "influxdb.conf"
+    config.write_text(INFLUXD_CONFIG.format(data=folder))
+    proc = popen_in_group(["nsenter", f"--net=/run/netns/{node.scope['netns']}", "--",
+                           need_binary("influxd"), "-config", str(config)], {},
+                          folder / "influxd.log")
+    ping = ("import requests\n"
+            "requests.get('http://127.0.0.1:8086/ping', timeout=1).raise_for_status()")
+    deadline = time.monotonic() + 30
+    while _in_netns(node, [sys.executable, "-c", ping]).returncode != 0:
+        log = (folder / "influxd.log").read_text()[-2000:]
+        assert proc.poll() is None and time.monotonic() < deadline, log
+        time.sleep(0.2)
+    return proc
+
+
+def _remove_firewall(nodes) -> None:
+    """Take the playbook's chain out of the nodes' namespaces (the emulated cluster may
+    outlive this test, and other tests reach the nodes from this host)."""
+    for node in nodes:
+        for tool in ("iptables", "ip6tables"):
+            if shutil.which(tool):
+                for args in (["-D", "INPUT", "-j", "EDGEPROF"], ["-F", "EDGEPROF"],
+                             ["-X", "EDGEPROF"]):
+                    _in_netns(node, [tool, *args])
+
+
+def _source_copy(dest: Path) -> Path:
+    """The controller's checkout as the playbook sees it (edgeprof_source), copied so that
+    a test can change its code without touching this repository."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for folder in ("profiler", "workloads"):
+        shutil.copytree(ROOT / folder, dest / folder, ignore=ignore)
+    for name in ("setup.cfg", "pyproject.toml", "README.md", "constraints.txt"):
+        shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
+def _env(work: Path) -> dict[str, str]:
+    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0",
+           "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"),
+           "PATH": f"{BIN}:{os.environ['PATH']}"}
+    env.pop("PYTHONPATH", None)  # the wheel is built from edgeprof_source, nothing else
+    return env
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +157,14 @@ def provisioned(tmp_path_factory):
     # sshd outside the nodes' CPU quota: pip installs under 0.3 cores would take minutes.
     for sshd in sshd_nodes(work, 3, confine=False,
                            extra_binaries=("python3", str(BIN / "ansible-playbook"))):
+        source = _source_copy(work / "source")
         node_vars = {n: {"edgeprof_venv": str(work / n / "venv"),
                          "edgeprof_workdir": str(work / n / "runs"),
                          "edgeprof_data_dir": str(work / n / "data"),
                          "edgeprof_spool_dir": str(work / n / "spool"),
                          "edgeprof_config_dir": str(work / n / "etc"),
-                         "edgeprof_systemd_dir": str(work / n / "systemd")}
+                         "edgeprof_systemd_dir": str(work / n / "systemd"),
+                         "edgeprof_firewall_rules_dir": str(work / n / "iptables")}
                      for n in ("n0", "n1", "n2")}
         inventory = sshd.write_inventory(
             work / "inventory.ini", {"master": ["n0"], "workers": ["n1"], "monitor": ["n2"]},
@@ -65,17 +174,20 @@ def provisioned(tmp_path_factory):
             "edgeprof_user": "root", "edgeprof_packages": ["python3-venv", "ethtool", "tar"],
             "edgeprof_time_sync": False, "edgeprof_manage_hostname": False,
             "edgeprof_hosts_file": str(work / "hosts"),
+            "edgeprof_source": str(source),
             "edgeprof_wheel_dir": str(work / "wheels"), "edgeprof_offline": True,
+            "edgeprof_firewall": True, "edgeprof_cluster_subnet": SUBNET,
+            "edgeprof_cluster_subnet6": SUBNET6, "edgeprof_firewall_packages": ["iptables"],
             "edgeprof_monitor_vendor_repos": False, "edgeprof_monitor_grafana": False,
             "edgeprof_influxdb_conf": str(work / "influxdb.conf"),
-            "edgeprof_grafana_user": "root",
+            # Where Grafana's files would go if its guard failed: not this host's /etc.
             "edgeprof_grafana_provisioning_dir": str(work / "grafana" / "provisioning"),
             "edgeprof_grafana_dashboards_dir": str(work / "grafana" / "dashboards"),
             "edgeprof_grafana_secrets_dir": str(work / "grafana" / "secrets"),
             # Debian's Fashion-MNIST (30 MB) goes to each node's edgeprof_data_dir.
             "edgeprof_datasets": [str(FASHION_DIR)]}))
         secrets = work / "vault.yml"
-        secrets.write_text("".join(f"{k}: {v}\n" for k, v in SECRETS.items()))
+        secrets.write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in SECRETS.items()))
         password_file = work / "vault-password"
         password_file.write_text(VAULT_PASSWORD)
         password_file.chmod(0o600)
@@ -84,16 +196,19 @@ def provisioned(tmp_path_factory):
         argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), "ansible/site.yml",
                 "-e", f"@{settings}", "-e", f"@{secrets}",
                 "--vault-password-file", str(password_file)]
-        env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0",
-               "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"),
-               "PATH": f"{BIN}:{os.environ['PATH']}"}
-        runs = []
-        for _ in range(2):
-            start = time.monotonic()
-            done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env,
-                                  timeout=600)
-            runs.append((done, time.monotonic() - start))
-        yield {"runs": runs, "work": work, "inventory": inventory, "sshd": sshd}
+        influxd = _start_influxd(sshd.nodes[2], work / "influxdb-n2")
+        try:
+            runs = []
+            for _ in range(2):
+                start = time.monotonic()
+                done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True,
+                                      env=_env(work), timeout=600)
+                runs.append((done, time.monotonic() - start))
+            yield {"runs": runs, "work": work, "inventory": inventory, "sshd": sshd,
+                   "argv": argv, "source": source}
+        finally:
+            kill_group(influxd)
+            _remove_firewall(sshd.nodes)
 
 
 def _recap(output: str) -> dict[str, dict[str, int]]:
@@ -101,6 +216,14 @@ def _recap(output: str) -> dict[str, dict[str, int]]:
     for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M):
         hosts[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counts)}
     return hosts
+
+
+def _task(output: str, name: str) -> str:
+    """What ansible printed for the task called ``name`` (its result lines)."""
+    match = re.search(rf"^TASK \[{re.escape(name)}\].*?$(.*?)"
+                      r"(?=^TASK \[|^PLAY |^RUNNING HANDLER)", output, re.M | re.S)
+    assert match, f"task {name!r} not in the output"
+    return match.group(1)
 
 
 def test_playbook_provisions_every_node(provisioned):
@@ -133,12 +256,9 @@ def test_nodes_are_ready_and_secrets_stay_in_0600_files(provisioned):
         unit = (work / node / "systemd" / "edgeprof-agent.service").read_text()
         assert f"--influx-token-file {token}" in unit and "Restart=on-failure" in unit
         assert not any(secret in unit for secret in SECRETS.values())
-    provisioning = work / "grafana" / "provisioning" / "datasources" / "edgeprof.yaml"
-    text = provisioning.read_text()
-    assert "$__file{" in text and not any(secret in text for secret in SECRETS.values())
-    secret = work / "grafana" / "secrets" / "influx-password"
-    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
     assert "auth-enabled = true" in (work / "influxdb.conf").read_text()
+    # edgeprof_monitor_grafana is false: no Grafana folder, secret or provisioning file.
+    assert not (work / "grafana").exists(), sorted(map(str, (work / "grafana").rglob("*")))
     # The trainers answer the SSH cluster's host check with the provisioned venvs (the
     # inventory names only edgeprof_venv: the SSH cluster derives the python from it).
     inventory = provisioned["inventory"]
@@ -150,6 +270,99 @@ def test_nodes_are_ready_and_secrets_stay_in_0600_files(provisioned):
     for node in ("n0", "n1"):
         assert rows[node]["reachable"] and rows[node]["mxnet"], rows[node]
         assert rows[node]["edgeprof"] == __version__
+
+
+def test_influxdb_users_are_made_once_with_escaped_passwords(provisioned):
+    monitor = provisioned["sshd"].nodes[2]
+    admin = SECRETS["edgeprof_influx_admin_password"]
+    agent, agent_password = SECRETS["edgeprof_influx_credentials"].split(":", 1)
+    status, answer = _influx(monitor, "SHOW USERS", "admin", admin)
+    assert status == 200, answer
+    assert sorted(answer["results"][0]["series"][0]["values"]) == [["admin", True],
+                                                                    [agent, False]]
+    # The agents' user logs in with the password as written in the Vault, quote and all.
+    status, answer = _influx(monitor, "SHOW DATABASES", agent, agent_password)
+    assert status == 200, answer
+    status, answer = _influx(monitor, f'SHOW GRANTS FOR "{agent}"', "admin", admin)
+    assert answer["results"][0]["series"][0]["values"] == [["edgeprof", "ALL PRIVILEGES"]]
+    first, second = (done.stdout for done, _ in provisioned["runs"])
+    for task in ("Create InfluxDB's admin user", "Create the database",
+                 "Create the agents' user", "Grant the agents' user the database"):
+        assert "changed: [n2]" in _task(first, f"monitor : {task}"), task
+        assert "skipping: [n2]" in _task(second, f"monitor : {task}"), task
+
+
+def test_firewall_closes_high_ports_to_all_but_the_cluster(provisioned):
+    nodes = provisioned["sshd"].nodes
+    for node in nodes:  # master, worker and monitor alike
+        for tool, subnet, saved in (("iptables", SUBNET, "rules.v4"),
+                                    ("ip6tables", SUBNET6, "rules.v6")):
+            rules = _in_netns(node, [tool, "-S", "EDGEPROF"]).stdout.splitlines()
+            order = [next((i for i, rule in enumerate(rules) if word in rule), None)
+                     for word in ("-i lo", "--ctstate", f"-s {subnet}", "-j DROP")]
+            assert None not in order and order == sorted(order), (node.name, tool, rules)
+            assert "--dport 1024:65535" in rules[order[-1]], rules
+            first = _in_netns(node, [tool, "-S", "INPUT"]).stdout.splitlines()[1]
+            assert first == "-A INPUT -j EDGEPROF", (node.name, tool, first)
+            # Saved for netfilter-persistent: the live rules, without time stamps, and
+            # a file iptables-restore accepts.
+            text = (provisioned["work"] / node.name / "iptables" / saved).read_text()
+            assert "-A INPUT -j EDGEPROF" in text and not re.search("^#", text, re.M)
+            restore = _in_netns(node, [f"{tool}-restore", "--test"], input=text)
+            assert restore.returncode == 0, restore.stderr
+    # Behaviour: a server on a high port of the master answers a worker, not this host
+    # (10.213.0.254, outside the subnet), while SSH still answers this host.
+    server = subprocess.Popen(
+        ["nsenter", f"--net=/run/netns/{nodes[0].scope['netns']}", "--", sys.executable,
+         "-c", "import socket, time\ns = socket.create_server(('0.0.0.0', %d))\n"
+         "time.sleep(30)\n" % HIGH_PORT])
+    try:
+        reach = ("import socket, sys\nsocket.create_connection(('10.213.0.1', %d), timeout=3)"
+                 % HIGH_PORT)
+        deadline = time.monotonic() + 10
+        while (done := _in_netns(nodes[1], [sys.executable, "-c", reach])).returncode:
+            assert time.monotonic() < deadline, done.stderr
+            time.sleep(0.2)
+        with pytest.raises(TimeoutError):  # dropped, not refused: nothing answers at all
+            socket.create_connection((nodes[0].address, HIGH_PORT), timeout=3)
+        socket.create_connection((nodes[0].address, 22), timeout=3).close()
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_grafana_provisioning_files(tmp_path):
+    """The monitor role's Grafana provisioning tasks, run on this host: root stands in
+    for the ``grafana`` user that only Grafana's package (not installable here) creates.
+    A second run changes nothing."""
+    settings = tmp_path / "vars.json"
+    settings.write_text(json.dumps({
+        "edgeprof_grafana_user": "root",
+        "edgeprof_grafana_provisioning_dir": str(tmp_path / "provisioning"),
+        "edgeprof_grafana_dashboards_dir": str(tmp_path / "dashboards"),
+        "edgeprof_grafana_secrets_dir": str(tmp_path / "secrets"),
+        "edgeprof_dashboards_src": str(ROOT / "dashboards"),
+        "ansible_python_interpreter": "/usr/bin/python3", **SECRETS}))
+    playbook = tmp_path / "grafana.yml"
+    playbook.write_text("- name: Grafana provisioning\n  hosts: localhost\n"
+                        "  connection: local\n  tasks:\n"
+                        "    - name: The monitor role's provisioning tasks\n"
+                        "      ansible.builtin.include_role:\n        name: monitor\n"
+                        "        tasks_from: grafana-provisioning.yml\n")
+    env = {**_env(tmp_path), "ANSIBLE_ROLES_PATH": str(ROOT / "ansible" / "roles")}
+    runs = [subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", str(playbook),
+                            "-e", f"@{settings}"], cwd=tmp_path, capture_output=True,
+                           text=True, env=env, timeout=300) for _ in range(2)]
+    for done in runs:
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert _recap(runs[1].stdout)["localhost"]["changed"] == 0, runs[1].stdout[-3000:]
+    text = (tmp_path / "provisioning" / "datasources" / "edgeprof.yaml").read_text()
+    assert "$__file{" in text and not any(secret in text for secret in SECRETS.values())
+    secret = tmp_path / "secrets" / "influx-password"
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert secret.read_text() == SECRETS["edgeprof_influx_credentials"].split(":", 1)[1]
+    assert sorted(p.name for p in (tmp_path / "dashboards").iterdir()) == sorted(
+        p.name for p in (ROOT / "dashboards").glob("*.json"))
 
 
 def test_sweep_runs_on_the_provisioned_nodes(provisioned, tmp_path):
@@ -171,3 +384,23 @@ def test_sweep_runs_on_the_provisioned_nodes(provisioned, tmp_path):
         copied = provisioned["work"] / node / "data" / "fashion-mnist"
         assert sorted(p.name for p in copied.iterdir()) == sorted(
             p.name for p in FASHION_DIR.iterdir())
+
+
+def test_code_change_without_version_bump_is_deployed(provisioned, tmp_path):
+    """Last: it changes the controller's code (the test's copy) and reruns the trainer
+    role on n1 (``--tags trainer``, as docs/cluster.md says to redeploy)."""
+    work, mark = provisioned["work"], uuid.uuid4().hex
+    init = provisioned["source"] / "profiler" / "__init__.py"
+    init.write_text(init.read_text() + f'DEPLOYED_MARK = "{mark}"\n')
+    start = time.monotonic()
+    done = subprocess.run([*provisioned["argv"], "--limit", "n1", "--tags", "trainer"], cwd=ROOT,
+                          capture_output=True, text=True, env=_env(work), timeout=600)
+    print(f"third run (--tags trainer on n1, code changed): {time.monotonic() - start:.1f} s")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "changed: [n1]" in _task(done.stdout,
+                                    "trainer : Reinstall edgeprof from the controller's code")
+    node_python = work / "n1" / "venv" / "bin" / "python"
+    shown = subprocess.run([str(node_python), "-c",
+                            "import profiler; print(profiler.DEPLOYED_MARK)"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60, env=_env(work))
+    assert shown.stdout.strip() == mark, shown.stderr

@@ -21,6 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from profiler.cluster import netns
+from profiler.testing.sshd import SSHD
 from tests.conftest import ROOT, sshd_nodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -48,21 +50,53 @@ def _sweep(hosts, out: Path, *extra: str, **kw) -> subprocess.CompletedProcess:
          "--out", str(out), *extra], cwd=ROOT, capture_output=True, text=True, **kw)
 
 
-def _leftovers(*marks: str) -> list[str]:
-    """Processes anywhere on this machine (every namespace) whose command names a mark."""
+def _leftovers(hosts, *marks: str) -> list[str]:
+    """What of a cell is still alive: any process in a node's network namespace but sshd
+    itself (its listener, and the connection handlers it forks, which go with their
+    connection), as the scheduler and servers run ``python -m workloads.serve`` and
+    name no path; and any process anywhere whose command names a mark (the local
+    ``ssh`` clients, anything started with the cell's folders)."""
     found = []
+    for node in hosts["sshd"].nodes:
+        for pid in netns.netns_pids(node.scope["netns"]):
+            try:
+                proc = psutil.Process(pid)
+                if proc.exe() == SSHD:
+                    continue
+                cmd = " ".join(proc.cmdline())
+            except psutil.Error:
+                continue  # gone meanwhile
+            found.append(f"{node.name} {pid}: {cmd[:160]}")
     for p in psutil.process_iter(["pid", "cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if any(mark in cmd for mark in marks) and "pytest" not in cmd:
+        if marks and any(mark in cmd for mark in marks) and "pytest" not in cmd:
             found.append(f"{p.info['pid']}: {cmd[:160]}")
     return found
 
 
-def _wait_gone(*marks: str) -> list[str]:
+def _wait_gone(hosts, *marks: str) -> list[str]:
     deadline = time.monotonic() + GONE_WITHIN_S
-    while (left := _leftovers(*marks)) and time.monotonic() < deadline:
+    while (left := _leftovers(hosts, *marks)) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
+
+
+def test_leftover_check_sees_a_process_that_names_no_path(hosts):
+    """The check the stop tests rely on: a process in a node's namespace whose command
+    line names none of the cell's folders (as ``python -m workloads.serve``) is found."""
+    node = hosts["sshd"].nodes[1]
+    assert _wait_gone(hosts) == []
+    stray = subprocess.Popen(["nsenter", f"--net=/run/netns/{node.scope['netns']}", "--",
+                              sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        deadline = time.monotonic() + 10
+        while not (left := _leftovers(hosts)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [line for line in left if line.startswith(f"{node.name} {stray.pid}:")], left
+    finally:
+        stray.kill()
+        stray.wait()
+    assert _wait_gone(hosts) == []
 
 
 def test_status_shows_every_host(hosts):
@@ -116,7 +150,7 @@ def test_mxnet_and_horovod_cells_over_ssh(hosts, tmp_path):
     for node in ("n0", "n1", "n2"):
         remote = hosts["work"] / f"remote-{node}" / "sweep" / "cells"
         assert not remote.exists() or not any(remote.glob("*/*/*"))
-    assert _wait_gone(str(out), "remote-n") == []
+    assert _wait_gone(hosts, str(out), "remote-n") == []
 
 
 def test_timeout_stops_the_processes_on_every_host(hosts, tmp_path):
@@ -127,7 +161,7 @@ def test_timeout_stops_the_processes_on_every_host(hosts, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     rec = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
     assert rec["status"] == "timeout", rec
-    assert _wait_gone(str(out), str(hosts["work"] / "remote-n")) == []
+    assert _wait_gone(hosts, str(out), str(hosts["work"] / "remote-n")) == []
 
 
 def test_ctrl_c_stops_the_processes_on_every_host(hosts, tmp_path):
@@ -153,4 +187,4 @@ def test_ctrl_c_stops_the_processes_on_every_host(hosts, tmp_path):
     assert proc.returncode == 130, err[-2000:]
     rec = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
     assert rec["status"] == "failed" and "interrupted" in rec["reason"]
-    assert _wait_gone(str(out), str(hosts["work"] / "remote-n")) == []
+    assert _wait_gone(hosts, str(out), str(hosts["work"] / "remote-n")) == []
