@@ -10,12 +10,15 @@ It also runs one device at each *global* batch (devices x batch): N sync workers
 exactly that update (``workloads.optim``), so their accuracy should match it within the
 run-to-run spread, which ``--spread-seeds K`` measures (the one-device cells again with
 K seeds; the tolerance the parity tests use comes from it, see docs/workloads.md).
+``--async-repeats K`` runs the async cells K more times with the same seed: the order of
+pushes differs from run to run, so async accuracy is a distribution, not one number.
 
-    python benchmarks/bench_accuracy.py                          # the table, ~5 min
+    python benchmarks/bench_accuracy.py                          # the table, ~4 min
     python benchmarks/bench_accuracy.py --spread-seeds 5         # plus the spread
     python benchmarks/bench_accuracy.py --dataset mnist-5k --samples 4000 --epochs 3
 
-Prints one table; accuracies from one run each (seed 42 unless ``--seed``).
+Prints one table; accuracies from one run each (seed 42 unless ``--seed``), then every
+cell that diverged or did not end ``ok``, with its reason.
 """
 
 from __future__ import annotations
@@ -61,9 +64,11 @@ def run(cells: list[CellConfig], seed: int, out: Path) -> dict[str, dict]:
 
 
 def _acc(record: dict | None) -> str:
+    """The accuracy, ``!`` when the cell diverged, ``?`` when it did not end ``ok``."""
     if not record or record.get("val_accuracy") is None:
         return f"{record.get('status', '?') if record else '-':>7}"
-    mark = "!" if record.get("diverged") else " "
+    mark = ("?" if record.get("status") != "ok" else
+            "!" if record.get("diverged") else " ")
     return f"{record['val_accuracy']:6.3f}{mark}"
 
 
@@ -79,6 +84,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--spread-seeds", type=int, default=0,
                         help="also run the one-device cells with this many seeds")
+    parser.add_argument("--async-repeats", type=int, default=0,
+                        help="also run the async cells this many more times (same seed)")
     args = parser.parse_args()
     models = args.models.split(",")
     devices = [int(d) for d in args.devices.split(",")]
@@ -93,11 +100,17 @@ def main() -> None:
             for cell_id, rec in run(singles, seed, Path(tmp) / f"seed-{seed}").items():
                 if rec.get("val_accuracy") is not None:
                     spread.setdefault(cell_id, []).append(rec["val_accuracy"])
+        repeats: dict[str, list[dict]] = {}
+        for repeat in range(1, args.async_repeats + 1):
+            asyncs = [c for c in cells if c.sync == "async"]
+            for cell_id, rec in run(asyncs, args.seed,
+                                    Path(tmp) / f"async-{repeat}").items():
+                repeats.setdefault(cell_id, []).append(rec)
     by_key = {(c.model, c.engine, c.devices, c.sync, c.batch): records.get(c.cell_id)
               for c in cells}
 
     print(f"{args.dataset}, {args.samples} samples, batch {args.batch}/worker, "
-          f"{args.epochs} epochs, seed {args.seed}; '!' = diverged")
+          f"{args.epochs} epochs, seed {args.seed}; '!' = diverged, '?' = not ok")
     print(f"{'model':10} {'devices':>7} {'lr':>6} {'mxnet sync':>11} {'mxnet async':>12} "
           f"{'horovod':>8}   {'1 device @ global batch':>24}")
     for model in models:
@@ -134,6 +147,19 @@ def main() -> None:
                 print(f"  {cell.model} b{cell.batch}: mean {statistics.mean(values):.3f} "
                       f"sd {statistics.stdev(values):.3f} range "
                       f"{max(values) - min(values):.3f} ({len(values)} seeds)")
+    if repeats:
+        print(f"\nasync, {args.async_repeats} more runs each (same seed; '!' = diverged):")
+        for cell in (c for c in cells if c.sync == "async"):
+            runs = [records.get(cell.cell_id), *repeats.get(cell.cell_id, [])]
+            values = " ".join(_acc(r).strip() for r in runs)
+            print(f"  {cell.model} N={cell.devices}: {values}")
+    flagged = [(c, r) for c in cells if (r := records.get(c.cell_id))
+               and (r.get("diverged") or r.get("status") != "ok")]
+    if flagged:
+        print("\ndiverged or not ok:")
+    for cell, record in flagged:
+        print(f"  {cell.label}: {record.get('status')}, {record.get('reason')}; training "
+              f"loss per epoch {record.get('train_loss_per_epoch')}")
     print(f"\n{len(cells)} cells in {time.monotonic() - started:.0f} s")
 
 
