@@ -8,7 +8,8 @@ datasource stores it). Queries are InfluxQL, which InfluxDB 1.x serves and 2.x s
 through its v1-compatible API with a DBRP mapping (docs/dashboards.md). Every panel
 reads the datasource chosen in the ``datasource`` variable; ``sweep``, ``cell``,
 ``node`` and ``role`` are tag-value queries chained with WHERE, so each lists only
-what the choice before it contains.
+what the choice before it contains; each board takes them from a measurement it shows
+(``_variables`` says why).
 
 The measurements and tags are the agents' (README "Schema") plus ``train`` and ``cell``
 (``profiler/sweep/train_points.py``): training progress and each cell's outcome.
@@ -75,10 +76,15 @@ def _tag_values(name: str, measurement: str, after: tuple[str, ...], label: str,
 
 
 def _variables(board: dashboard.Dashboard, *, node_level: bool) -> dashboard.Dashboard:
+    # Each board lists the sweeps and cells of the measurements it shows. Node resources
+    # shows the agents' points, there while a cell runs: its lists come from "cpu".
+    # Sweep overview shows "cell" and "train", written when each cell ends whether or not
+    # agents ran (--no-agent): from "cpu" it would list nothing for such a sweep.
+    source = "cpu" if node_level else "cell"
     board = board.with_variable(
         dashboard.DatasourceVariable("datasource").label("Data source").type("influxdb"))
-    board = board.with_variable(_tag_values("sweep", "cpu", (), "Sweep", multi=False))
-    board = board.with_variable(_tag_values("cell", "cpu", ("sweep",), "Cell"))
+    board = board.with_variable(_tag_values("sweep", source, (), "Sweep", multi=False))
+    board = board.with_variable(_tag_values("cell", source, ("sweep",), "Cell"))
     if node_level:
         board = board.with_variable(_tag_values("node", "cpu", ("sweep", "cell"), "Node"))
         board = board.with_variable(_tag_values("role", "proc", ("sweep", "cell", "node"),

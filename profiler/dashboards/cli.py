@@ -86,4 +86,10 @@ def push(grafana_url, grafana_user, grafana_token_file, folder, influx_url, infl
                          datasource=datasource, resend_secrets=resend_secrets)
     for item in result.written:
         click.echo(f"written: {item}")
-    click.echo(f"{len(result.written)} written, {len(result.unchanged)} unchanged")
+    for item in result.provisioned:
+        click.echo(f"not written: {item} differs, but Grafana provisions it from files, "
+                   "which its API cannot change: update those (the Ansible monitor role, "
+                   "docs/dashboards.md)")
+    click.echo(f"{len(result.written)} written, {len(result.unchanged)} unchanged"
+               + (f", {len(result.provisioned)} provisioned from files (not written)"
+                  if result.provisioned else ""))

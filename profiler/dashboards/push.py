@@ -7,6 +7,13 @@ without Grafana's own ``id``/``version``, or its folder); the datasource (uid
 differ. So a second push sends no write. Secrets (the datasource's InfluxDB password or
 token) are sent with a create or a change of settings; Grafana never returns them, so
 a changed secret alone is not noticed: ``--resend-secrets`` sends them again.
+
+A Grafana provisioned from files (the Ansible ``monitor`` role: the same folder and
+uids) refuses API saves of what those files define: a dashboard of a file provider
+without ``allowUiUpdates`` (Grafana answers 400 "Cannot save provisioned dashboard"),
+a datasource with ``editable: false`` (403 "read-only"). Push leaves those as they are
+and says so (``PushResult.provisioned``), rather than failing on them: there the files
+are the source, and the playbook updates them.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ class Datasource:
 class PushResult:
     written: list[str] = field(default_factory=list)    # what was created or updated
     unchanged: list[str] = field(default_factory=list)
+    provisioned: list[str] = field(default_factory=list)  # differs, but Grafana's files own it
 
 
 def load_dashboards(folder: Path = DEFAULT_DASHBOARDS) -> list[dict]:
@@ -123,6 +131,9 @@ def _push_datasource(api, datasource: Datasource, resend_secrets: bool,
     if _subset(wanted, current) and not resend_secrets:
         result.unchanged.append(f"datasource {DATASOURCE_UID}")
         return
+    if current.get("readOnly"):
+        result.provisioned.append(f"datasource {DATASOURCE_UID}")
+        return
     api.datasource.update_datasource_by_uid(
         DATASOURCE_UID, {**current, **wanted, "secureJsonData": datasource.secure()})
     result.written.append(f"datasource {DATASOURCE_UID}")
@@ -139,9 +150,13 @@ def _push_board(api, board: dict, result: PushResult) -> None:
     except GrafanaClientError as exc:
         if exc.status_code != 404:
             raise
-        same = False
+        current, same = {}, False
     if same:
         result.unchanged.append(f"dashboard {uid}")
+        return
+    # Grafana sets meta.provisioned only when the file provider refuses UI (and API) saves.
+    if current.get("meta", {}).get("provisioned"):
+        result.provisioned.append(f"dashboard {uid}")
         return
     api.dashboard.update_dashboard({"dashboard": {**board, "id": None},
                                     "folderUid": FOLDER_UID, "overwrite": True,

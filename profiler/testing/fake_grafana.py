@@ -2,6 +2,10 @@
 is not in Debian, PyPI or npm). It answers the calls ``edgeprof dashboards push`` makes
 the way Grafana 11 does (paths, status codes, the shape of the JSON), keeps what it is
 sent in memory, and records every request (method, path, Authorization header, body).
+It accepts the service-account token as a Bearer header and, when ``user`` and
+``password`` are given, that login as HTTP basic auth. Dashboards whose uid is in
+``provisioned`` and datasources stored with ``readOnly`` behave as Grafana's
+file-provisioned ones do: reported as such, and their saves refused.
 
 It is not Grafana: it does not validate dashboards or run queries (the dashboards'
 queries are tested against a real InfluxDB instead).
@@ -9,6 +13,7 @@ queries are tested against a real InfluxDB instead).
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 from dataclasses import dataclass, field
@@ -28,10 +33,20 @@ class FakeGrafana:
     """``with FakeGrafana(token="t") as grafana: ... grafana.url, grafana.requests``."""
 
     token: str
+    user: str | None = None  # with password: basic auth accepted too
+    password: str | None = None
     folders: dict = field(default_factory=dict)
     datasources: dict = field(default_factory=dict)
     dashboards: dict = field(default_factory=dict)
+    provisioned: set = field(default_factory=set)  # dashboard uids owned by files
     requests: list[Request] = field(default_factory=list)
+
+    def accepts(self, authorization: str | None) -> bool:
+        accepted = [f"Bearer {self.token}"]
+        if self.user is not None and self.password is not None:
+            login = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+            accepted.append(f"Basic {login}")
+        return authorization in accepted
 
     def __enter__(self) -> "FakeGrafana":
         handler = _handler(self)
@@ -70,7 +85,7 @@ def _handler(state: FakeGrafana):
             body = json.loads(self.rfile.read(length)) if length else None
             auth = self.headers.get("Authorization")
             state.requests.append(Request(self.command, self.path, auth, body))
-            if auth != f"Bearer {state.token}":
+            if not state.accepts(auth):
                 return self._reply(401, {"message": "Unauthorized"})
             method, parts = self.command, self.path.split("?")[0].strip("/").split("/")
             if parts[:2] == ["api", "frontend"]:
@@ -93,6 +108,9 @@ def _handler(state: FakeGrafana):
                     return self._reply(200, {k: v for k, v in ds.items()
                                              if k != "secureJsonData"})
                 if method == "PUT" and uid in state.datasources:
+                    if state.datasources[uid].get("readOnly"):  # editable: false in a file
+                        return self._reply(403, {"message": "Cannot update read-only data "
+                                                            "source"})
                     state.datasources[uid] = {**body, "id": state.datasources[uid]["id"]}
                     return self._reply(200, {"message": "Datasource updated"})
             if parts[:2] == ["api", "datasources"] and len(parts) == 2 and method == "POST":
@@ -102,10 +120,14 @@ def _handler(state: FakeGrafana):
                 stored = state.dashboards.get(parts[3])
                 if not stored:
                     return self._reply(404, {"message": "Dashboard not found"})
-                return self._reply(200, {"dashboard": stored["dashboard"],
-                                         "meta": {"folderUid": stored["folderUid"]}})
+                meta = {"folderUid": stored["folderUid"]}
+                if parts[3] in state.provisioned:
+                    meta["provisioned"] = True
+                return self._reply(200, {"dashboard": stored["dashboard"], "meta": meta})
             if parts[:3] == ["api", "dashboards", "db"] and method == "POST":
                 board = dict(body["dashboard"])
+                if board.get("uid") in state.provisioned:
+                    return self._reply(400, {"message": "Cannot save provisioned dashboard"})
                 old = state.dashboards.get(board["uid"])
                 if old and not body.get("overwrite"):
                     return self._reply(412, {"message": "version-mismatch"})

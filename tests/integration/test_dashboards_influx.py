@@ -2,7 +2,9 @@
 
 Debian's InfluxDB 1.6.7 on loopback receives the points of a real small sweep shipped
 live by ``edgeprof sweep --influx-url`` (agents' metrics and the cells' training
-points). The queries are those of the committed dashboards/*.json, with Grafana's
+points), and of a second one run with ``--no-agent`` (training points only, which the
+sweep overview must still list and show). The queries are those of the committed
+dashboards/*.json, with Grafana's
 macros substituted as Grafana renders them: ``$timeFilter`` as a time range covering
 the sweep, ``$__interval`` as 1s, each variable as one of the values its own query
 returned (chained: the cell list comes from the chosen sweep, and so on) and once as
@@ -16,6 +18,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -28,21 +31,30 @@ BOARDS = sorted((ROOT / "dashboards").glob("*.json"))
 DB = "edgeprof"
 
 
+def _sweep(server, out: Path, *args: str) -> str:
+    """Run a small real sweep shipping live to ``server``; return its sweep id."""
+    done = subprocess.run(
+        [sys.executable, "-m", "profiler.cli", "sweep", "--model", "lenet-mlp",
+         "--dataset", "mnist-5k", "--batch", "32", "--max-samples", "400", "--out", str(out),
+         "--influx-url", server.url, "--influx-db", DB, *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads((out / "sweep.json").read_text())["sweep_id"]
+
+
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory):
     need_binary("influxd")
     work = tmp_path_factory.mktemp("dashboards")
     with LocalServer("influxdb1", work / "influxdb") as server:
-        out = work / "sweep"
-        done = subprocess.run(
-            [sys.executable, "-m", "profiler.cli", "sweep", "--model", "lenet-mlp",
-             "--dataset", "mnist-5k", "--devices", "1,2", "--batch", "32", "--epochs", "2",
-             "--max-samples", "400", "--interval", "0.5", "--out", str(out),
-             "--influx-url", server.url, "--influx-db", DB],
-            cwd=ROOT, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
-        sweep_id = json.loads((out / "sweep.json").read_text())["sweep_id"]
-        yield server, sweep_id
+        sweep_id = _sweep(server, work / "sweep", "--devices", "1,2", "--epochs", "2",
+                          "--interval", "0.5")
+        # Sweep ids are the start time to the second: the next must not share it.
+        time.sleep(1.1)
+        no_agent_id = _sweep(server, work / "no-agent", "--devices", "1", "--epochs", "1",
+                             "--no-agent")
+        assert no_agent_id != sweep_id
+        yield server, sweep_id, no_agent_id
 
 
 def _render(query: str, values: dict[str, str]) -> str:
@@ -79,9 +91,14 @@ def _targets(board: dict):
 @pytest.mark.parametrize("board_path", BOARDS, ids=[p.stem for p in BOARDS])
 @pytest.mark.parametrize("all_values", [False, True], ids=["one-value", "all"])
 def test_every_query_of_the_dashboard_returns_data(shipped, board_path: Path, all_values):
-    server, sweep_id = shipped
+    server, sweep_id, _ = shipped
     board = json.loads(board_path.read_text())
     values = _variable_values(server, board, sweep_id, all_values=all_values)
+    empty = _empty_panels(server, board, values)
+    assert not empty, "panels with no data:\n" + "\n".join(empty)
+
+
+def _empty_panels(server, board: dict, values: dict) -> list[str]:
     targets = list(_targets(board))
     assert targets
     empty = []
@@ -89,7 +106,25 @@ def test_every_query_of_the_dashboard_returns_data(shipped, board_path: Path, al
         query = _render(target["query"], values)
         if not influx_query(server.url, DB, query):
             empty.append(f"{title}: {query}")
-    assert not empty, "panels with no data:\n" + "\n".join(empty)
+    return empty
+
+
+@pytest.mark.parametrize("all_values", [False, True], ids=["one-value", "all"])
+def test_sweep_overview_shows_a_sweep_run_without_agents(shipped, all_values):
+    """A ``--no-agent`` sweep has no agents' points: the overview still lists it and its
+    cells (from the ``cell`` measurement) and shows everything but the resources."""
+    server, _, no_agent_id = shipped
+    board = json.loads((ROOT / "dashboards" / "sweep-overview.json").read_text())
+    values = _variable_values(server, board, no_agent_id, all_values=all_values)
+    assert "cpu" not in _measurements(server, no_agent_id)  # no agent ran indeed
+    empty = {line.split(":", 1)[0] for line in _empty_panels(server, board, values)}
+    assert empty == {"CPU % against devices", "Memory against devices",
+                     "Network sent against devices"}, empty
+
+
+def _measurements(server, sweep_id: str) -> set[str]:
+    rows = influx_query(server.url, DB, f"SHOW MEASUREMENTS WHERE \"sweep\" = '{sweep_id}'")
+    return {v[0] for series in rows for v in series["values"]}
 
 
 def test_there_are_two_dashboards():
