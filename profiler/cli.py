@@ -66,6 +66,10 @@ def grid_options(func):
         click.option("--profile", default=None,
                      help="Node profile of the emulated cluster [default: the cluster that "
                           "is up, else pi3b]."),
+        click.option("--speedup", default=1.0, show_default=True, type=float,
+                     help="Emulated cluster: every node's CPU quota and link rate x this "
+                          "factor (time dilation: same balance of compute and network, "
+                          "docs/emulated.md)."),
         click.option("--timeout", default=None, type=float,
                      help="Seconds a cell may take before it is stopped (status timeout); "
                           "0 for no limit [default: derived from the cell's work, "
@@ -99,8 +103,8 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
     from workloads import datasets as workload_data
 
     from .agent.options import target_from_options
-    from .cluster import CLUSTERS
-    from .sweep.sweep import SweepSettings, check_sweep_dir
+    from .sweep.preflight import preflight
+    from .sweep.sweep import SweepSettings
 
     if kw["data_dir"] is not None and not kw["data_dir"].is_dir():
         raise EdgeprofError(f"--data-dir {kw['data_dir']} is not a folder: "
@@ -143,34 +147,14 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
     if kw["timeout"] is not None and not 0 <= kw["timeout"] < float("inf"):
         raise EdgeprofError(f"--timeout {kw['timeout']} must be a number of seconds, "
                             "or 0 for no limit")
-    if kw["cluster_name"] not in CLUSTERS:
-        raise EdgeprofError(f"unknown cluster {kw['cluster_name']!r}: "
-                            f"use one of {', '.join(CLUSTERS)}")
-    if (kw["cluster_name"] == "inventory") != (kw["inventory"] is not None):
-        raise EdgeprofError("--inventory FILE goes with --cluster inventory (and only with "
-                            "it): give both, e.g. --cluster inventory --inventory "
-                            "inventory.ini")
-    if kw["inventory"] is not None:
-        # Every host is checked now, before anything is written or started.
-        from .cluster.inventory import open_inventory, requirements
-        from .engines import get_engine
-        needed = max(get_engine(c.engine).nodes_needed(c) for c in cells)
-        open_inventory(kw["inventory"], needed, requirements(cells))
-    if kw["profile"] is not None:
-        from .cluster.profiles import load_catalog
-        load_catalog().node_profiles(kw["profile"], 1)  # unknown name, broken YAML: one line
-    if any(cell.engine == "horovod" for cell in cells):
-        # A mixed grid would otherwise run its MXNet cells first and fail the rest late.
-        from .engines.horovod import check_installed
-        check_installed()
     target = target_from_options(**{k: v for k, v in kw.items() if k.startswith("influx_")})
     settings = SweepSettings(
         cells=cells, out_dir=kw["out"], cluster=kw["cluster_name"], profile=kw["profile"],
         data_dir=kw["data_dir"], timeout_s=kw["timeout"], resume=resume,
         interval_s=None if kw["no_agent"] else kw["interval"],
         threads_per_process=kw["threads"], val_samples=kw["val_samples"],
-        ship_target=target, inventory=kw["inventory"])
-    check_sweep_dir(settings)  # --out and --resume, before anything is written
+        ship_target=target, inventory=kw["inventory"], speedup=kw["speedup"])
+    preflight(settings)
     return settings
 
 
@@ -282,6 +266,8 @@ def _register_optional_commands() -> None:
     cli.add_command(compare)
     from .dashboards.cli import dashboards
     cli.add_command(dashboards)
+    from .study.cli import study
+    cli.add_command(study)
 
 
 _register_optional_commands()

@@ -50,13 +50,15 @@ def _logging() -> None:
 @click.option("--cgroup-cpu", help="cgroup directory: take the node's CPU from it.")
 @click.option("--cgroup-memory", help="cgroup directory: take the node's memory from it.")
 @click.option("--cpu-cores", type=float, help="The node's CPU quota in cores.")
+@click.option("--board-cores", type=click.IntRange(1), default=None,
+              help="Cores of the board an emulated node stands for (cpu.cores).")
 @click.option("--memory-mb", type=float, help="The node's memory limit in MB.")
 @click.option("--spool-max-mb", type=click.IntRange(8), default=256, show_default=True,
               help="Bound on the spool's size; the oldest segments go first.")
 @influx_options
 @reports_errors
 def agent(node, spool_dir, interval, tag_items, pids_file, interfaces, cgroup_cpu,
-          cgroup_memory, cpu_cores, memory_mb, spool_max_mb, **influx):
+          cgroup_memory, cpu_cores, board_cores, memory_mb, spool_max_mb, **influx):
     """Sample this node's CPU, memory, network, disk, temperature and training processes
     into an on-disk spool until stopped (SIGTERM/SIGINT), shipping it live if
     --influx-url is given.
@@ -74,6 +76,7 @@ def agent(node, spool_dir, interval, tag_items, pids_file, interfaces, cgroup_cp
         tags=_parse_tags(tag_items), pids_file=pids_file,
         interfaces=[name.strip() for name in interfaces.split(",") if name.strip()],
         cgroup_cpu=cgroup_cpu, cgroup_memory=cgroup_memory, cpu_cores=cpu_cores,
+        board_cores=board_cores,
         memory_mb=memory_mb, spool_max_bytes=spool_max_mb * MB)
     target = target_from_options(**influx)
     stop = threading.Event()

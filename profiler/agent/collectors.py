@@ -133,14 +133,20 @@ class HostMemory:
 class CgroupCpu:
     """A node's CPU from its cgroup, as % of the node's quota (``cpu_cores``)."""
 
-    FIELDS = {"cpu.quota_cores": "the node's CPU quota in cores (cgroup nodes only)"}
+    FIELDS = {"cpu.quota_cores": "the node's CPU quota in cores (cgroup nodes only)",
+              "cpu.cores": "cores of the board the node emulates (int; when its profile "
+                           "says, e.g. 4 for a Pi 3B)"}
 
-    def __init__(self, cgroup_dir: str, quota_cores: float | None):
+    def __init__(self, cgroup_dir: str, quota_cores: float | None,
+                 board_cores: int | None = None):
         self.path = Path(cgroup_dir)
         self.v2 = (self.path / "cpu.stat").exists() and not (self.path / "cpuacct.usage").exists()
         if not self.v2 and not (self.path / "cpuacct.usage").exists():
             raise Unavailable(f"cgroup CPU accounting in {cgroup_dir}")
         self.quota_cores = quota_cores or float(psutil.cpu_count() or 1)
+        # The % is of the node's whole compute, as Ganglia's is of a board's four cores:
+        # the core count says what one busy core of the board would show (25% on a Pi 3B).
+        self.board = {"cores": int(board_cores)} if board_cores else {}
         self._last = (time.monotonic(), self._usage_s())
 
     def _usage_s(self) -> tuple[float, float, float]:
@@ -161,7 +167,8 @@ class CgroupCpu:
         capacity_s = max(now - then, 1e-9) * self.quota_cores
         shares = [100.0 * max(0.0, a - b) / capacity_s for a, b in zip(usage, before)]
         return [("cpu", {}, {"cpu_percent": shares[0], "user_percent": shares[1],
-                             "system_percent": shares[2], "quota_cores": self.quota_cores})]
+                             "system_percent": shares[2], "quota_cores": self.quota_cores,
+                             **self.board})]
 
 
 class CgroupMemory:

@@ -30,6 +30,8 @@ def agent_argv(node: Node, spool_dir: Path, pids_file: Path, tags: dict[str, str
             argv += [f"--{key.replace('_', '-')}", scope[key]]
     if node.cpu_cores:
         argv += ["--cpu-cores", repr(float(node.cpu_cores))]
+    if scope.get("board_cores"):
+        argv += ["--board-cores", str(scope["board_cores"])]
     if node.memory_mb:
         argv += ["--memory-mb", str(node.memory_mb)]
     return argv

@@ -45,6 +45,7 @@ class AgentConfig:
     cgroup_cpu: str | None = None
     cgroup_memory: str | None = None
     cpu_cores: float | None = None
+    board_cores: int | None = None  # cores of the board an emulated node stands for
     memory_mb: float | None = None
     segment_max_bytes: int = SEGMENT_MAX_BYTES
     spool_max_bytes: int = SPOOL_MAX_BYTES
@@ -60,7 +61,8 @@ def build_collectors(config: AgentConfig, processes: c.Processes, spool) -> list
         name for name in psutil.net_if_addrs() if name != "lo"]
     makers = [
         lambda: c.HostCpu(include_total=not config.cgroup_cpu),
-        lambda: c.CgroupCpu(config.cgroup_cpu, config.cpu_cores) if config.cgroup_cpu else None,
+        lambda: c.CgroupCpu(config.cgroup_cpu, config.cpu_cores,
+                                config.board_cores) if config.cgroup_cpu else None,
         c.Load, c.CpuFreq,
         lambda: (c.CgroupMemory(config.cgroup_memory, config.memory_mb)
                  if config.cgroup_memory else c.HostMemory()),

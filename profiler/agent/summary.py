@@ -4,7 +4,9 @@ For each worker node, over the training window [t_start, t_end] (first worker st
 last worker end):
 
 - ``cpu_percent``: the node's ``cpu.cpu_percent`` samples in the window (host, or the
-  node's cgroup as % of its quota): mean, and the highest sample;
+  node's cgroup as % of its quota): mean, and the highest sample; ``node_cores``: how
+  many cores that % is a share of (the host's, or the board an emulated node stands
+  for, when its profile says: a Pi 3B's 4, where one busy core shows 25%);
 - ``mem_used_mb``: the node's ``mem.used_mb`` (host or cgroup): mean and peak;
 - ``rss_mb``: the summed RSS of the node's worker processes (with their descendants)
   at each tick: mean and peak;
@@ -41,7 +43,8 @@ SUMMARY_COLUMNS = [
     "net_sent_kb", "net_recv_kb", "net_sent_packets", "net_recv_packets",
     "net_sent_kb_per_s", "net_recv_kb_per_s", "net_sent_packets_per_s",
     "net_recv_packets_per_s",
-    "metrics_nodes",
+    "node_cores",
+    "metrics_nodes",  # last: not a mean over nodes
 ]
 PACKETS_PER_REQUEST = 4
 _COUNTERS = ("sent_bytes", "recv_bytes", "sent_packets", "recv_packets")
@@ -73,6 +76,7 @@ def summarize_cell(cell_dir: Path, worker_nodes: list[str], t_start: float,
 
 def _node(spool_dir: Path, start_ms: int, end_ms: int, shipper: dict) -> dict:
     cpu: list[tuple[int, float]] = []
+    cores: list[float] = []
     mem: list[tuple[int, float]] = []
     rss_by_time: dict[int, float] = {}
     counters: dict[str, list[tuple[int, dict]]] = {}
@@ -85,6 +89,8 @@ def _node(spool_dir: Path, start_ms: int, end_ms: int, shipper: dict) -> dict:
             continue
         elif point.measurement == "cpu" and "cpu_percent" in point.fields:
             cpu.append((point.time_ms, point.fields["cpu_percent"]))
+            if "cores" in point.fields:
+                cores.append(float(point.fields["cores"]))
         elif point.measurement == "mem" and "used_mb" in point.fields:
             mem.append((point.time_ms, point.fields["used_mb"]))
         elif point.measurement == "proc" and point.tags.get("role") == "worker":
@@ -98,6 +104,8 @@ def _node(spool_dir: Path, start_ms: int, end_ms: int, shipper: dict) -> dict:
     cpu_values = _in_window(later if any(t <= end_ms for t, _ in later) else cpu, end_ms)
     if cpu_values:
         out.update(cpu_percent_mean=fmean(cpu_values), cpu_percent_peak=max(cpu_values))
+    if cores:
+        out["node_cores"] = cores[-1]
     mem_values = _in_window(mem, end_ms)
     if mem_values:
         out.update(mem_used_mb_mean=fmean(mem_values), mem_used_mb_peak=max(mem_values))

@@ -2,12 +2,19 @@
 
 A profile's ``cpu_cores`` is a guess from benchmark scores; what a study reports is how
 fast a board *trains*. ``calibrate`` finds the quota at which one emulated node trains a
-workload at a given rate (samples per second of training: the workers' ``train_s``, not
-process start-up, which the training roles pay outside the quota, see
+workload at a given rate (samples per second of training, steady: the first epoch
+without its first step, whose one-off set-up a board's epoch of hundreds of steps hides;
+not process start-up either, which the training roles pay outside the quota, see
 ``workloads.node_limits``), then measures a second workload at that quota and says how
 far it lands from its own reference. A single-threaded training process uses a quota
 below one core in proportion, so each step scales the quota by target / measured; it
 stops when the rate is within the tolerance (a few steps).
+
+One quota cannot make every model train at the board's rate (the relative cost of
+convolutions and dense layers differs between MXNet 1.9.1 on x86 and MXNet 0.9.5 on a
+Cortex-A53: docs/emulated.md), so ``model_quota=True`` calibrates a quota for the
+workload's model family alone and adds it to an existing profile's
+``cpu_cores_by_model``; the emulated cluster applies it to that model's cells.
 
 The measurement runs a real one-device cell (MXNet, KVStore ``local``) on a one-node
 emulated cluster whose profile is the base profile with the candidate quota, through
@@ -31,13 +38,15 @@ import yaml
 
 from ..cell import CellConfig
 from ..cluster import emulated
-from ..cluster.profiles import MIN_CPU_CORES, PROFILES_ENV, USER_PROFILES, Profile, load_catalog
+from ..cluster.profiles import (MAX_NODE_CORES, MAX_SPEEDUP, MIN_CPU_CORES, PROFILES_ENV,
+                                USER_PROFILES, Profile, load_catalog)
 from ..errors import ClusterError, ConfigError
 from ..fsutil import atomic_write_text
 from ..sweep.grid import validate
 from ..sweep.sweep import SweepSettings, run_sweep
 
 MEASURE_TRAIN_S = 8.0  # training seconds per measurement at the target rate
+MEASURE_STEPS = 8  # and at least this many steps: the first pays MKL-DNN's set-up
 MAX_STEPS = 5
 DEFAULT_TOLERANCE = 0.05
 
@@ -86,10 +95,12 @@ class Calibration:
     target_samples_per_s: float
     quota_cores: float
     samples_per_s: float
+    model: str | None = None  # set: the quota is this model family's own
     check_workload: str | None = None
     check_target_samples_per_s: float | None = None
     check_samples_per_s: float | None = None
     steps: list[Measurement] = field(default_factory=list)
+    dilations: dict[float, Measurement] = field(default_factory=dict)  # speedup -> found
 
     @property
     def ratio(self) -> float:
@@ -104,55 +115,130 @@ class Calibration:
 
 def calibrate(profile: str, base: str, workload: Workload, target_samples_per_s: float, *,
               check: tuple[Workload, float] | None = None,
-              tolerance: float = DEFAULT_TOLERANCE,
+              tolerance: float = DEFAULT_TOLERANCE, model_quota: bool = False,
+              to_file: Path | None = None, dilations: tuple[float, ...] = (),
               report: Callable[[str], None] = lambda line: None) -> Calibration:
-    """Find the quota; see the module docstring. ``report`` gets one line per step."""
+    """Find the quota; see the module docstring. ``report`` gets one line per step.
+
+    ``model_quota``: calibrate the quota of ``workload``'s model family only, into the
+    existing profile ``profile`` (read from ``to_file`` or the known profiles), whose
+    link and memory are kept; ``base`` is then not used. ``dilations``: speedups k for
+    which the quota of k times the rate is found too (``cpu_cores_dilated``), up to
+    the first that would need more than one core.
+    """
+    if any(not 1 < k <= MAX_SPEEDUP for k in dilations):
+        raise ConfigError(f"--dilations {','.join(f'{k:g}' for k in dilations)}: give "
+                          f"speedups above 1 and up to {MAX_SPEEDUP:g}, e.g. 2,4,8,16")
     if not target_samples_per_s > 0:
         raise ConfigError(f"--samples-per-s {target_samples_per_s}: give the board's "
                           "training rate, a number > 0")
-    base_profile = _base_profile(base)
+    if model_quota:
+        base, base_profile = profile, _existing_profile(profile, to_file)
+    else:
+        base_profile = _base_profile(base)
     _refuse_a_running_cluster()
+    start = base_profile.cpu_cores_for(workload.model) if model_quota else base_profile.cpu_cores
     result = Calibration(profile=profile, base=base, workload=workload.label,
                          target_samples_per_s=target_samples_per_s,
-                         quota_cores=base_profile.cpu_cores, samples_per_s=0.0)
-    host_cores = float(len(os.sched_getaffinity(0)))
+                         quota_cores=start, samples_per_s=0.0,
+                         model=workload.model if model_quota else None)
     with tempfile.TemporaryDirectory(prefix="edgeprof-calibrate-") as tmp:
         measure = _Measurer(Path(tmp), base_profile)
-        quota = base_profile.cpu_cores
-        for _ in range(MAX_STEPS):
-            step = measure(workload, quota, target_samples_per_s)
-            result.steps.append(step)
-            report(f"{workload.label}: {step.samples_per_s:.1f} samples/s at {quota:.4f} "
-                   f"cores (target {target_samples_per_s:g}, ratio "
-                   f"{step.samples_per_s / target_samples_per_s:.3f})")
-            result.quota_cores, result.samples_per_s = quota, step.samples_per_s
-            if abs(step.samples_per_s / target_samples_per_s - 1) <= tolerance:
-                break
-            quota = quota * target_samples_per_s / step.samples_per_s
-            if quota < MIN_CPU_CORES:
-                raise ConfigError(
-                    f"{workload.label} would need {quota:.4f} cores for "
-                    f"{target_samples_per_s:g} samples/s, below the smallest quota "
-                    f"({MIN_CPU_CORES}): check the rate, or calibrate on a heavier workload")
-            if quota > host_cores:
-                raise ClusterError(
-                    f"{workload.label} would need {quota:.2f} cores for "
-                    f"{target_samples_per_s:g} samples/s, more than this host has "
-                    f"({host_cores:g}): calibrate on a faster host or a lighter workload")
-        else:
-            raise ClusterError(f"the rate did not settle within {tolerance:.0%} of "
-                               f"{target_samples_per_s:g} in {MAX_STEPS} steps (the host is "
-                               "too busy?): run it again on a quieter machine")
+        found = _search(measure, workload, target_samples_per_s, start, tolerance, report)
+        result.quota_cores, result.samples_per_s = found[-1].quota_cores, found[-1].samples_per_s
+        result.steps += found
+        last_k, last_quota = 1.0, result.quota_cores
+        for k in sorted(dilations):
+            target = target_samples_per_s * k
+            # Start from the last quota found, scaled: the rate per core grows with the
+            # quota, so this overshoots a little, never by much.
+            start_quota = min(last_quota * k / last_k, MAX_NODE_CORES)
+            try:
+                steps = _search(measure, workload, target, start_quota, tolerance, report,
+                                most_cores=MAX_NODE_CORES)
+            except QuotaOutOfReach as exc:
+                report(f"speedup {k:g}: not calibrated ({exc})")
+                break  # a larger speedup needs even more
+            except NotSettled as exc:
+                # One speedup lost to noise leaves the others usable: the emulated
+                # cluster picks among the speedups calibrated (profiles.dilation).
+                report(f"speedup {k:g}: not calibrated ({exc})")
+                continue
+            result.dilations[k] = steps[-1]
+            last_k, last_quota = k, steps[-1].quota_cores
         if check is not None:
             check_workload, check_target = check
-            step = measure(check_workload, result.quota_cores, check_target)
+            # The quota the check's model trains at in the profile written (a fresh
+            # cpu_cores keeps no per-model quota of the base: write_profile).
+            check_quota = (base_profile.cpu_cores_for(check_workload.model)
+                           if model_quota and check_workload.model != workload.model
+                           else result.quota_cores)
+            step = measure(check_workload, check_quota, check_target)
             result.check_workload = check_workload.label
             result.check_target_samples_per_s = check_target
             result.check_samples_per_s = step.samples_per_s
             report(f"check {check_workload.label}: {step.samples_per_s:.2f} samples/s at "
-                   f"{result.quota_cores:.4f} cores (reference {check_target:g}, ratio "
+                   f"{check_quota:.4f} cores (reference {check_target:g}, ratio "
                    f"{result.check_ratio:.3f})")
     return result
+
+
+class QuotaOutOfReach(ClusterError):
+    """The rate asked for needs a quota outside what a node may get."""
+
+
+class NotSettled(ClusterError):
+    """The measured rate kept missing the target (a busy host)."""
+
+
+def _search(measure: "_Measurer", workload: Workload, target: float, quota: float,
+            tolerance: float, report: Callable[[str], None],
+            most_cores: float | None = None) -> list[Measurement]:
+    """Find the quota at which the rate is within ``tolerance`` of ``target``.
+
+    Scales the quota by target / measured until two measurements bracket the target,
+    then interpolates between the closest two on either side (the rate grows with the
+    quota, not quite in proportion, and measurements are noisy: scaling alone can swing
+    back and forth across the target).
+    """
+    most = most_cores or float(len(os.sched_getaffinity(0)))
+    steps: list[Measurement] = []
+    for _ in range(MAX_STEPS):
+        step = measure(workload, quota, target)
+        steps.append(step)
+        report(f"{workload.label}: {step.samples_per_s:.2f} samples/s at {quota:.4f} "
+               f"cores (target {target:g}, ratio {step.samples_per_s / target:.3f})")
+        if abs(step.samples_per_s / target - 1) <= tolerance:
+            return steps
+        quota = _next_quota(steps, target)
+        if quota < MIN_CPU_CORES:
+            raise ConfigError(
+                f"{workload.label} would need {quota:.4f} cores for {target:g} samples/s, "
+                f"below the smallest quota ({MIN_CPU_CORES}): check the rate, or "
+                "calibrate on a heavier workload")
+        if quota > most:
+            raise QuotaOutOfReach(
+                f"{workload.label} would need {quota:.2f} cores for {target:g} samples/s, "
+                f"more than a node may have ({most:g}): calibrate on a faster host or a "
+                "lighter workload")
+    raise NotSettled(f"the rate did not settle within {tolerance:.0%} of {target:g} in "
+                       f"{MAX_STEPS} steps (the host is too busy?): run it again on a "
+                       "quieter machine")
+
+
+def _next_quota(steps: list[Measurement], target: float) -> float:
+    # The latest measurement on either side, not the closest: with noisy rates, the
+    # closest can be a lucky outlier, and interpolating towards it again and again
+    # lands on the same quota without ever getting nearer.
+    below = [s for s in steps if s.samples_per_s < target]
+    above = [s for s in steps if s.samples_per_s > target]
+    if below and above:
+        low, high = below[-1], above[-1]
+        if high.quota_cores > low.quota_cores:
+            share = (target - low.samples_per_s) / (high.samples_per_s - low.samples_per_s)
+            return low.quota_cores + share * (high.quota_cores - low.quota_cores)
+    last = steps[-1]
+    return last.quota_cores * target / last.samples_per_s
 
 
 class _Measurer:
@@ -166,7 +252,8 @@ class _Measurer:
         self.work.mkdir(parents=True, exist_ok=True)
         # The rate at this quota is expected near target x quota ratio; a few steps at
         # least, about MEASURE_TRAIN_S of training at the target rate otherwise.
-        samples = max(4 * workload.batch, int(math.ceil(expected_rate * MEASURE_TRAIN_S)))
+        samples = max(MEASURE_STEPS * workload.batch,
+                      int(math.ceil(expected_rate * MEASURE_TRAIN_S)))
         name = f"calibrating-{self.count}"  # a new name: the cluster is rebuilt
         profiles = self.work / f"profiles-{self.count}.yaml"
         profiles.write_text(yaml.safe_dump({"profiles": {name: {
@@ -178,37 +265,101 @@ class _Measurer:
                                  val_samples=workload.batch)
         with _environ(PROFILES_ENV, str(profiles)):
             record = run_sweep(settings, progress=False).records[0]
-        if record["status"] != "ok" or not record.get("samples_per_s"):
+        if record["status"] != "ok" or not record.get("steady_s_per_sample"):
             raise ClusterError(f"the calibration cell ({workload.label} at {quota:.4f} "
                                f"cores) ended {record['status']}: {record.get('reason')}")
-        return Measurement(quota, float(record["samples_per_s"]), float(record["train_s"]))
+        # The steady rate, without the first step's one-off set-up: what a board's epoch
+        # of hundreds of steps shows, and what the report compares (report/ratios.py).
+        return Measurement(quota, 1.0 / float(record["steady_s_per_sample"]),
+                           float(record["train_s"]))
 
 
 def write_profile(result: Calibration, path: Path | None = None) -> Path:
-    """Add (or replace) the calibrated profile in ``path`` (default: the user's file)."""
+    """Add (or replace) the calibrated profile in ``path`` (default: the user's file).
+
+    A model quota (``result.model``) goes into the profile's ``cpu_cores_by_model``,
+    the profile otherwise kept as it is (copied into ``path`` if it came from another
+    file); a fresh ``cpu_cores`` makes a new profile from the base's link and memory.
+    """
     path = Path(path or USER_PROFILES).expanduser()
-    base = _base_profile(result.base)
     doc: dict = {}
     if path.exists():
         doc = yaml.safe_load(path.read_text()) or {}
         if not isinstance(doc, dict):
             raise ConfigError(f"{path} is not a profiles file (no mapping at the top): "
                               "give another --to FILE")
-    note = (f"calibrated on {platform.node()} {time.strftime('%Y-%m-%d')}: {result.workload} "
-            f"at {result.samples_per_s:.1f} samples/s (target "
+    note = (f"{result.workload} at {result.samples_per_s:.1f} samples/s (target "
             f"{result.target_samples_per_s:g})")
     if result.check_ratio is not None:
         note += (f"; {result.check_workload} {result.check_samples_per_s:.2f} samples/s, "
                  f"{result.check_ratio:.2f} x its reference {result.check_target_samples_per_s:g}")
-    doc.setdefault("profiles", {})[result.profile] = {
-        "description": f"{base.description or base.name}, CPU calibrated ({note})",
-        "link_mbit": base.link_mbit, "memory_mb": base.memory_mb,
-        "cpu_cores": round(result.quota_cores, 4),
-        "calibration": {k: v for k, v in asdict(result).items() if k != "steps"}}
+    measured = {"host": platform.node(), "date": time.strftime("%Y-%m-%d"),
+                **{k: v for k, v in asdict(result).items()
+                   if k not in ("steps", "model", "dilations")}}
+    if result.dilations:
+        measured["dilations"] = {k: {"quota_cores": round(m.quota_cores, 5),
+                                     "samples_per_s": m.samples_per_s}
+                                 for k, m in sorted(result.dilations.items())}
+    dilated = {float(k): round(m.quota_cores, 5) for k, m in sorted(result.dilations.items())}
+    dilated_model = result.model or _model_of(result.workload)
+    if result.model is not None:
+        entry = dict((doc.get("profiles") or {}).get(result.profile) or
+                     _as_spec(_existing_profile(result.profile, path)))
+        entry["cpu_cores_by_model"] = {**(entry.get("cpu_cores_by_model") or {}),
+                                       result.model: round(result.quota_cores, 5)}
+        calibration = entry.get("calibration")
+        if not isinstance(calibration, dict) or "workload" in calibration:
+            # An older profile kept one calibration, its cpu_cores'.
+            calibration = {"cpu_cores": calibration} if calibration else {}
+        entry["calibration"] = {**calibration, result.model: measured}
+        if dilated:
+            entry["cpu_cores_dilated"] = {**(entry.get("cpu_cores_dilated") or {}),
+                                          result.model: dilated}
+    else:
+        base = _base_profile(result.base)
+        entry = {"description": f"{base.description or base.name}, CPU calibrated ({note})",
+                 "link_mbit": base.link_mbit, "memory_mb": base.memory_mb,
+                 "cpu_cores": round(result.quota_cores, 5),
+                 **({"board_cores": base.board_cores} if base.board_cores else {}),
+                 **({"cpu_cores_dilated": {dilated_model: dilated}} if dilated else {}),
+                 "calibration": {"cpu_cores": measured}}
+    doc.setdefault("profiles", {})[result.profile] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False))
     load_catalog()  # the file just written must read back (raises one line if not)
     return path
+
+
+def _model_of(label: str) -> str:
+    """The model family of a workload label (``resnet-32 batch 32`` -> ``resnet``)."""
+    name = label.split()[0]
+    return "resnet" if name.startswith("resnet") else name
+
+
+def _as_spec(profile: Profile) -> dict:
+    spec = {"description": profile.description, "link_mbit": profile.link_mbit,
+            "memory_mb": profile.memory_mb, "cpu_cores": profile.cpu_cores}
+    if profile.board_cores:
+        spec["board_cores"] = profile.board_cores
+    if profile.cpu_cores_by_model:
+        spec["cpu_cores_by_model"] = dict(profile.cpu_cores_by_model)
+    if profile.cpu_cores_dilated:
+        spec["cpu_cores_dilated"] = {m: dict(v) for m, v in profile.cpu_cores_dilated.items()}
+    return spec
+
+
+def _existing_profile(name: str, to_file: Path | None) -> Profile:
+    """The profile a model quota is added to: from ``to_file`` if it has it, else known."""
+    files = None
+    if to_file is not None and Path(to_file).expanduser().is_file():
+        from ..cluster.profiles import profile_files
+        files = [*profile_files(), Path(to_file).expanduser()]
+    catalog = load_catalog(files)
+    if name not in catalog.profiles:
+        raise ConfigError(f"--model-quota adds to an existing profile, and {name!r} is none: "
+                          "calibrate its cpu_cores first (the same command without "
+                          "--model-quota)")
+    return catalog.profiles[name]
 
 
 def _base_profile(name: str) -> Profile:

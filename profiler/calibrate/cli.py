@@ -30,25 +30,38 @@ from ..cli_errors import reports_errors
               help="The board's rate on the second workload.")
 @click.option("--check-batch", default=None, type=int,
               help="Batch of the second workload (default: --batch).")
+@click.option("--model-quota", is_flag=True,
+              help="Calibrate a quota for the workload's model family only, added to the "
+                   "existing --profile (one quota cannot fit every model).")
+@click.option("--dilations", default="",
+              help="Speedups k (e.g. 2,4,8,16) for which the quota of k times the rate is "
+                   "found too, for --speedup (time dilation).")
 @click.option("--tolerance", default=0.05, show_default=True, type=float,
               help="How close to the rate the quota must bring the node (fraction).")
 @click.option("--to", "to_file", default=None, type=click.Path(path_type=Path),
               help="Profiles file to write (default ~/.config/edgeprof/profiles.yaml).")
 @reports_errors
 def calibrate(profile, base, workload, samples_per_s, batch, check_workload,
-              check_samples_per_s, check_batch, tolerance, to_file) -> None:
+              check_samples_per_s, check_batch, model_quota, dilations, tolerance,
+              to_file) -> None:
     """Find the CPU quota at which one emulated node trains like a real board (root).
 
     Measure the board first: `edgeprof run` (or a one-device sweep) on it gives
     samples_per_s. Each step trains a real one-device cell on a one-node emulated
     cluster and scales the quota by target / measured; the profile is written when the
     rate is within --tolerance, with the second workload's rate beside its reference.
+    When a model lands far from its reference at that quota, give it its own with
+    --model-quota. --dilations finds, for each speedup k, the quota at which the model
+    trains k times the rate (what `--speedup` gives a cell): not k times the quota,
+    since a process trains more per CPU-second at larger quotas.
 
     Example:
 
     \b
         sudo edgeprof cluster calibrate --profile pi3b-mine --workload lenet-mlp \\
             --samples-per-s 571 --check-workload lenet-cnn --check-samples-per-s 55.6
+        sudo edgeprof cluster calibrate --profile pi3b-mine --model-quota \\
+            --workload lenet-cnn --samples-per-s 55.6 --dilations 2,4,8,16,32
     """
     from . import Workload, calibrate as run_calibration, write_profile
     from ..errors import ConfigError
@@ -64,10 +77,27 @@ def calibrate(profile, base, workload, samples_per_s, batch, check_workload,
     check = None
     if check_workload is not None:
         check = (Workload.parse(check_workload, check_batch or batch), check_samples_per_s)
+    from ..sweep.grid import parse_float_list
+    speedups = tuple(parse_float_list(dilations, "--dilations")) if dilations.strip() else ()
     result = run_calibration(profile, base, main, samples_per_s, check=check,
-                             tolerance=tolerance, report=lambda line: click.echo(line, err=True))
+                             tolerance=tolerance, model_quota=model_quota, to_file=to_file,
+                             dilations=speedups,
+                             report=lambda line: click.echo(line, err=True))
     path = write_profile(result, to_file)
-    click.echo(f"{profile}: cpu_cores {result.quota_cores:.4f} ({main.label} "
+    what = f"cpu_cores_by_model.{main.model}" if model_quota else "cpu_cores"
+    if result.dilations:
+        click.echo("dilated (speedup: cores): " + ", ".join(
+            f"{k:g}: {m.quota_cores:.4f}" for k, m in sorted(result.dilations.items())),
+            err=True)
+    click.echo(f"{profile}: {what} {result.quota_cores:.4f} ({main.label} "
                f"{result.samples_per_s:.1f} samples/s, {result.ratio:.3f} x {samples_per_s:g})"
                + (f"; {check[0].label} {result.check_ratio:.3f} x its reference"
                   if check else "") + f" -> {path}")
+    if check and abs(result.check_ratio - 1) > max(tolerance, 0.1) and \
+            check[0].model != main.model:
+        click.echo(f"{check[0].label} trains at {result.check_ratio:.2f} x its reference "
+                   f"at this quota: give its model a quota of its own with `edgeprof cluster "
+                   f"calibrate --profile {profile} --model-quota --workload "
+                   f"{check_workload} --batch {check[0].batch} --samples-per-s "
+                   f"{check_samples_per_s:g}" + (f" --to {to_file}" if to_file else "")
+                   + "`", err=True)

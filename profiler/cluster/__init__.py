@@ -31,6 +31,18 @@ def open_cluster(name: str, nodes_needed: int, profile: str | None = None, *,
     raise ConfigError(f"unknown cluster {name!r}: use one of {', '.join(CLUSTERS)}")
 
 
+def check_speedup(name: str, speedup: float) -> None:
+    """Refuse a ``--speedup`` (time dilation, the emulated cluster's) that cannot apply."""
+    from .profiles import MAX_SPEEDUP
+    if not 1 <= speedup <= MAX_SPEEDUP:
+        raise ConfigError(f"--speedup {speedup:g}: give a factor from 1 (the profile's own "
+                          f"speed) to {MAX_SPEEDUP:g}")
+    if speedup != 1 and name != "emulated":
+        raise ConfigError(f"--speedup {speedup:g} applies to the emulated cluster only (real "
+                          f"and local nodes run at their own speed): drop it or use "
+                          "--cluster emulated")
+
+
 def teardown(name: str) -> None:
     """Take down a cluster that ``open_cluster`` created (nothing to do for ``local``)."""
     if name == "emulated":

@@ -71,6 +71,8 @@ class Cluster(Protocol):
     def close(self) -> None:
         """Release what this object holds (not the cluster itself)."""
 
+    # Optional: ``prepare(cell)`` sets the nodes up for one cell before it starts (the
+    # emulated cluster's per-model CPU quotas); the runner calls it first.
     # Optional: ``collect(cell_dir, nodes) -> list[str]`` brings what the cell's processes
     # wrote on the nodes back into ``cell_dir`` (providers whose nodes have their own
     # disks); the runner calls it after reaping and returns problems in the reason.

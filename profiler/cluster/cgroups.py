@@ -15,6 +15,7 @@ controllers to give.
 from __future__ import annotations
 
 import errno
+import math
 import os
 import signal
 import time
@@ -24,7 +25,9 @@ from pathlib import Path
 from ..errors import ClusterError
 
 BASE_NAME = "edgeprof"
-CFS_PERIOD_US = 100_000
+MIN_CFS_PERIOD_US = 1000  # the kernel's limits: a period from 1 ms to 1 s,
+MAX_CFS_PERIOD_US = 1_000_000
+MIN_QUOTA_US = 1000  # and a quota of at least 1 ms
 MOUNTS_FILE = Path("/proc/self/mounts")
 _MB = 1024 * 1024
 
@@ -103,12 +106,10 @@ class NodeCgroup:
                 os.close(fd)
 
     def set_limits(self, cpu_cores: float, memory_mb: int) -> None:
-        """Apply the CFS quota (cores x period) and the hard memory limit, swap included."""
-        quota_us = max(1000, int(round(cpu_cores * CFS_PERIOD_US)))
+        """Apply the CFS quota and the hard memory limit, swap included."""
+        self.set_cpu(cpu_cores)
         limit_bytes = str(int(memory_mb) * _MB)
         if self.version == 1:
-            _write(self.cpu_dir / "cpu.cfs_period_us", str(CFS_PERIOD_US))
-            _write(self.cpu_dir / "cpu.cfs_quota_us", str(quota_us))
             _write(self.memory_dir / "memory.limit_in_bytes", limit_bytes)
             # memsw (memory+swap) exists only with swap accounting; a Pi-like node must
             # not escape its limit into host swap when it does.
@@ -116,11 +117,23 @@ class NodeCgroup:
             if memsw.exists():
                 _write(memsw, limit_bytes)
         else:
-            _write(self.cpu_dir / "cpu.max", f"{quota_us} {CFS_PERIOD_US}")
             _write(self.memory_dir / "memory.max", limit_bytes)
             swap_max = self.memory_dir / "memory.swap.max"
             if swap_max.exists():
                 _write(swap_max, "0")
+
+    def set_cpu(self, cpu_cores: float) -> None:
+        """Apply the CFS quota of ``cpu_cores`` (quota / period), also to running processes."""
+        period_us = cfs_period_us(cpu_cores)
+        quota_us = max(MIN_QUOTA_US, int(round(cpu_cores * period_us)))
+        if self.version == 1:
+            # The kernel checks each write alone: lift the quota first, so that no
+            # intermediate quota/period pair falls outside its limits.
+            _write(self.cpu_dir / "cpu.cfs_quota_us", "-1")
+            _write(self.cpu_dir / "cpu.cfs_period_us", str(period_us))
+            _write(self.cpu_dir / "cpu.cfs_quota_us", str(quota_us))
+        else:
+            _write(self.cpu_dir / "cpu.max", f"{quota_us} {period_us}")
 
     def oom_kills(self) -> int:
         """Processes killed by this node's memory limit so far."""
@@ -149,6 +162,23 @@ class NodeCgroup:
         for directory in self.dirs():
             found.update(int(p) for p in _read(directory / "cgroup.procs").split())
         return sorted(found)
+
+
+def cfs_period_us(cpu_cores: float) -> int:
+    """The CFS period for a quota of ``cpu_cores``: the one that gives 1 ms of CPU a
+    period (0.05 cores: 1 ms every 20 ms; 0.3 cores: every 3.3 ms), within the kernel's
+    limits.
+
+    Not the kernel's default 100 ms: a node of 0.05 cores would run 5 ms and then be
+    frozen for 95 ms, answering a parameter server's message up to 95 ms late and
+    paying its training steps in whole periods (a 5.6 ms step takes two). A slow board
+    is slow all the time, not in bursts: the shortest slice the kernel allows spreads
+    the quota evenly. And a node k times as fast (time dilation) gets a period k times
+    as short, so the delays throttling adds shrink with the rest of the cell's time.
+    """
+    if cpu_cores <= 0:
+        return MAX_CFS_PERIOD_US
+    return min(MAX_CFS_PERIOD_US, max(MIN_CFS_PERIOD_US, math.ceil(MIN_QUOTA_US / cpu_cores)))
 
 
 def node_cgroup(layout: CgroupLayout, node_name: str) -> NodeCgroup:

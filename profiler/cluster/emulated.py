@@ -12,11 +12,21 @@ instruction runs outside the node's memory limit and CPU accounting. The trainin
 (worker, server, scheduler) join the CPU quota itself when their start-up (importing
 MXNet, about 2 CPU-seconds) is done, where the cgroup layout allows (cgroup v1);
 ``workloads.node_limits`` says why.
+
+Before each cell, ``prepare(cell, nodes, max_speedup)`` gives every node the cell uses
+the quota its profile has for the cell's model (``cpu_cores_by_model`` of a calibrated
+profile, else ``cpu_cores``), dilated: time dilation k gives those nodes the quota
+calibrated for k times the board's rate (``cpu_cores_dilated``) and k times their link
+rate, so the cell trains k times faster with the same balance of computation and
+communication. k is the largest calibrated one this host can give the cell, up to
+``max_speedup`` (``profiles.dilation``), recorded with the cell so that its times can be
+read back in the board's time (``docs/emulated.md``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -32,7 +42,8 @@ from ..errors import ClusterError, ConfigError
 from ..fsutil import atomic_write_text
 from . import cgroups, netns
 from .base import Node, popen_in_group
-from .profiles import cpu_scale, load_catalog, quota_cores
+from .netns import TBF_LATENCY_MS
+from .profiles import MODELS, Profile, cpu_scale, dilation, load_catalog, quota_cores
 
 STATE_DIR = Path(os.environ.get("EDGEPROF_RUN_DIR", "/run/edgeprof"))
 STATE_FILE = STATE_DIR / "cluster.json"
@@ -88,6 +99,44 @@ class EmulatedCluster:
     def oom_killed(self, node: Node) -> int:
         return _node_cgroup(node).oom_kills()
 
+    def prepare(self, cell, nodes_needed: int, max_speedup: float = 1.0) -> float:
+        """Set the first ``nodes_needed`` nodes up for ``cell`` and return its dilation k.
+
+        Each gets its profile's quota for ``cell.model`` at k and k times its link rate
+        (k = 1: the profile's own quota and link).
+        """
+        used = list(zip(self._nodes, self._state["nodes"]))[:nodes_needed]
+        options: dict[float, list[float | None]] = {}
+        for _, rec in used:
+            for k, quota in _node_quotas_at(rec, cell.model).items():
+                options.setdefault(k, []).append(quota)
+        speedup = dilation({k: q for k, q in options.items() if len(q) == len(used)},
+                           self._state["host_cores"], max_speedup)
+        changed = False
+        for node, rec in used:
+            quota = _node_quotas_at(rec, cell.model)[speedup]
+            link_mbit = rec["link_mbit"] * speedup
+            link_now = rec.get("link_mbit_now", rec["link_mbit"])
+            if quota == node.cpu_cores and link_mbit == link_now:
+                continue
+            try:
+                if quota != node.cpu_cores:
+                    _node_cgroup(node).set_cpu(quota)
+                if link_mbit != link_now:
+                    netns.shape_link(node.name, link_mbit, TBF_LATENCY_MS / speedup)
+            except OSError as exc:
+                raise ClusterError(f"cannot set the CPU quota of node {node.name} "
+                                   f"({exc.strerror}): `edgeprof cluster down` and up "
+                                   "again") from exc
+            self._nodes[self._nodes.index(node)] = dataclasses.replace(node, cpu_cores=quota)
+            rec["cpu_cores"], rec["link_mbit_now"] = quota, link_mbit
+            changed = True
+        if changed:
+            # `cluster status` shows the quotas and links in force.
+            with _locked():
+                _write_state(self._state)
+        return speedup
+
     def busy(self) -> bool:
         """Whether any process runs on any node (then the cluster must not be rebuilt)."""
         return any(_node_cgroup(n).pids() or netns.netns_pids(n.scope["netns"])
@@ -95,6 +144,15 @@ class EmulatedCluster:
 
     def close(self) -> None:
         pass
+
+
+def _node_quotas_at(recorded: dict, model: str) -> dict[float, float]:
+    """A node's quota for ``model`` at each time dilation its profile calibrated."""
+    default = recorded.get("default_cpu_cores", recorded["cpu_cores"])
+    quotas = {1.0: recorded.get("cpu_cores_by_model", {}).get(model, default)}
+    for k, quota in recorded.get("cpu_cores_dilated", {}).get(model, {}).items():
+        quotas[float(k)] = quota
+    return quotas
 
 
 def _node_cgroup(node: Node) -> cgroups.NodeCgroup:
@@ -125,6 +183,20 @@ def check_request(nodes: int, profile: str) -> None:
     load_catalog().node_profiles(profile, nodes)  # unknown profile, mix too small: one line
 
 
+def _node_quotas(node_profiles: list[Profile],
+                 host_cores: float) -> tuple[list[float], list[dict[str, float]], float]:
+    """Each node's default quota, its quota per model, and the default's scale factor
+    (quotas scaled down alike when the nodes ask for more than the host has)."""
+    def scaled(model: str | None) -> list[float]:
+        return quota_cores([p.cpu_cores_for(model) if model else p.cpu_cores
+                            for p in node_profiles], host_cores)
+    per_model = {m: scaled(m) for m in MODELS}
+    by_node = [{m: per_model[m][i] for m in MODELS
+                if node_profiles[i].cpu_cores_for(m) != node_profiles[i].cpu_cores}
+               for i in range(len(node_profiles))]
+    return scaled(None), by_node, cpu_scale([p.cpu_cores for p in node_profiles], host_cores)
+
+
 def up(nodes: int, profile: str = DEFAULT_PROFILE) -> EmulatedCluster:
     """Bring up ``nodes`` nodes of ``profile`` (a profile or a mix); fails if one is up."""
     check_request(nodes, profile)
@@ -139,23 +211,29 @@ def up(nodes: int, profile: str = DEFAULT_PROFILE) -> EmulatedCluster:
 def _up(layout: cgroups.CgroupLayout, nodes: int, profile: str) -> EmulatedCluster:
     node_profiles = load_catalog().node_profiles(profile, nodes)
     host_cores = float(len(os.sched_getaffinity(0)))
-    requested = [p.cpu_cores for p in node_profiles]
-    quotas = quota_cores(requested, host_cores)
+    quotas, quotas_by_model, scale = _node_quotas(node_profiles, host_cores)
     state = {"profile": profile, "created_at": time.time(), "host_cores": host_cores,
-             "cpu_scale": round(cpu_scale(requested, host_cores), 4),
+             "cpu_scale": round(scale, 4),
              "cgroup_version": layout.version, "bridge": netns.BRIDGE,
              "host_address": netns.HOST_ADDRESS, "nodes": []}
     try:
         netns.create_bridge()
         for index, (node_profile, quota) in enumerate(zip(node_profiles, quotas)):
             name = f"n{index}"
-            address = netns.create_node_network(name, index, node_profile.link_mbit)
+            link_mbit = node_profile.link_mbit
+            address = netns.create_node_network(name, index, link_mbit)
             group = cgroups.create_node_cgroup(layout, name, quota, node_profile.memory_mb)
             state["nodes"].append({
                 "name": name, "address": address, "profile": node_profile.name,
-                "cpu_cores": quota, "memory_mb": node_profile.memory_mb,
-                "link_mbit": node_profile.link_mbit,
+                "cpu_cores": quota, "default_cpu_cores": quota,
+                "cpu_cores_by_model": quotas_by_model[index],
+                # Dilated quotas hold only while the host gives every node its own.
+                "cpu_cores_dilated": node_profile.cpu_cores_dilated if scale == 1 else {},
+                "board_cores": node_profile.board_cores,
+                "memory_mb": node_profile.memory_mb, "link_mbit": link_mbit,
                 "scope": {"netns": netns.netns_name(name), "interfaces": netns.NODE_IFACE,
+                          **({"board_cores": str(node_profile.board_cores)}
+                             if node_profile.board_cores else {}),
                           "cgroup_version": str(layout.version),
                           "cgroup_cpu": str(group.cpuacct_dir),
                           "cgroup_cpu_quota": str(group.cpu_dir),
@@ -265,7 +343,8 @@ def status() -> dict:
         group = _node_cgroup(node)
         counters = netns.interface_counters(node.scope["netns"])
         nodes.append({"name": node.name, "address": node.address, "profile": node.profile,
-                      "link_mbit": recorded["link_mbit"], "cpu_cores": node.cpu_cores,
+                      "link_mbit": recorded.get("link_mbit_now", recorded["link_mbit"]),
+                      "cpu_cores": node.cpu_cores,
                       "memory_mb": node.memory_mb, "processes": len(group.pids()),
                       "cpu_used_s": round(group.cpu_usage_s(), 2),
                       "mem_used_mb": round(group.memory_used_mb(), 1),

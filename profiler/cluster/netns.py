@@ -110,15 +110,24 @@ def _offloads_off(device: str, netns: str | None = None) -> None:
     run(["ethtool", "-K", device, "tso", "off", "gso", "off", "gro", "off"], netns)
 
 
-def shape(device: str, link_mbit: float, netns: str | None = None) -> None:
-    """Limit ``device``'s egress to ``link_mbit`` with a token bucket."""
+def shape_link(node_name: str, link_mbit: float, latency_ms: float = None) -> None:
+    """Set node ``node_name``'s link (both directions) to ``link_mbit``."""
+    latency_ms = TBF_LATENCY_MS if latency_ms is None else latency_ms
+    shape(host_veth_name(node_name), link_mbit, latency_ms=latency_ms)
+    shape(NODE_IFACE, link_mbit, netns_name(node_name), latency_ms=latency_ms)
+
+
+def shape(device: str, link_mbit: float, netns: str | None = None, *,
+          latency_ms: float | None = None) -> None:
+    """Limit ``device``'s egress to ``link_mbit`` with a token bucket that queues at most
+    ``latency_ms`` of traffic (default ``TBF_LATENCY_MS``)."""
     rate_bytes_per_s = link_mbit * 1e6 / 8
     # One millisecond of traffic per burst (never less than a few frames) keeps the
     # rate smooth at the timer resolution without letting bursts exceed the wire.
     burst_bytes = max(4 * ETHERNET_FRAME_BYTES, int(rate_bytes_per_s / 1000))
     argv = ["tc", "qdisc", "replace", "dev", device, "root", "tbf",
             "rate", f"{int(link_mbit * 1000)}kbit", "burst", str(burst_bytes),
-            "latency", f"{TBF_LATENCY_MS}ms"]
+            "latency", f"{latency_ms or TBF_LATENCY_MS:g}ms"]
     if netns:
         argv[1:1] = ["-n", netns]
     try:

@@ -9,13 +9,19 @@ board's compute in host cores. When the nodes together ask for more than the hos
 every node's quota is multiplied by the same factor ``host_cores / sum(cpu_cores)``, so
 the nodes stay in proportion to each other (a Pi 4 stays ~2.3x a Pi 3B in a mix) and the
 host is never oversubscribed, which would make the quota meaningless.
+
+Per-model quotas: one quota cannot make every model train at a board's rate (MXNet 1.9.1
+on x86 runs convolutions far cheaper, next to dense layers, than MXNet 0.9.5 did on a
+Cortex-A53), so a calibrated profile may give a model family its own
+(``cpu_cores_by_model``); the emulated cluster applies the cell's model's quota before each
+cell (``EmulatedCluster.prepare``).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -25,8 +31,10 @@ from ..errors import ConfigError
 PACKAGED_PROFILES = Path(__file__).with_name("profiles.yaml")
 USER_PROFILES = Path("~/.config/edgeprof/profiles.yaml")
 PROFILES_ENV = "EDGEPROF_PROFILES"
-# CFS needs a quota of at least 1 ms per period; keep a node at 1% of a core or more.
-MIN_CPU_CORES = 0.01
+# CFS takes a quota of at least 1 ms per period and a period of at most 1 s, so the
+# smallest quota is 1 ms per second (cgroups.cfs_period_us).
+MIN_CPU_CORES = 0.001
+MODELS = ("lenet-mlp", "lenet-cnn", "resnet")  # the keys of cpu_cores_by_model
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,27 @@ class Profile:
     memory_mb: int
     cpu_cores: float
     description: str = ""
+    # A model family's own quota (keys in MODELS); others train at ``cpu_cores``.
+    cpu_cores_by_model: dict[str, float] = field(default_factory=dict, hash=False,
+                                                 compare=False)
+    # How many cores the board has (a Pi 3B: 4): its CPU % is a share of all of them.
+    board_cores: int | None = None
+    # Time dilation, calibrated: model -> {k: the quota at which that model trains k
+    # times the board's rate}. Not k x the quota: at a few hundredths of a core a
+    # process trains less per CPU-second than at one core (docs/emulated.md).
+    cpu_cores_dilated: dict[str, dict[float, float]] = field(default_factory=dict,
+                                                             hash=False, compare=False)
+
+    def cpu_cores_for(self, model: str, speedup: float = 1.0) -> float | None:
+        """The quota a node of this profile gets while it trains ``model``, k times as
+        fast as the board with ``speedup`` k (None: no quota calibrated for that k)."""
+        if speedup == 1:
+            return self.cpu_cores_by_model.get(model, self.cpu_cores)
+        return self.cpu_cores_dilated.get(model, {}).get(float(speedup))
+
+    def speedups(self, model: str) -> list[float]:
+        """The time dilations calibrated for ``model`` (1 always)."""
+        return [1.0, *sorted(self.cpu_cores_dilated.get(model, {}))]
 
 
 @dataclass(frozen=True)
@@ -140,18 +169,41 @@ def _parse_profile(path: Path, name: str, spec) -> Profile:
     missing = [k for k in ("link_mbit", "memory_mb", "cpu_cores") if k not in spec]
     if missing:
         raise ConfigError(f"{path}: profile {name} lacks {', '.join(missing)}: add them")
+    by_model = spec.get("cpu_cores_by_model") or {}
+    if not isinstance(by_model, dict) or not set(by_model) <= set(MODELS):
+        raise ConfigError(f"{path}: profile {name}: cpu_cores_by_model must map "
+                          f"{', '.join(MODELS)} to cores, e.g. {{lenet-cnn: 0.01}}")
+    dilated = spec.get("cpu_cores_dilated") or {}
+    if not isinstance(dilated, dict) or not set(dilated) <= set(MODELS) or not all(
+            isinstance(v, dict) for v in dilated.values()):
+        raise ConfigError(f"{path}: profile {name}: cpu_cores_dilated must map "
+                          f"{', '.join(MODELS)} to {{speedup: cores}}, e.g. "
+                          "{lenet-cnn: {10: 0.3}}")
     try:
         profile = Profile(name=str(name), link_mbit=float(spec["link_mbit"]),
                           memory_mb=int(spec["memory_mb"]), cpu_cores=float(spec["cpu_cores"]),
-                          description=str(spec.get("description", "")))
+                          description=str(spec.get("description", "")),
+                          cpu_cores_by_model={str(k): float(v) for k, v in by_model.items()},
+                          cpu_cores_dilated={str(m): {float(k): float(q) for k, q in v.items()}
+                                             for m, v in dilated.items()},
+                          board_cores=(int(spec["board_cores"])
+                                       if spec.get("board_cores") is not None else None))
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{path}: profile {name}: link_mbit, memory_mb and cpu_cores "
-                          f"must be numbers") from exc
+        raise ConfigError(f"{path}: profile {name}: link_mbit, memory_mb, cpu_cores, "
+                          f"cpu_cores_by_model, cpu_cores_dilated and board_cores must be "
+                          "numbers") from exc
     # Written as ``not (x >= y)`` so that .nan (which YAML reads as a float) is refused.
+    quotas = [profile.cpu_cores, *profile.cpu_cores_by_model.values(),
+              *(q for v in profile.cpu_cores_dilated.values() for q in v.values())]
+    if any(not 1 < k < math.inf for v in profile.cpu_cores_dilated.values() for k in v):
+        raise ConfigError(f"{path}: profile {name}: the speedups of cpu_cores_dilated must "
+                          "be numbers above 1")
     if not (0 < profile.link_mbit < math.inf and profile.memory_mb >= 16
-            and MIN_CPU_CORES <= profile.cpu_cores < math.inf):
+            and all(MIN_CPU_CORES <= q < math.inf for q in quotas)
+            and (profile.board_cores is None or profile.board_cores >= 1)):
         raise ConfigError(f"{path}: profile {name}: need link_mbit > 0, memory_mb >= 16, "
-                          f"cpu_cores >= {MIN_CPU_CORES}")
+                          f"cpu_cores (and each of cpu_cores_by_model) >= {MIN_CPU_CORES}, "
+                          "board_cores >= 1")
     return profile
 
 
@@ -183,3 +235,30 @@ def quota_cores(requested_cores: list[float], host_cores: float) -> list[float]:
     """Each node's CFS quota in cores after scaling (never below ``MIN_CPU_CORES``)."""
     scale = cpu_scale(requested_cores, host_cores)
     return [max(MIN_CPU_CORES, round(c * scale, 4)) for c in requested_cores]
+
+
+# Time dilation (``--speedup``): how much of the host a dilated cell may book (the rest
+# is for the sweep, the agents and the kernel's networking, outside the nodes' quotas),
+# and the most one node's quota may grow to: a single-threaded training process cannot
+# use more than one core, and a quota it cannot fill would no longer set its pace.
+MAX_SPEEDUP = 100.0
+DILATION_HOST_SHARE = 0.75
+MAX_NODE_CORES = 1.0
+
+
+def dilation(options: dict[float, list[float | None]], host_cores: float,
+             max_speedup: float) -> float:
+    """The time dilation k for a cell: the largest calibrated one that fits.
+
+    ``options`` maps each speedup k to the quotas the cell's nodes would get at k (None
+    where a node's profile has no quota calibrated for k). The largest k up to
+    ``max_speedup`` whose quotas all exist, sum to at most ``DILATION_HOST_SHARE`` of
+    the host and stay under ``MAX_NODE_CORES`` each; 1 if none does.
+    """
+    best = 1.0
+    for k, quotas in options.items():
+        if not 1 < k <= max_speedup or not quotas or any(q is None for q in quotas):
+            continue
+        if sum(quotas) <= host_cores * DILATION_HOST_SHARE and max(quotas) <= MAX_NODE_CORES:
+            best = max(best, k)
+    return best

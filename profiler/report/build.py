@@ -24,6 +24,7 @@ def build_report(sweep_dir: Path, out: Path | None = None) -> Path:
         raise ConfigError(f"the report needs matplotlib ({exc.name} missing): pip install "
                           "'edgeprof[controller]'") from None
     from .html import render
+    from .ratios import reproduce
     from .study import _config, matches
 
     drawn = [build(sweep.records) for build in figs.SWEEP_FIGURES]
@@ -34,7 +35,8 @@ def build_report(sweep_dir: Path, out: Path | None = None) -> Path:
             cell_figures.append(figure)
     page = render(title=f"edgeprof sweep {sweep.sweep_id}", environment=environment(sweep),
                   records=sweep.records, config_of=_config, figures=drawn,
-                  cell_figures=cell_figures, matches=matches(sweep.records))
+                  cell_figures=cell_figures, matches=matches(sweep.records),
+                  ratios=reproduce(sweep.records))
     try:
         figures_dir.mkdir(parents=True, exist_ok=True)
         for figure in [f for f in drawn if isinstance(f, figs.Figure)] + cell_figures:
@@ -50,16 +52,20 @@ def environment(sweep: Sweep) -> dict:
     identity = sweep.identity
     records = sweep.records
     created = sweep.settings.get("created")
+    extra = sweep.settings.get("extra") or {}
+    study = ({"study": f"{extra['study']} at scale {extra.get('scale', 1):g} of its data"}
+             if extra.get("study") else {})
+    speedup = identity.get("speedup") or 1
     return {
+        **study,
         "sweep": sweep.sweep_id,
         "folder": str(sweep.path.resolve()),
         "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(created)) if created else "",
-        "edgeprof": __version__,
-        "engines": ", ".join(f"{name} {_version(name)}"
-                             for name in sorted({r.get("engine", "mxnet") for r in records})),
-        "mxnet (this machine)": _version("mxnet"),
+        **_versions(sweep),
         "cluster": f"{identity.get('cluster', '')}"
-                   + (f" ({identity['profile']})" if identity.get("profile") else ""),
+                   + (f" ({identity['profile']})" if identity.get("profile") else "")
+                   + (f", speedup {speedup:g} (quotas and links x {speedup:g})"
+                      if speedup != 1 else ""),
         "nodes with metrics (max)": max((r.get("metrics_nodes") or 0 for r in records),
                                         default=0),
         "devices": ", ".join(str(d) for d in sorted({r["devices"] for r in records})),
@@ -69,8 +75,31 @@ def environment(sweep: Sweep) -> dict:
     }
 
 
-def _version(package: str) -> str:
+def _versions(sweep: Sweep) -> dict:
+    """edgeprof, engine and Python versions as the sweep recorded them when it started.
+
+    A sweep from before versions were recorded gets this machine's, labelled as such:
+    the report may be written on another machine, or after an upgrade.
+    """
+    recorded = sweep.settings.get("versions")
+    where = ""
+    if not isinstance(recorded, dict):
+        recorded = {"edgeprof": __version__, "python": platform.python_version(),
+                    **{name: _installed(name) for name in ("mxnet", "horovod")}}
+        where = " (this machine; the sweep recorded none)"
+    elif sweep.identity.get("cluster") == "inventory":
+        where = " (the controller; the nodes run their own install)"
+    engines = {r.get("engine", "mxnet") for r in sweep.records}
+    if "horovod" in engines:
+        engines.add("mxnet")  # Horovod trains through MXNet here
+    return {f"edgeprof{where}": recorded.get("edgeprof", "unknown"),
+            f"engines{where}": ", ".join(f"{name} {recorded.get(name) or 'not installed'}"
+                                         for name in sorted(engines)),
+            f"python{where}": recorded.get("python", "unknown")}
+
+
+def _installed(package: str) -> str | None:
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
-        return "not installed"
+        return None

@@ -8,6 +8,7 @@ import html
 from datetime import datetime, timezone
 
 from .figures import Figure, Skipped
+from .ratios import Ratio, summary
 from .study import HARDWARE, Match
 
 CSS = """
@@ -20,6 +21,7 @@ tr.ok td.s{color:#176117}tr.oom td.s,tr.timeout td.s,tr.failed td.s{color:#b0002
 tr.oom,tr.timeout,tr.failed{background:#fff3f3}tr.diverged{background:#fffbe6}
 figure{margin:12px 0}figcaption{font-size:12px;color:#555}img{max-width:100%}
 .note{font-size:12px;color:#555}
+td.in{color:#176117;font-weight:bold}td.out{color:#b00020;font-weight:bold}
 """
 
 STATUS_COLUMNS = [("config", "configuration"), ("status", "status"), ("reason", "reason"),
@@ -37,6 +39,10 @@ def _number(value) -> str:
     if value is None or value == "":
         return ""
     if isinstance(value, float):
+        if 0 < abs(value) < 0.01:
+            # Three significant digits: a ratio of a short test cell to the study's
+            # Pi time (0.05 s / 105 s) would otherwise read 0.000.
+            return f"{value:.3g}"
         return f"{value:.3f}" if abs(value) < 10 else f"{value:,.1f}"
     return _e(value)
 
@@ -50,7 +56,7 @@ def _img(figure: Figure) -> str:
 
 def render(*, title: str, environment: dict, records: list[dict], config_of,
            figures: list[Figure | Skipped], cell_figures: list[Figure],
-           matches: list[Match]) -> str:
+           matches: list[Match], ratios: list[Ratio] = ()) -> str:
     out = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
            f"<title>{_e(title)}</title><style>{CSS}</style></head><body>",
            f"<h1>{_e(title)}</h1>", "<h2>Environment</h2><table>"]
@@ -65,14 +71,16 @@ def render(*, title: str, environment: dict, records: list[dict], config_of,
         f"{n} {_e(s)}" for s, n in sorted(counts.items())) +
         ". Every cell is listed with its last attempt; cells that did not finish "
         "<b>ok</b> are kept here with their reason and left out of the plots.</p>")
+    columns = STATUS_COLUMNS + ([("speedup", "speedup")]
+                                if any((r.get("speedup") or 1) != 1 for r in records) else [])
     out.append("<table><tr>" + "".join(
         f"<th class='{'l' if k in ('config', 'status', 'reason', 'dataset') else ''}'>"
-        f"{_e(h)}</th>" for k, h in STATUS_COLUMNS) + "</tr>")
+        f"{_e(h)}</th>" for k, h in columns) + "</tr>")
     for r in records:
         status = str(r.get("status", ""))
         classes = status + (" diverged" if r.get("diverged") else "")
         cells = []
-        for key, _ in STATUS_COLUMNS:
+        for key, _ in columns:
             if key == "config":
                 cells.append(f"<td class='l'>{_e(config_of(r))}</td>")
             elif key == "status":
@@ -92,6 +100,9 @@ def render(*, title: str, environment: dict, records: list[dict], config_of,
         out.append("<p class='note'>Not drawn, since this sweep's cells cannot show them:</p>"
                    "<ul class='note'>" + "".join(
                        f"<li>{_e(s.title)}: {_e(s.reason)}</li>" for s in skipped) + "</ul>")
+
+    if ratios:
+        out += _reproduction(list(ratios))
 
     out.append("<h2>Beside the study</h2>")
     if matches:
@@ -121,3 +132,39 @@ def render(*, title: str, environment: dict, records: list[dict], config_of,
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     out.append(f"<p class='note'>Written by edgeprof report, {stamp}.</p></body></html>")
     return "\n".join(out)
+
+
+def _verdict(ratio: Ratio) -> tuple[str, str]:
+    if ratio.within is None:
+        return "", "not comparable" if not ratio.comparable else "no cell"
+    return ("in", "within") if ratio.within else ("out", "outside")
+
+
+def _reproduction(rows: list[Ratio]) -> list[str]:
+    """The study's findings as ratios, ours beside theirs (``ratios.py`` says how)."""
+    counts = summary(rows)
+    out = ["<h2 id='reproduction'>Reproducing the study</h2>",
+           f"<p class='note'>Park, Lee &amp; Kim (2019) as ratios between cells (most to the "
+           f"one-device baseline), where hardware speed and the amount of data cancel: "
+           f"<b>{counts['within']} of {counts['judged']}</b> judged ratios lie within their "
+           f"band; {counts['not_comparable']} are not comparable (accuracy on other data "
+           f"than the study's) and {counts['missing']} lack a finished cell. Bands: "
+           f"x/÷1.25 for the study's tables (its own single runs wander that much), x/÷1.5 "
+           f"for values its text gives approximately, x/÷1.1 for accuracy "
+           f"(docs/study.md).</p>",
+           "<table><tr><th class='l'>study</th><th class='l'>measure</th>"
+           "<th class='l'>cells</th><th>study</th><th>ours</th><th>ours / study</th>"
+           "<th>band</th><th class='l'>verdict</th><th class='l'>note</th></tr>"]
+    for r in rows:
+        klass, verdict = _verdict(r)
+        if isinstance(r.study, bool):
+            study, ours, quotient = _e(r.study), _e("" if r.ours is None else r.ours), ""
+        else:
+            study, ours = _number(r.study), _number(r.ours)
+            quotient = _number(r.ours / r.study if r.ours is not None and r.study else None)
+        out.append(f"<tr><td class='l'>{_e(r.source)}</td><td class='l'>{_e(r.measure)}</td>"
+                   f"<td class='l'>{_e(r.config)}</td><td>{study}</td><td>{ours}</td>"
+                   f"<td>{quotient}</td><td>{r.band:g}</td>"
+                   f"<td class='l {klass}'>{_e(verdict)}</td><td class='l'>{_e(r.note)}</td></tr>")
+    out.append("</table>")
+    return out

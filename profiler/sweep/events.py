@@ -68,6 +68,7 @@ class CellEvents:
                               if ends else None),
             "syncs_per_worker": round(mean(e["syncs"] for e in ends), 1) if ends else None,
             "train_samples": start0.get("train_samples"),
+            "steady_s_per_sample": _steady_s_per_sample(rank0_epochs, start0),
             "lr_applied": start0.get("lr_applied"),
             "train_loss_per_epoch": divergence.loss_per_epoch(self.epochs_by_rank()),
             "diverged": diverged,
@@ -94,6 +95,19 @@ def epochs_done(events_dir: Path) -> int:
         return 0
     # workloads.events writes json.dumps() lines (default separators): '"event": "epoch"'.
     return text.count('"event": "epoch"')
+
+
+def _steady_s_per_sample(rank0_epochs: list[dict], start0: dict) -> float | None:
+    """The first epoch's training time per sample of the whole cell, without its first
+    step (one-off costs that a full-sized epoch spreads over hundreds of steps)."""
+    first = rank0_epochs[0] if rank0_epochs else {}
+    steps = start0.get("steps_per_epoch") or 0
+    if "first_step_s" not in first or steps < 2:
+        return None
+    workers = start0.get("num_workers") or 1
+    samples = (steps - 1) * (start0.get("batch") or 0) * workers
+    steady_s = first["epoch_s"] - first["first_step_s"]
+    return round(steady_s / samples, 9) if samples > 0 and steady_s > 0 else None
 
 
 def _num_workers(starts: list[dict]) -> int:

@@ -46,7 +46,7 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
              monitor_interval_s: float | None = 1.0,
              on_epoch: Callable[[int], None] | None = None,
              stop: StopRequest | None = None, attempt: int = 1,
-             traffic_file: Path | None = None) -> dict:
+             traffic_file: Path | None = None, max_speedup: float = 1.0) -> dict:
     """Run one attempt of a cell to its end and return its result record (not yet stored).
 
     ``cell_dir`` is this attempt's own folder (``cells/<cell_id>/attempt-<N>``): its
@@ -56,12 +56,17 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
     the cell raises. ``stop`` (a signal) ends the cell as ``failed (interrupted)``.
     ``on_epoch(epochs_done)`` is called about every second while the cell trains (cells
     of the study's size run for hours: the progress bar shows where they are).
+    ``max_speedup``: the most time dilation the cluster may give the cell (emulated);
+    the record's ``speedup`` says what it got (its times are the board's / speedup).
     """
     stop = stop if stop is not None else StopRequest()
     cell_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(cell_dir / "cell.json", json.dumps(
         {**asdict(cell), "cell_id": cell.cell_id, "attempt": attempt}, indent=1, sort_keys=True))
     needed = engine.nodes_needed(cell)
+    # Per-cell node settings (the emulated cluster's quotas per model, time dilation).
+    prepare = getattr(cluster, "prepare", None)
+    speedup = prepare(cell, needed, max_speedup) if prepare is not None else 1.0
     nodes = cluster.nodes()[:needed]
     if len(nodes) < needed:
         raise ClusterError(f"{cell.label} needs {needed} nodes, the {cluster.name} cluster "
@@ -117,6 +122,7 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
     record = {**asdict(cell), "cell_id": cell.cell_id, "sweep_id": sweep_id,
               "cluster": cluster.name, "attempt": attempt, "status": status, "reason": reason,
               "launched_at": t_launch, "reaped_at": t_reaped, "timeout_s": timeout_s,
+              "speedup": speedup,
               **events.columns(t_launch)}
     # Divergence does not change the status (the run was measured like any other) but
     # must never pass unseen: its reason leads the record's.

@@ -23,7 +23,7 @@ CONFIG_COLUMNS = [f for f in CellConfig.__dataclass_fields__]
 RESULT_COLUMNS = [
     "status", "reason", "elapsed_s", "train_s", "first_step_s", "epoch_s", "val_accuracy",
     "val_accuracy_per_epoch", "diverged", "train_loss_per_epoch", "lr_applied",
-    "samples_per_s", "syncs_per_worker", "train_samples",
+    "samples_per_s", "syncs_per_worker", "train_samples", "steady_s_per_sample", "speedup",
 ]
 ID_COLUMNS = ["sweep_id", "cell_id", "cluster", "attempt"]
 # Statuses that a resumed sweep does not run again; ``failed`` cells are retried

@@ -53,7 +53,8 @@ class SweepSettings:
     val_samples: int | None = None
     ship_target: object | None = None  # profiler.agent.options target, or None
     inventory: Path | None = None  # the Ansible inventory of --cluster inventory
-    extra: dict = field(default_factory=dict)
+    speedup: float = 1.0  # emulated cluster: the most time dilation a cell may get
+    extra: dict = field(default_factory=dict)  # kept in sweep.json (e.g. the study's scale)
 
     def identity(self) -> dict:
         """What else, besides each cell's configuration, decides a cell's results.
@@ -65,7 +66,8 @@ class SweepSettings:
                 "data_dir": str(self.data_dir) if self.data_dir else None,
                 "threads": self.threads_per_process, "seed": self.seed,
                 "val_samples": self.val_samples,
-                "inventory": str(self.inventory) if self.inventory else None}
+                "inventory": str(self.inventory) if self.inventory else None,
+                "speedup": self.speedup}
 
 
 @dataclass
@@ -123,9 +125,30 @@ def prepare_sweep_dir(settings: SweepSettings) -> tuple[str, Path]:
     _check_writable(out)
     meta = {"sweep_id": sweep_id, "created": time.time(), "timeout_s": settings.timeout_s,
             "interval_s": settings.interval_s, "identity": settings.identity(),
-            "cells": [asdict(c) for c in settings.cells]}
+            "cells": [asdict(c) for c in settings.cells], "versions": _versions(),
+            **({"extra": settings.extra} if settings.extra else {})}
     atomic_write_text(out / "sweep.json", json.dumps(meta, indent=1, sort_keys=True))
     return sweep_id, out
+
+
+def _versions() -> dict:
+    """What ran the sweep, for its report (which may be written elsewhere, later).
+
+    From package metadata, not ``import mxnet``: importing MXNet costs the controller
+    seconds. Packages that are not installed are left out.
+    """
+    import platform
+    from importlib import metadata
+
+    from .. import __version__
+
+    found = {"edgeprof": __version__, "python": platform.python_version()}
+    for package in ("mxnet", "horovod"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
 
 
 def read_sweep_meta(sweep_dir: Path) -> dict:
@@ -171,7 +194,7 @@ def check_resume(meta: dict, settings: SweepSettings) -> None:
 
 RESUME_OPTIONS = {"cluster": "--cluster", "profile": "--profile", "data_dir": "--data-dir",
                   "threads": "--threads", "seed": "seed", "val_samples": "--val-samples",
-                  "inventory": "--inventory"}
+                  "inventory": "--inventory", "speedup": "--speedup"}
 
 
 def _shown(value) -> str:
@@ -278,7 +301,8 @@ def _run_one(cell, cluster, engine, sweep_dir, options, sweep_id, settings, stor
         record = run_cell(cell, cluster, engine, cell_dir, options, sweep_id=sweep_id,
                           timeout_s=timeout_s, monitor_interval_s=settings.interval_s,
                           on_epoch=on_epoch, stop=stop, attempt=attempt,
-                          traffic_file=sweep_dir / TRAFFIC_FILE)
+                          traffic_file=sweep_dir / TRAFFIC_FILE,
+                          max_speedup=settings.speedup)
     except Exception as exc:  # noqa: BLE001 - one cell's failure must not end the sweep
         log.warning("cell %s failed outside its processes: %s", cell.label, exc)
         record = {**asdict(cell), "cell_id": cell.cell_id, "sweep_id": sweep_id,

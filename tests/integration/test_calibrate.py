@@ -60,12 +60,38 @@ def test_calibrate_finds_the_quota_of_a_rate_and_writes_the_profile(no_cluster, 
     # not strictly proportional to the quota (CFS throttling), so only a range is sure.
     assert profile["link_mbit"] == base.link_mbit and profile["memory_mb"] == base.memory_mb
     assert 0.06 <= profile["cpu_cores"] <= 0.3, profile
-    calibration = profile["calibration"]
+    calibration = profile["calibration"]["cpu_cores"]
     assert abs(calibration["samples_per_s"] / target - 1) <= 0.1
     assert calibration["check_samples_per_s"] > 0
     # The file is a profiles file edgeprof reads.
     catalog = load_catalog([out])
     assert catalog.profiles["board-x"].cpu_cores == profile["cpu_cores"]
+
+    # The CNN gets a quota of its own, and one for twice its rate (time dilation): the
+    # profile keeps everything else.
+    cnn_target = round(done_rate(done.stderr, "check lenet-cnn") * 0.6)
+    model = _calibrate("--profile", "board-x", "--model-quota", "--workload", "lenet-cnn",
+                       "--batch", "32", "--samples-per-s", str(cnn_target), "--dilations",
+                       "2", "--tolerance", "0.1", "--to", str(out))
+    assert model.returncode == 0, model.stderr
+    assert "board-x: cpu_cores_by_model.lenet-cnn" in model.stdout
+    written = yaml.safe_load(out.read_text())["profiles"]["board-x"]
+    assert written["cpu_cores"] == profile["cpu_cores"]  # untouched
+    cnn = written["cpu_cores_by_model"]["lenet-cnn"]
+    assert cnn < profile["cpu_cores"]  # 60% of the rate it had at cpu_cores
+    doubled = written["cpu_cores_dilated"]["lenet-cnn"][2.0]
+    assert cnn < doubled <= 2.2 * cnn, written  # about twice the quota, never much more
+    board = load_catalog([out]).profiles["board-x"]
+    assert board.cpu_cores_for("lenet-cnn") == cnn and board.cpu_cores_for("lenet-mlp") == \
+        profile["cpu_cores"]
+    assert board.cpu_cores_for("lenet-cnn", 2.0) == doubled and board.speedups("lenet-cnn") \
+        == [1.0, 2.0]
+
+
+def done_rate(stderr: str, prefix: str) -> float:
+    """The samples/s of the report line starting with ``prefix``."""
+    line = next(ln for ln in stderr.splitlines() if ln.startswith(prefix))
+    return float(line.split(": ", 1)[1].split()[0])
 
 
 @pytest.mark.parametrize("args, words", [
@@ -75,6 +101,10 @@ def test_calibrate_finds_the_quota_of_a_rate_and_writes_the_profile(no_cluster, 
     (["--workload", "lenet-mlp", "--samples-per-s", "0"], ["a number > 0"]),
     (["--workload", "lenet-mlp", "--samples-per-s", "10", "--base", "pi9"],
      ["unknown base profile 'pi9'"]),
+    (["--workload", "lenet-cnn", "--samples-per-s", "10", "--model-quota"],
+     ["--model-quota adds to an existing profile", "'x' is none"]),
+    (["--workload", "lenet-mlp", "--samples-per-s", "10", "--dilations", "0.5"],
+     ["--dilations 0.5", "above 1"]),
 ])
 def test_bad_calibration_input_is_one_line(args, words, tmp_path):
     done = _calibrate("--profile", "x", "--to", str(tmp_path / "p.yaml"), *args)

@@ -1,0 +1,118 @@
+"""``edgeprof study park2019``: the study's experiments in one command, then the report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..cli_errors import reports_errors
+
+
+def _int_list(text: str, option: str) -> tuple[int, ...]:
+    from ..sweep.grid import parse_int_list
+    return tuple(parse_int_list(text, option))
+
+
+@click.group()
+def study() -> None:
+    """Published studies as preset sweeps, with their numbers beside ours.
+
+    Example:
+
+    \b
+        sudo edgeprof study park2019 --scale 0.02 --estimate
+    """
+
+
+@study.command()
+@click.option("--scale", default=1.0, show_default=True, type=float,
+              help="Fraction of the study's data each cell trains on (its time scales "
+                   "with it); every cell keeps at least 4 steps per worker.")
+@click.option("--parts", default="all", show_default=True,
+              help="Which tables and figures: table1, table2, figure3, figure5, figure6, "
+                   "figure7, table4 (comma-separated) or all.")
+@click.option("--devices", default="1,2,3,4,5,6,7,8,9,10", show_default=True,
+              help="Device counts of the device sweeps (1 is always run: the baseline).")
+@click.option("--cluster", "cluster_name", default="emulated", show_default=True,
+              help="emulated (root), local or inventory (with --inventory).")
+@click.option("--profile", default=None,
+              help="Emulated node profile [default: pi3b-park2019, calibrated to the study].")
+@click.option("--speedup", default=1.0, show_default=True, type=float,
+              help="Emulated cluster: CPU quotas and links x this factor (time dilation).")
+@click.option("--engine", default="mxnet", show_default=True,
+              type=click.Choice(["mxnet", "horovod"]),
+              help="The study's MXNet KVStore, or Horovod (sync cells only).")
+@click.option("--data-dir", default=None, type=click.Path(path_type=Path),
+              help="Folder with the study's MNIST and CIFAR-10 (`edgeprof data fetch`).")
+@click.option("--inventory", default=None, type=click.Path(path_type=Path),
+              help="Ansible inventory of --cluster inventory.")
+@click.option("--timeout", default=None, type=float,
+              help="Seconds per cell [default: derived from the cell's work].")
+@click.option("--out", default=None, type=click.Path(path_type=Path),
+              help="Sweep folder [default: runs/<sweep_id>].")
+@click.option("--resume", is_flag=True, help="Continue the study in --out.")
+@click.option("--estimate", "estimate_only", is_flag=True,
+              help="Print the cells, data and estimated time, and run nothing.")
+@reports_errors
+def park2019(scale, parts, devices, cluster_name, profile, speedup, engine, data_dir,
+             inventory, timeout, out, resume, estimate_only) -> None:
+    """Park, Lee & Kim (2019): Tables 1-4 and Figures 3-7 as one sweep, then its report.
+
+    Prints the grid and an estimate of its time before it starts; the sweep is
+    resumable like any other (--resume --out DIR). The report (OUT/report.html) sets
+    every ratio the cells allow (time, accuracy, CPU, memory, network against devices,
+    depth, batch, sync mode and epochs) beside the study's, each inside or outside a
+    stated band (docs/study.md).
+
+    Example:
+
+    \b
+        sudo edgeprof study park2019 --scale 0.02 --speedup 4 --out runs/park2019
+        sudo edgeprof study park2019 --parts table1,table2 --devices 1,2,4,8 --estimate
+    """
+    from . import StudySettings, plan, run
+    from ..errors import ConfigError
+    from ..sweep.preflight import preflight
+    from .park2019 import PARTS
+
+    chosen = PARTS if parts.strip() == "all" else tuple(
+        p.strip() for p in parts.split(",") if p.strip())
+    if timeout is not None and not 0 <= timeout < float("inf"):
+        raise ConfigError(f"--timeout {timeout} must be a number of seconds, or 0 for none")
+    if data_dir is not None and not data_dir.is_dir():
+        raise ConfigError(f"--data-dir {data_dir} is not a folder: create it with "
+                          "`edgeprof data fetch --data-dir DIR`")
+    settings = StudySettings(
+        scale=scale, parts=chosen, devices=_int_list(devices, "--devices"),
+        cluster=cluster_name, profile=profile, speedup=speedup, engine=engine,
+        data_dir=data_dir, inventory=inventory, out_dir=out, resume=resume,
+        timeout_s=timeout)
+    study_plan = plan(settings)
+    preflight(study_plan.sweep)
+    click.echo(study_plan.describe(), err=True)
+    if estimate_only:
+        return
+
+    def started(sweep_dir: Path) -> None:
+        click.echo(f"edgeprof: results in {sweep_dir}", err=True)
+
+    try:
+        outcome, report_path = run(study_plan, on_start=started)
+    except KeyboardInterrupt as exc:
+        where = f" --out {out}" if out else " --out DIR"
+        click.echo(f"edgeprof: {exc or 'interrupted'}; finished cells are kept, rerun with "
+                   f"--resume{where} to continue", err=True)
+        sys.exit(getattr(exc, "exit_status", 130))
+    from ..report.ratios import reproduce, summary
+    from ..report.sweep_data import load_sweep
+    counts = summary(reproduce(load_sweep(outcome.sweep_dir).records))
+    statuses: dict[str, int] = {}
+    for record in outcome.records:
+        statuses[record.get("status", "?")] = statuses.get(record.get("status", "?"), 0) + 1
+    click.echo(f"cells: {', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}")
+    click.echo(f"the study's ratios: {counts['within']} of {counts['judged']} judged within "
+               f"their band ({counts['not_comparable']} not comparable: other data; "
+               f"{counts['missing']} without a finished cell)")
+    click.echo(f"report: {report_path}")

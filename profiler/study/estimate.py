@@ -1,0 +1,102 @@
+"""How long a study grid will take, said before it starts.
+
+A cell's time is its start-up, its training and its validation:
+
+- training: ``epochs x samples x f(devices) / rate``, where ``rate`` is the one-device
+  rate of the cell's model on this cluster and ``f`` how the study's time changed with
+  devices for that model (Tables 1-2 for LeNet; ResNet ran about ``1 / devices``);
+- validation: the validation samples at three times the training rate, once an epoch;
+- start-up and reaping: about a second of CPU per process (MXNet's import) on this
+  host's cores, plus a few seconds.
+
+``rate`` on the emulated cluster follows the CPU quota the node gets for the model: the
+study's own rate on a profile calibrated to it (``pi3b-park2019``), in proportion to
+the quota on any other, times the time dilation the cell will get (the largest
+calibrated one that fits, up to ``speedup``: ``profiles.dilation``). Real boards (``inventory``) are taken to be
+as fast as the study's. On the local cluster the nodes run at the host's speed, a rough
+guess (one host core per node). It is an estimate: the printed figure says so.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..cell import CellConfig
+from ..cluster.profiles import Catalog, dilation
+from ..engines import get_engine
+from .park2019 import EXPECTED_OOM, STUDY_RATES
+
+CALIBRATED_PROFILE = "pi3b-park2019"
+STARTUP_S = 3.0
+PROCESS_CPU_S = 2.0  # MXNet's import per process
+OOM_S = 20.0  # a cell expected to run out of memory: until its node's limit kills it
+
+
+def study_rate(cell: CellConfig) -> float:
+    """The study's one-device rate for the cell's model (samples/s)."""
+    if cell.model != "resnet":
+        return STUDY_RATES[(cell.model, None)]
+    known = {layers: rate for (model, layers), rate in STUDY_RATES.items() if model == "resnet"}
+    if cell.layers in known:
+        return known[cell.layers]
+    return known[32] * 32 / cell.layers  # the work grows with depth
+
+
+def device_factor(cell: CellConfig, reference: dict) -> float:
+    """How the study's time for the same data changed from one device to ``devices``."""
+    if cell.devices == 1:
+        return 1.0
+    table = {"lenet-mlp": "table1_lenet_mlp", "lenet-cnn": "table2_lenet_cnn"}.get(cell.model)
+    if table is None:
+        return 1.0 / cell.devices
+    rows = reference[table]
+    devices = min(cell.devices, max(rows["devices"]))
+    return rows["elapsed_s"][rows["devices"].index(devices)] / rows["elapsed_s"][0]
+
+
+def node_rate(cell: CellConfig, cluster: str, profile: str | None, catalog: Catalog,
+              speedup: float = 1.0) -> float:
+    """The one-device training rate (samples/s) the cell's model is expected to have."""
+    rate = study_rate(cell)
+    calibrated = catalog.profiles.get(CALIBRATED_PROFILE)
+    if cluster == "inventory" or calibrated is None:
+        return rate
+    if cluster != "emulated":
+        return rate / calibrated.cpu_cores_for(cell.model)  # local: a host core per node
+    nodes = catalog.node_profiles(profile or CALIBRATED_PROFILE,
+                                  get_engine(cell.engine).nodes_needed(cell))
+    options = {k: [node.cpu_cores_for(cell.model, k) for node in nodes]
+               for k in {k for node in nodes for k in node.speedups(cell.model)}}
+    dilated = dilation(options, float(len(os.sched_getaffinity(0))), speedup)
+    return rate * dilated * nodes[0].cpu_cores_for(cell.model) / \
+        calibrated.cpu_cores_for(cell.model)
+
+
+def cell_s(cell: CellConfig, rate: float, val_samples: int, reference: dict) -> float:
+    processes = 1 if cell.devices == 1 else cell.devices + 2
+    cores = max(1, len(os.sched_getaffinity(0)))
+    startup = STARTUP_S + processes * PROCESS_CPU_S / cores
+    if (cell.model, cell.layers, cell.batch) in EXPECTED_OOM:
+        return startup + OOM_S  # its first steps fill the node's memory
+    train = cell.epochs * (cell.max_samples or 0) * device_factor(cell, reference) / rate
+    validate = cell.epochs * val_samples / (3 * rate)
+    return startup + train + validate
+
+
+def grid_s(cells: list[CellConfig], cluster: str, profile: str | None, catalog: Catalog,
+           val_samples: int, reference: dict, speedup: float = 1.0) -> float:
+    """The whole grid's estimated time, seconds."""
+    return sum(cell_s(c, node_rate(c, cluster, profile, catalog, speedup), val_samples,
+                      reference) for c in cells)
+
+
+def shown(seconds: float) -> str:
+    """``2 h 05 min``, ``14 min``, ``40 s``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    if minutes < 120:
+        return f"{minutes} min"
+    days, rest = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(rest, 60)
+    return (f"{days} d " if days else "") + f"{hours} h {minutes:02d} min"

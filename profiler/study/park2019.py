@@ -1,0 +1,173 @@
+"""Park, Lee & Kim (2019) as a preset grid: every experiment of the paper, as cells.
+
+Each *part* is one table or figure of the paper (``PARTS``); together they make the
+grid. Cells that two parts share (Table 2's ten-device cell is Figure 3's sync bar) are
+run once.
+
+- ``table1``, ``table2``: LeNet MLP / CNN, batch 64, sync, 1..10 devices, 1 epoch
+  (Figure 4, the CNN's resources against devices, reads the same cells).
+- ``figure3``: sync against async on ten devices, LeNet (the CNN: the study's "1,000 s
+  more for sync" leaves a positive async time only from the CNN's 2,625 s) and
+  ResNet-32 x 32; and LeNet async on 5 and 10 devices (Figure 3b).
+- ``figure5``: ResNet 32/80/110 x batch 32/64/128 on 1 and 10 devices, the extremes the
+  text gives ("maximum ... 20,000 s and minimum 2,000 s"); Table 3 reads the ten-device
+  cells. 110 x 128 is expected to run out of memory on a 1 GB node.
+- ``figure6``: ResNet-32 x 32 on 1..10 devices; ``figure7``: ResNet-110 x 64 on 1..10.
+- ``table4``: ResNet-32 x 32 on ten devices, 5 epochs.
+
+Scale. The study trained each cell on the whole training set (60,000 MNIST, 50,000
+CIFAR-10 images) for hours to days on its boards. ``scale`` takes that fraction of the
+data, but never less than ``MIN_STEPS`` steps per worker (else a cell would time little
+more than its first step): a cell of many devices may so get more samples than one of
+few. Every comparison is a ratio of times per sample between cells
+(``report/ratios.py``), which does not depend on how many samples each trained;
+accuracies are compared only between cells that trained on as many.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workloads.datasets import catalog
+
+from ..cell import CellConfig
+from ..errors import ConfigError
+from ..sweep.grid import validate
+
+PARTS = ("table1", "table2", "figure3", "figure5", "figure6", "figure7", "table4")
+ALL_DEVICES = tuple(range(1, 11))
+MAX_DEVICES = 30  # three times the study's cluster: past that a grid is no longer the study's
+MIN_STEPS = 4  # the first pays one-off costs: three or more steady ones to time
+# The study's training sets and its validation set (10,000 images either way).
+FULL_TRAIN = {"lenet-mlp": 60000, "lenet-cnn": 60000, "resnet": 50000}
+FULL_VAL = 10000
+MIN_VAL = 200  # a ResNet-110 on a Pi-speed node validates about 2 samples/s
+# The study's one-device training rates, samples/s (Tables 1-2; Figure 5's longest
+# times for ResNet, whose batch "does not affect the training time").
+STUDY_RATES = {("lenet-mlp", None): 60000 / 105, ("lenet-cnn", None): 60000 / 1079,
+               ("resnet", 32): 50000 / 20000, ("resnet", 80): 50000 / 50000,
+               ("resnet", 110): 50000 / 80000}
+EXPECTED_OOM = {("resnet", 110, 128)}
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One configuration of a part, over its device counts and sync modes."""
+
+    part: str
+    model: str
+    layers: int | None
+    batch: int
+    devices: tuple[int, ...]
+    syncs: tuple[str, ...] = ("sync",)
+    epochs: int = 1
+
+    @property
+    def key(self) -> tuple:
+        return (self.model, self.layers, self.batch)
+
+
+def experiments(parts: tuple[str, ...] = PARTS,
+                devices: tuple[int, ...] = ALL_DEVICES) -> list[Experiment]:
+    """The parts' experiments, device counts limited to ``devices`` (1 is always kept:
+    it is every ratio's baseline)."""
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        raise ConfigError(f"unknown part {', '.join(unknown)}: use {', '.join(PARTS)} "
+                          "(comma-separated) or all")
+    bad = [d for d in devices if not 1 <= d <= MAX_DEVICES]
+    if bad:
+        raise ConfigError(f"--devices {','.join(map(str, bad))}: device counts go from 1 to "
+                          f"{MAX_DEVICES} (the study's were 1 to 10)")
+    wanted = tuple(sorted({1, *devices}))
+
+    def some(*counts: int) -> tuple[int, ...]:
+        return tuple(d for d in counts if d in wanted)
+
+    ten = max(wanted)  # "ten devices" when fewer are asked for: the largest asked
+    found: list[Experiment] = []
+    for part in parts:
+        if part == "table1":
+            found.append(Experiment(part, "lenet-mlp", None, 64, wanted))
+        elif part == "table2":
+            found.append(Experiment(part, "lenet-cnn", None, 64, wanted))
+        elif part == "figure3":
+            found.append(Experiment(part, "lenet-cnn", None, 64, (1, ten), ("sync", "async")))
+            found.append(Experiment(part, "lenet-cnn", None, 64, some(5), ("async",)))
+            found.append(Experiment(part, "resnet", 32, 32, (ten,), ("sync", "async")))
+        elif part == "figure5":
+            for layers in (32, 80, 110):
+                for batch in (32, 64, 128):
+                    found.append(Experiment(part, "resnet", layers, batch, (1, ten)))
+        elif part == "figure6":
+            found.append(Experiment(part, "resnet", 32, 32, wanted))
+        elif part == "figure7":
+            found.append(Experiment(part, "resnet", 110, 64, wanted))
+        elif part == "table4":
+            found.append(Experiment(part, "resnet", 32, 32, (ten,), epochs=5))
+    return [e for e in found if e.devices]
+
+
+def train_samples(found: list[Experiment], scale: float) -> dict[tuple, int]:
+    """Training samples per (model, layers, batch, devices); see the module doc."""
+    if not 0 < scale <= 1:
+        raise ConfigError(f"--scale {scale:g}: give the fraction of the study's data to "
+                          "train on, from 0 (exclusive) to 1, e.g. 0.05")
+    samples: dict[tuple, int] = {}
+    for e in found:
+        for devices in e.devices:
+            floor = devices * e.batch * MIN_STEPS
+            samples[(*e.key, devices)] = max(round(FULL_TRAIN[e.model] * scale), floor)
+    return samples
+
+
+def val_samples(scale: float, datasets: dict[str, str]) -> int:
+    """The validation set: the study's 10,000 scaled, at least ``MIN_VAL``, at most what
+    the smallest test set used has."""
+    smallest = min(catalog.SPECS[name].test_samples for name in datasets.values())
+    return min(smallest, max(MIN_VAL, round(FULL_VAL * scale)))
+
+
+def choose_datasets(models: set[str], samples: dict[tuple, int],
+                    available: dict[str, bool]) -> dict[str, str]:
+    """The set each model trains on: the study's own when fetched, else real digits
+    that hold the samples needed (mnist-5k, then Fashion-MNIST) for LeNet, else the
+    synthetic set. ``available``: dataset name -> present on this machine."""
+    chosen = {}
+    for model in sorted(models):
+        needed = max(n for (m, *_), n in samples.items() if m == model)
+        if model == "resnet":
+            order = ("cifar10", "synthetic")
+        else:
+            order = ("mnist", "mnist-5k", "fashion-mnist", "synthetic")
+        for name in order:
+            if (name == "synthetic" or available.get(name)) and \
+                    needed <= catalog.SPECS[name].train_samples:
+                chosen[model] = name
+                break
+        else:
+            biggest = max(catalog.SPECS[n].train_samples for n in order
+                          if n == "synthetic" or available.get(n))
+            raise ConfigError(
+                f"{model} needs {needed:,} training samples at this --scale and the largest "
+                f"set here holds {biggest:,}: lower --scale (to "
+                f"{biggest / FULL_TRAIN[model]:.2g} or less), or fetch the study's data "
+                "(`edgeprof data fetch --data-dir DIR`, then --data-dir DIR)")
+    return chosen
+
+
+def cells(found: list[Experiment], samples: dict[tuple, int], datasets: dict[str, str],
+          engine: str = "mxnet") -> list[CellConfig]:
+    """The grid's cells, each once, in the parts' order."""
+    out: dict[str, CellConfig] = {}
+    for e in found:
+        for devices in e.devices:
+            for sync in e.syncs if devices > 1 else ("sync",):
+                if engine == "horovod" and sync == "async":
+                    continue  # Horovod's allreduce is synchronous only
+                cell = validate(CellConfig(
+                    engine=engine, model=e.model, layers=e.layers, batch=e.batch,
+                    devices=devices, sync=sync, epochs=e.epochs,
+                    max_samples=samples[(*e.key, devices)], dataset=datasets[e.model]))
+                out.setdefault(cell.cell_id, cell)
+    return list(out.values())

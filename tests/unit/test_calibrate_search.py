@@ -1,0 +1,50 @@
+"""The calibration's quota search (profiler.calibrate._search), on a made-up rate curve:
+how it moves through noisy measurements, and how it gives up."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiler.calibrate import Measurement, NotSettled, _next_quota, _search
+
+
+def test_interpolates_between_the_latest_measurements_on_either_side():
+    # Measured on this machine (LeNet-CNN at twice its board rate, 111.2 samples/s): a
+    # lucky 104.5 at 0.0403 cores, then 96.5 three times at 0.0420. Interpolating
+    # towards the lucky one returned 0.0420 every time; the latest below moves on.
+    steps = [Measurement(0.0464, 128.2, 1), Measurement(0.0403, 104.5, 1),
+             Measurement(0.0420, 96.5, 1)]
+    quota = _next_quota(steps, 111.2)
+    assert 0.0425 < quota < 0.0464
+
+
+def test_scales_the_quota_until_the_target_is_bracketed():
+    assert _next_quota([Measurement(0.1, 50.0, 1)], 100.0) == pytest.approx(0.2)
+
+
+def test_settles_on_a_noisy_curve_and_reports_each_step():
+    noise = iter([1.08, 0.93, 1.0, 1.0, 1.0])
+    lines = []
+
+    def measure(workload, quota, target):
+        return Measurement(quota, 1000 * quota * next(noise), 1)
+
+    class Workload:
+        label = "w"
+
+    steps = _search(measure, Workload(), 100.0, 0.2, 0.05, lines.append)
+    assert abs(steps[-1].samples_per_s / 100 - 1) <= 0.05
+    assert len(lines) == len(steps) >= 2
+
+
+def test_gives_up_after_the_steps_allowed():
+    flip = iter([2.0, 0.5] * 10)
+
+    def measure(workload, quota, target):
+        return Measurement(quota, target * next(flip), 1)
+
+    class Workload:
+        label = "w"
+
+    with pytest.raises(NotSettled, match="did not settle"):
+        _search(measure, Workload(), 100.0, 0.2, 0.05, lambda line: None)

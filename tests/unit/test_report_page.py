@@ -1,0 +1,186 @@
+"""The report page from records built here: the study's numbers beside matching cells,
+every status shown as such, and the environment of the sweep (not of the report's host).
+
+``tests/integration/test_report.py`` renders a real sweep; these cover what a small real
+sweep cannot reach here (ResNet on CIFAR-10 on ten devices, the study's Tables 3-4) and
+the versions a sweep records.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from profiler import __version__
+from profiler.report.build import environment
+from profiler.report.html import render
+from profiler.report.ratios import reproduce
+from profiler.report.study import _config, load_reference, matches
+from profiler.report.sweep_data import Sweep
+from tests.conftest import ROOT
+from tests.report_tables import number as _float, rows as _rows
+
+RECORDED = {"edgeprof": "9.8.7", "mxnet": "1.2.3", "horovod": "0.1.2", "python": "3.0.1"}
+
+
+def _record(**overrides) -> dict:
+    record = {"cell_id": f"c{len(overrides)}-{sorted(overrides.items())!r}"[:40],
+              "engine": "mxnet", "model": "lenet-mlp", "layers": None, "batch": 64,
+              "devices": 1, "sync": "sync", "epochs": 1, "status": "ok", "reason": "",
+              "dataset": "mnist", "diverged": False, "epoch_s": [10.0],
+              "val_accuracy_per_epoch": [0.9], "val_accuracy": 0.9, "train_s": 10.0,
+              "train_samples": 1000}
+    return {**record, **overrides}
+
+
+def _page(records: list[dict], settings: dict | None = None, path: Path = Path("sweep")) -> str:
+    sweep = Sweep(path=path, settings=settings or {"sweep_id": "s1", "versions": RECORDED,
+                                                   "identity": {"cluster": "emulated"}},
+                  records=records)
+    return render(title="t", environment=environment(sweep), records=records,
+                  config_of=_config, figures=[], cell_figures=[], matches=matches(records),
+                  ratios=reproduce(records))
+
+
+
+
+def test_study_values_beside_every_matching_cell():
+    ref = load_reference()
+    resnet = dict(model="resnet", layers=32, batch=32, devices=10, epochs=5, dataset="cifar10",
+                  epoch_s=[2000.0, 2100.0, 2200.0, 2300.0, 2400.0],
+                  val_accuracy_per_epoch=[0.35, 0.5, 0.6, 0.65, 0.66],
+                  cpu_percent_mean=30.0, mem_used_mb_mean=200.0, net_recv_kb_per_s=100.0,
+                  net_sent_kb_per_s=110.0)
+    records = [
+        _record(devices=2, epoch_s=[84.0], val_accuracy_per_epoch=[0.95]),
+        _record(devices=3, dataset="mnist-5k", val_accuracy_per_epoch=[0.8]),
+        _record(devices=7, epoch_s=[0.05]),
+        _record(**resnet),
+        # Never set beside the study: not finished, or not the study's configuration.
+        _record(devices=4, status="failed", reason="worker 0 failed"),
+        _record(devices=5, batch=32),
+        _record(devices=6, sync="async"),
+    ]
+    rows = _rows(_page(records), "<h2>Beside the study</h2>")
+    assert rows[0] == ["study", "our cell", "measure", "ours", "study", "ours / study", "note"]
+    shown = {(row[0], row[1], row[2]): row[3:] for row in rows[1:]}
+    # Tables 1 (2 rows per cell), 3 (4 measures) and 4 (2 rows per epoch), nothing else.
+    assert len(shown) == len(rows) - 1 == 2 * 3 + 4 + 2 * 5, sorted(shown)
+
+    table1 = ref["table1_lenet_mlp"]
+    two = "lenet-mlp b64 x2 sync mxnet"
+    assert shown[("Table 1", two, "training time s")] == [
+        "84.0", str(table1["elapsed_s"][1]), "0.500", "other hardware"]
+    ours, study, ratio, note = shown[("Table 1", two, "val accuracy")]
+    assert (ours, _float(study), note) == ("0.950", table1["val_accuracy"][1], "")
+    assert _float(ratio) == pytest.approx(0.95 / table1["val_accuracy"][1], abs=1e-3)
+    # Accuracy on other data than the study's is shown, marked not comparable.
+    assert shown[("Table 1", "lenet-mlp b64 x3 sync mxnet", "val accuracy")][3] == \
+        "not comparable: ours on mnist-5k, study on mnist"
+    # A short cell's time beside the Pi's: a small ratio keeps its digits.
+    assert shown[("Table 1", "lenet-mlp b64 x7 sync mxnet", "training time s")][:3] == \
+        ["0.050", str(table1["elapsed_s"][6]), f"{0.05 / table1['elapsed_s'][6]:.3g}"]
+
+    table3 = ref["table3_resnet_resources"]
+    i = table3["config"].index("32x32")
+    cell = "resnet-32 b32 x10 sync mxnet"
+    for measure, ours, study in (("CPU %", 30.0, table3["cpu_percent"][i]),
+                                 ("memory MB", 200.0, table3["memory_mb"][i]),
+                                 ("received KB/s", 100.0, table3["net_receive_kb"][i]),
+                                 ("sent KB/s", 110.0, table3["net_send_kb"][i])):
+        row = shown[("Table 3", cell, measure)]
+        assert (_float(row[0]), _float(row[1])) == (ours, study), measure
+        assert row[3] == "study: per-device means"
+
+    table4 = ref["table4_resnet32_epochs"]
+    for k, epoch in enumerate(table4["epochs"]):
+        label = f"{cell}, epoch {epoch}"
+        time_row = shown[("Table 4", label, "training time s")]
+        # Table 4 accumulates epochs: ours is the sum of the first k epochs' times.
+        assert _float(time_row[0]) == sum(resnet["epoch_s"][:epoch])
+        assert _float(time_row[1]) == table4["elapsed_s"][k]
+        accuracy = shown[("Table 4", label, "val accuracy")]
+        assert _float(accuracy[0]) == resnet["val_accuracy_per_epoch"][k]
+        assert _float(accuracy[1]) == table4["val_accuracy"][k]
+
+
+def test_no_matching_cell_says_which_configurations_would():
+    page = _page([_record(batch=32)])
+    assert "No cell matches a configuration the study reports" in page
+
+
+def test_every_status_is_a_row_of_its_own_kind():
+    records = [_record(devices=2, status="timeout", reason="no result within --timeout 60 s",
+                       epoch_s=[], val_accuracy=None),
+               _record(devices=3, diverged=True, reason="diverged in epoch 1 (loss nan)"),
+               _record(devices=4, status="oom", reason="worker 0 killed by the OOM killer"),
+               _record(devices=5)]
+    page = _page(records)
+    classes = re.findall(r"<tr class='([^']*)'>", page)
+    assert classes == ["timeout", "ok diverged", "oom", "ok"]
+    rows = _rows(page, "<h2>Cells</h2>")
+    status = rows[0].index("status")
+    reason = rows[0].index("reason")
+    assert [(r[status], r[reason]) for r in rows[1:]] == [
+        ("timeout", "no result within --timeout 60 s"),
+        ("ok, diverged", "diverged in epoch 1 (loss nan)"),
+        ("oom", "worker 0 killed by the OOM killer"), ("ok", "")]
+    assert "2 ok, 1 oom, 1 timeout" in page  # the counts above the table
+
+
+def test_environment_shows_the_versions_the_sweep_recorded():
+    records = [_record(), _record(engine="horovod", devices=2, sync="sync")]
+    rows = dict(_rows(_page(records), "<h2>Environment</h2>"))
+    # This machine's versions differ from RECORDED: the page shows the sweep's.
+    assert rows["edgeprof"] == "9.8.7"
+    assert rows["engines"] == "horovod 0.1.2, mxnet 1.2.3"
+    assert rows["python"] == "3.0.1"
+    assert not [k for k in rows if "this machine" in k]
+    assert rows["cluster"] == "emulated" and rows["devices"] == "1, 2"
+
+
+def test_environment_of_an_inventory_sweep_names_whose_versions_they_are():
+    settings = {"versions": RECORDED, "identity": {"cluster": "inventory"}}
+    rows = dict(_rows(_page([_record()], settings), "<h2>Environment</h2>"))
+    assert rows["engines (the controller; the nodes run their own install)"] == "mxnet 1.2.3"
+
+
+def test_environment_of_an_older_sweep_is_this_machines_and_says_so():
+    rows = dict(_rows(_page([_record()], {"identity": {"cluster": "local"}}),
+                      "<h2>Environment</h2>"))
+    label = " (this machine; the sweep recorded none)"
+    assert rows[f"edgeprof{label}"] == __version__
+    assert rows[f"python{label}"] == platform.python_version()
+    assert rows[f"engines{label}"] == f"mxnet {metadata.version('mxnet')}"
+    assert "edgeprof" not in rows and "engines" not in rows
+
+
+def test_a_new_sweep_records_its_versions_without_importing_mxnet(tmp_path):
+    """``sweep.json`` holds the versions that ran the sweep, read from package metadata:
+    importing MXNet in the controller would cost seconds."""
+    script = (
+        "import json, sys\n"
+        "from profiler.cell import CellConfig\n"
+        "from profiler.sweep.sweep import SweepSettings, prepare_sweep_dir\n"
+        "cell = CellConfig(model='lenet-mlp', layers=None)\n"
+        f"prepare_sweep_dir(SweepSettings(cells=[cell], out_dir={str(tmp_path / 's')!r}))\n"
+        "print(json.dumps(sorted(m for m in ('mxnet', 'horovod') if m in sys.modules)))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []  # neither engine was imported
+    versions = json.loads((tmp_path / "s" / "sweep.json").read_text())["versions"]
+    expected = {"edgeprof": __version__, "python": platform.python_version()}
+    for package in ("mxnet", "horovod"):
+        try:
+            expected[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    assert versions == expected
