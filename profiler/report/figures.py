@@ -4,7 +4,8 @@ Each builder takes the sweep's records and returns a ``Figure``, or a ``Skipped`
 why the sweep's cells cannot show it (e.g. no cell varies the device count): the report
 lists those instead of leaving a hole. Cells that did not finish ``ok`` have no
 training time or accuracy and are left out of the plots (the status table shows them);
-``diverged`` cells are drawn hollow.
+``diverged`` cells are drawn hollow. Times and rates of time-dilated cells
+(``--speedup``) are drawn in the board's time.
 """
 
 from __future__ import annotations
@@ -44,7 +45,24 @@ def _png(fig) -> bytes:
 
 
 def _ok(records: list[dict]) -> list[dict]:
-    return [r for r in records if r.get("status") == "ok"]
+    return [_in_board_time(r) for r in records if r.get("status") == "ok"]
+
+
+def _in_board_time(r: dict) -> dict:
+    """The record with times x and rates / its ``speedup`` (a time-dilated cell of the
+    emulated cluster ran k times faster than the board it stands for): cells dilated by
+    different k are then drawn on one scale, the board's, as report/ratios.py compares."""
+    k = float(r.get("speedup") or 1.0)
+    if k == 1:
+        return r
+    scaled = dict(r)
+    for column in ("train_s", "elapsed_s"):
+        if isinstance(r.get(column), (int, float)):
+            scaled[column] = r[column] * k
+    for column, value in r.items():
+        if column.endswith("_per_s") and isinstance(value, (int, float)):
+            scaled[column] = value / k
+    return scaled
 
 
 def _series_label(r: dict, *, without: tuple[str, ...] = ()) -> str:

@@ -184,3 +184,15 @@ def test_a_new_sweep_records_its_versions_without_importing_mxnet(tmp_path):
         except metadata.PackageNotFoundError:
             pass
     assert versions == expected
+
+
+def test_figures_draw_dilated_cells_in_the_boards_time():
+    from profiler.report.figures import _ok
+    dilated = {"status": "ok", "speedup": 4.0, "train_s": 10.0, "net_sent_kb_per_s": 800.0,
+               "cpu_percent_mean": 50.0}
+    plain = {"status": "ok", "train_s": 10.0, "net_sent_kb_per_s": 800.0}
+    failed = {"status": "oom", "speedup": 4.0}
+    board, undilated = _ok([dilated, plain, failed])
+    assert (board["train_s"], board["net_sent_kb_per_s"]) == (40.0, 200.0)
+    assert board["cpu_percent_mean"] == 50.0  # a share of the quota: unchanged by k
+    assert undilated == plain and dilated["train_s"] == 10.0  # the records are not changed
