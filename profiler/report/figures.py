@@ -20,6 +20,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from . import board_time  # noqa: E402
+
 DPI = 90
 
 
@@ -45,24 +47,8 @@ def _png(fig) -> bytes:
 
 
 def _ok(records: list[dict]) -> list[dict]:
-    return [_in_board_time(r) for r in records if r.get("status") == "ok"]
+    return [board_time.record(r) for r in records if r.get("status") == "ok"]
 
-
-def _in_board_time(r: dict) -> dict:
-    """The record with times x and rates / its ``speedup`` (a time-dilated cell of the
-    emulated cluster ran k times faster than the board it stands for): cells dilated by
-    different k are then drawn on one scale, the board's, as report/ratios.py compares."""
-    k = float(r.get("speedup") or 1.0)
-    if k == 1:
-        return r
-    scaled = dict(r)
-    for column in ("train_s", "elapsed_s"):
-        if isinstance(r.get(column), (int, float)):
-            scaled[column] = r[column] * k
-    for column, value in r.items():
-        if column.endswith("_per_s") and isinstance(value, (int, float)):
-            scaled[column] = value / k
-    return scaled
 
 
 def _series_label(r: dict, *, without: tuple[str, ...] = ()) -> str:

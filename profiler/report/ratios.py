@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import board_time
 from .study import STUDY_DATA, load_reference
 
 TABLE, TEXT, ACCURACY = 1.25, 1.5, 1.1
@@ -111,28 +112,21 @@ class _Cells:
         return None
 
 
-def _speedup(r: dict) -> float:
-    return float(r.get("speedup") or 1.0)
-
-
 def _per_sample_s(r: dict | None) -> float | None:
     """First-epoch training time per sample, without the first step (one-off costs a
     full-sized epoch spreads over hundreds of steps), in the board's time (undilated)."""
     if not r:
         return None
     if r.get("steady_s_per_sample"):
-        return float(r["steady_s_per_sample"]) * _speedup(r)
+        return board_time.value(r, "steady_s_per_sample")
     if not r.get("epoch_s") or not r.get("train_samples"):
         return None
-    return float(r["epoch_s"][0]) / float(r["train_samples"]) * _speedup(r)
+    return float(r["epoch_s"][0]) / float(r["train_samples"]) * board_time.speedup(r)
 
 
 def _measure(r: dict | None, column: str) -> float | None:
     """A resource column; a rate (``*_per_s``) undilated, like the times."""
-    value = (r or {}).get(column)
-    if value is None:
-        return None
-    return float(value) / _speedup(r) if column.endswith("_per_s") else float(value)
+    return board_time.value(r, column)
 
 
 def _accuracy(r: dict | None, epoch: int = 1) -> float | None:

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import yaml
 
+from . import board_time
+
 REFERENCE = Path(__file__).with_name("park2019.yaml")
 STUDY_DATA = {"lenet-mlp": "mnist", "lenet-cnn": "mnist", "resnet": "cifar10"}
 HARDWARE = "10 x Raspberry Pi 3B, MXNet 0.9.5, Ganglia every 30 s"
@@ -66,8 +68,10 @@ def matches(records: list[dict], reference: dict | None = None) -> list[Match]:
         for measure, ours, study in (
                 ("CPU %", r.get("cpu_percent_mean"), rows["cpu_percent"][i]),
                 ("memory MB", r.get("mem_used_mb_mean"), rows["memory_mb"][i]),
-                ("received KB/s", _undilated(r, "net_recv_kb_per_s"), rows["net_receive_kb"][i]),
-                ("sent KB/s", _undilated(r, "net_sent_kb_per_s"), rows["net_send_kb"][i])):
+                ("received KB/s", board_time.value(r, "net_recv_kb_per_s"),
+                 rows["net_receive_kb"][i]),
+                ("sent KB/s", board_time.value(r, "net_sent_kb_per_s"),
+                 rows["net_send_kb"][i])):
             found.append(Match("Table 3", r["cell_id"], _config(r), measure, ours, study,
                                True, "study: per-device means"))
     rows = ref["table4_resnet32_epochs"]
@@ -87,7 +91,7 @@ def _time_and_accuracy(source: str, r: dict, study_s: float, study_acc: float,
     accuracies = r.get("val_accuracy_per_epoch") or []
     if len(epochs_s) < epoch:
         return []
-    ours_s = sum(epochs_s[:epoch]) * float(r.get("speedup") or 1)  # the board's time
+    ours_s = sum(epochs_s[:epoch]) * board_time.speedup(r)  # the board's time
     ours_acc = accuracies[epoch - 1] if len(accuracies) >= epoch else None
     same_data = r.get("dataset") == STUDY_DATA.get(_model(r))
     label = f"{_config(r)}" + (f", epoch {epoch}" if source == "Table 4" else "")
@@ -96,12 +100,6 @@ def _time_and_accuracy(source: str, r: dict, study_s: float, study_acc: float,
             Match(source, r["cell_id"], label, "val accuracy", ours_acc, study_acc, same_data,
                   "" if same_data else f"ours on {r.get('dataset')}, "
                                         f"study on {STUDY_DATA.get(_model(r))}")]
-
-
-def _undilated(r: dict, column: str) -> float | None:
-    """A rate of a dilated cell (``--speedup``) in the board's time."""
-    value = r.get(column)
-    return None if value is None else float(value) / float(r.get("speedup") or 1)
 
 
 def _finished(records: list[dict]) -> list[dict]:

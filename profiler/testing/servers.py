@@ -35,10 +35,17 @@ bind-address = "127.0.0.1:{rpc_port}"
   store-enabled = false
 [http]
   bind-address = "127.0.0.1:{http_port}"
+  auth-enabled = {auth}
   log-enabled = false
 [continuous_queries]
   enabled = false
 """
+
+
+def influxd_config(data: Path, http_port: int, rpc_port: int, auth: bool = False) -> str:
+    """An ``influxd`` (1.x) configuration on loopback, its files under ``data``."""
+    return _INFLUXD_CONFIG.format(data=data, http_port=http_port, rpc_port=rpc_port,
+                                  auth=str(auth).lower())
 
 
 @dataclass
@@ -58,8 +65,7 @@ class LocalServer:
         if self.kind == "influxdb1":
             config = self.data_dir / "influxdb.conf"
             if not config.exists():
-                config.write_text(_INFLUXD_CONFIG.format(
-                    data=self.data_dir, http_port=self.port, rpc_port=free_port()))
+                config.write_text(influxd_config(self.data_dir, self.port, free_port()))
             return ["/usr/bin/influxd", "-config", str(config)]
         return ["/usr/bin/victoria-metrics", f"-httpListenAddr=127.0.0.1:{self.port}",
                 f"-storageDataPath={self.data_dir / 'vm'}", "-loggerLevel=WARN",

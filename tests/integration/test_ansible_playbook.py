@@ -56,6 +56,7 @@ from pathlib import Path
 import pytest
 
 from profiler.cluster.base import kill_group, popen_in_group
+from profiler.testing.servers import influxd_config
 from tests.conftest import ROOT, need_binary, sshd_nodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -70,21 +71,6 @@ SECRETS = {"edgeprof_influx_admin_password": "admin-Se'cret-1",
 SUBNET = "10.213.0.0/29"          # n0-n2 (.1-.3), not the bridge's host end (.254)
 SUBNET6 = "fd00:213::/64"
 HIGH_PORT = 29876
-INFLUXD_CONFIG = """\
-reporting-disabled = true
-bind-address = "127.0.0.1:8088"
-[meta]
-  dir = "{data}/meta"
-[data]
-  dir = "{data}/data"
-  wal-dir = "{data}/wal"
-[monitor]
-  store-enabled = false
-[http]
-  bind-address = "127.0.0.1:8086"
-  auth-enabled = true
-  log-enabled = false
-"""
 
 
 def _in_netns(node, argv, **kw) -> subprocess.CompletedProcess:
@@ -107,7 +93,8 @@ def _influx(node, query: str, user: str, password: str) -> tuple[int, dict]:
 def _start_influxd(node, folder: Path) -> subprocess.Popen:
     folder.mkdir(parents=True)
     config = folder / "influxdb.conf"
-    config.write_text(INFLUXD_CONFIG.format(data=folder))
+    # In the monitor node's own namespace: its loopback ports are its own.
+    config.write_text(influxd_config(folder, http_port=8086, rpc_port=8088, auth=True))
     proc = popen_in_group(["nsenter", f"--net=/run/netns/{node.scope['netns']}", "--",
                            need_binary("influxd"), "-config", str(config)], {},
                           folder / "influxd.log")

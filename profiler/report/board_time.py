@@ -1,0 +1,38 @@
+"""A record of a time-dilated cell read back in the board's time.
+
+On the emulated cluster ``--speedup`` runs a cell k times faster than the board it
+stands for (quotas and links x k; the record's ``speedup``). Its times are then k times
+too short and its rates (``*_per_s``) k times too high; CPU % (a share of the quota),
+memory and totals are what the board would show. The report's figures, its study
+tables and its ratios all read dilated cells through here.
+"""
+
+from __future__ import annotations
+
+TIME_COLUMNS = ("train_s", "elapsed_s", "steady_s_per_sample")
+
+
+def speedup(r: dict) -> float:
+    """The cell's time dilation k (1 when undilated, and on every other cluster)."""
+    return float(r.get("speedup") or 1.0)
+
+
+def value(r: dict | None, column: str) -> float | None:
+    """One numeric column in the board's time (None when the record has no value)."""
+    raw = (r or {}).get(column)
+    if not isinstance(raw, (int, float)):
+        return None
+    if column in TIME_COLUMNS:
+        return float(raw) * speedup(r)
+    if column.endswith("_per_s"):
+        return float(raw) / speedup(r)
+    return float(raw)
+
+
+def record(r: dict) -> dict:
+    """A copy of the record with every time and rate in the board's time."""
+    if speedup(r) == 1:
+        return r
+    return {**r, **{column: value(r, column) for column in r
+                    if (column in TIME_COLUMNS or column.endswith("_per_s"))
+                    and isinstance(r[column], (int, float))}}
