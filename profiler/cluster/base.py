@@ -36,6 +36,15 @@ class Node:
     scope: Mapping[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class MemoryPressure:
+    """One reading of a node's memory: its charge, its limit, major page faults so far."""
+
+    used_mb: float
+    limit_mb: float
+    major_faults: int
+
+
 class Cluster(Protocol):
     """A set of nodes on which processes can be started."""
 
@@ -73,6 +82,8 @@ class Cluster(Protocol):
 
     # Optional: ``prepare(cell)`` sets the nodes up for one cell before it starts (the
     # emulated cluster's per-model CPU quotas); the runner calls it first.
+    # Optional: ``memory_pressure(node) -> MemoryPressure | None`` (providers that limit a
+    # node's memory): the runner watches it for thrashing (``sweep.thrashing``).
     # Optional: ``collect(cell_dir, nodes) -> list[str]`` brings what the cell's processes
     # wrote on the nodes back into ``cell_dir`` (providers whose nodes have their own
     # disks); the runner calls it after reaping and returns problems in the reason.

@@ -157,6 +157,12 @@ class NodeCgroup:
         name = "memory.usage_in_bytes" if self.version == 1 else "memory.current"
         return int(_read(self.memory_dir / name) or 0) / _MB
 
+    def major_faults(self) -> int:
+        """Pages the node's processes faulted in from disk so far (``memory.stat``)."""
+        fields = read_keyed(self.memory_dir / "memory.stat")
+        # cgroup v1 counts a group's own and its children's as total_*; v2 has one count.
+        return fields.get("total_pgmajfault", fields.get("pgmajfault", 0))
+
     def pids(self) -> list[int]:
         found: set[int] = set()
         for directory in self.dirs():

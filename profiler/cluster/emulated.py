@@ -41,7 +41,7 @@ from workloads.node_limits import JOIN_CPU_CGROUP_ENV
 from ..errors import ClusterError, ConfigError
 from ..fsutil import atomic_write_text
 from . import cgroups, netns
-from .base import Node, popen_in_group
+from .base import MemoryPressure, Node, popen_in_group
 from .netns import TBF_LATENCY_MS
 from .profiles import MODELS, Profile, cpu_scale, dilation, load_catalog, quota_cores
 
@@ -98,6 +98,13 @@ class EmulatedCluster:
 
     def oom_killed(self, node: Node) -> int:
         return _node_cgroup(node).oom_kills()
+
+    def memory_pressure(self, node: Node) -> MemoryPressure | None:
+        if not node.memory_mb:
+            return None
+        group = _node_cgroup(node)
+        return MemoryPressure(group.memory_used_mb(), float(node.memory_mb),
+                              group.major_faults())
 
     def prepare(self, cell, nodes_needed: int, max_speedup: float = 1.0) -> float:
         """Set the first ``nodes_needed`` nodes up for ``cell`` and return its dilation k.

@@ -29,7 +29,7 @@ def study() -> None:
 @study.command()
 @click.option("--scale", default=1.0, show_default=True, type=float,
               help="Fraction of the study's data each cell trains on (its time scales "
-                   "with it); every cell keeps at least 4 steps per worker.")
+                   "with it); every cell keeps at least 3 steps per worker.")
 @click.option("--parts", default="all", show_default=True,
               help="Which tables and figures: table1, table2, figure3, figure5, figure6, "
                    "figure7, table4 (comma-separated) or all.")

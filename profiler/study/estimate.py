@@ -7,7 +7,13 @@ A cell's time is its start-up, its training and its validation:
   devices for that model (Tables 1-2 for LeNet; ResNet ran about ``1 / devices``);
 - validation: the validation samples at three times the training rate, once an epoch;
 - start-up and reaping: about a second of CPU per process (MXNet's import) on this
-  host's cores, plus a few seconds.
+  host's cores, plus a few seconds;
+- ResNet's one-off set-up: its first step builds MKL-DNN's primitives for every layer
+  (about ``FIRST_STEP_STEPS`` steps' time) after each worker built and initialized the
+  network under its node's quota (``RESNET_SETUP_S`` a device: the workers of a
+  synchronous cell wait for the last). Fitted to a study run on this kind of host
+  (``--scale 0.01 --speedup 100``: 2-3 times the first estimate's figure on ten
+  devices, docs/study.md).
 
 ``rate`` on the emulated cluster follows the CPU quota the node gets for the model: the
 study's own rate on a profile calibrated to it (``pi3b-park2019``), in proportion to
@@ -24,12 +30,17 @@ import os
 from ..cell import CellConfig
 from ..cluster.profiles import Catalog, dilation
 from ..engines import get_engine
+from ..sweep.thrashing import THRASH_S
 from .park2019 import EXPECTED_OOM, STUDY_RATES
 
 CALIBRATED_PROFILE = "pi3b-park2019"
 STARTUP_S = 3.0
 PROCESS_CPU_S = 2.0  # MXNet's import per process
-OOM_S = 20.0  # a cell expected to run out of memory: until its node's limit kills it
+# A cell expected to run out of memory: until it fills its node (about 20 s) and then
+# thrashes at the limit for sweep.thrashing.THRASH_S, or its node's limit kills it.
+OOM_S = 20.0 + THRASH_S
+FIRST_STEP_STEPS = 2.5
+RESNET_SETUP_S = 3.5
 
 
 def study_rate(cell: CellConfig) -> float:
@@ -76,9 +87,14 @@ def cell_s(cell: CellConfig, rate: float, val_samples: int, reference: dict) -> 
     processes = 1 if cell.devices == 1 else cell.devices + 2
     cores = max(1, len(os.sched_getaffinity(0)))
     startup = STARTUP_S + processes * PROCESS_CPU_S / cores
+    if cell.model == "resnet":
+        startup += RESNET_SETUP_S * cell.devices
     if (cell.model, cell.layers, cell.batch) in EXPECTED_OOM:
         return startup + OOM_S  # its first steps fill the node's memory
     train = cell.epochs * (cell.max_samples or 0) * device_factor(cell, reference) / rate
+    if cell.model == "resnet":
+        steps = cell.epochs * (cell.max_samples or 0) / (cell.devices * cell.batch)
+        train += FIRST_STEP_STEPS * train / max(1.0, steps)
     validate = cell.epochs * val_samples / (3 * rate)
     return startup + train + validate
 

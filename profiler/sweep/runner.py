@@ -24,6 +24,7 @@ from ..fsutil import atomic_write_text
 from .events import CellEvents, epochs_done, read_cell_events
 from .interrupts import StopRequest
 from .monitoring import CellMonitor
+from .thrashing import ThrashWatch
 
 POLL_S = 0.05
 PROGRESS_EVERY_S = 1.0  # how often a long cell reports its epochs to the progress bar
@@ -77,6 +78,7 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
     t_launch, t_launch_mono = time.time(), time.monotonic()
     outcome, culprit, error = "failed", None, ""
     oom_before: dict[str, int] = {}
+    thrash_watch = _thrash_watch(cluster, nodes)
     try:
         specs = engine.plan(cell, nodes, cell_dir, options)
         oom_before = {n.name: cluster.oom_killed(n) for n in nodes}
@@ -96,7 +98,8 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
             outcome = "interrupted"
         else:
             outcome, culprit = _wait(launched, t_launch_mono, timeout_s, stop,
-                                     _epoch_reporter(cell_dir / "events", on_epoch))
+                                     _epoch_reporter(cell_dir / "events", on_epoch),
+                                     thrash_watch.check)
     except Exception as exc:  # noqa: BLE001 - any failure is this cell's, not the sweep's
         outcome, error = "error", f"{type(exc).__name__}: {exc}"
     finally:
@@ -115,7 +118,7 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
         status, reason = "failed", f"could not run the cell: {error}"[:500]
     else:
         status, reason = _judge(outcome, culprit, launched, events, oom_kills, cell_dir,
-                                timeout_s)
+                                timeout_s, thrash_watch.reason)
     if fetch_problems:
         reason = "; ".join(r for r in (reason, "could not fetch from " +
                                        ", ".join(fetch_problems)) if r)
@@ -143,13 +146,21 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
     return record
 
 
+def _thrash_watch(cluster: Cluster, nodes: list) -> ThrashWatch:
+    read = getattr(cluster, "memory_pressure", None)
+    return ThrashWatch(nodes if read is not None else [], read or (lambda node: None))
+
+
 def _wait(launched: list[Launched], t_launch_mono: float, timeout_s: float | None,
-          stop: StopRequest, report: Callable[[], None]) -> tuple[str, Launched | None]:
+          stop: StopRequest, report: Callable[[], None],
+          thrashing: Callable[[], str | None] = lambda: None
+          ) -> tuple[str, Launched | None]:
     """Poll until every decisive process ended.
 
-    Returns the outcome (``ok``, ``error``, ``timeout`` or ``interrupted``) and, for
-    ``error``, the process seen failing first: the one to blame, not the others that the
-    reaping kills afterwards.
+    Returns the outcome (``ok``, ``error``, ``timeout``, ``interrupted`` or
+    ``thrashing``) and, for ``error``, the process seen failing first: the one to blame,
+    not the others that the reaping kills afterwards. ``thrashing()`` returns why a node
+    is out of memory in effect (``sweep.thrashing``), or ``None``.
     """
     decisive = [l for l in launched if l.spec.decisive]
     next_report_s = time.monotonic() + PROGRESS_EVERY_S
@@ -173,6 +184,8 @@ def _wait(launched: list[Launched], t_launch_mono: float, timeout_s: float | Non
             return "error", failed[0]  # a dead scheduler/server leaves workers waiting forever
         if timeout_s and time.monotonic() - t_launch_mono > timeout_s:
             return "timeout", None
+        if thrashing():
+            return "thrashing", None
         time.sleep(POLL_S)
 
 
@@ -213,9 +226,11 @@ def _reap(launched: list[Launched], stop: StopRequest) -> None:
 
 def _judge(outcome: str, culprit: Launched | None, launched: list[Launched],
            events: CellEvents, oom_kills: int, cell_dir: Path,
-           timeout_s: float | None) -> tuple[str, str]:
+           timeout_s: float | None, thrash_reason: str | None = None) -> tuple[str, str]:
     if outcome == "timeout":
         return "timeout", f"no result within --timeout {timeout_s:g} s"
+    if outcome == "thrashing":
+        return "oom", thrash_reason or "a node thrashed at its memory limit"
     oom_event = events.error_of_kind("oom")
     if oom_kills or oom_event or (culprit is not None and culprit.returncode == EXIT_OOM):
         where = oom_event or (f"{oom_kills} process(es) killed by the node memory limit"

@@ -252,6 +252,55 @@ def test_allocation_past_the_memory_limit_is_an_oom_kill(emulated, tmp_path):
     assert ok.wait(timeout=20) == 0
 
 
+# Holds most of the node's memory, then reads a file mapped into memory over and over:
+# the file's pages no longer fit beside the rest, so the kernel evicts and faults them
+# back in, again and again (what MXNet's library pages do to a ResNet too big for 1 GB).
+THRASHER = textwrap.dedent("""
+    import mmap, sys, time
+    held = bytearray(int(sys.argv[1]) * 1024 * 1024)
+    held[::4096] = b"x" * len(held[::4096])
+    with open(sys.argv[2], "rb") as f:
+        pages = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    end = time.monotonic() + float(sys.argv[3])
+    total = 0
+    while time.monotonic() < end:
+        for at in range(0, len(pages), 4096):
+            total += pages[at]
+""")
+
+
+def test_a_process_thrashing_at_the_memory_limit_is_seen_by_the_thrash_watch(emulated,
+                                                                               tmp_path):
+    """The cell runner's watch (``sweep.thrashing``) on the cluster's real readings."""
+    from profiler.sweep.thrashing import ThrashWatch
+    node = emulated.nodes()[2]
+    mapped = tmp_path / "mapped.bin"  # on a disk: its pages can be evicted and read back
+    with open(mapped, "wb") as f:
+        f.write(os.urandom(64 * 1024 * 1024))
+        f.flush()
+        os.fsync(f.fileno())
+        # Out of this host's page cache: the thrasher's reads must be charged to its node.
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    before = emulated.memory_pressure(node)
+    assert before is not None and before.limit_mb == MEMORY_MB
+    proc = _start(emulated, node, THRASHER, MEMORY_MB - 28, mapped, 90,
+                  log=tmp_path / "thrash.log")
+    try:
+        watch = ThrashWatch([node], emulated.memory_pressure, thrash_s=5.0)
+        deadline = time.monotonic() + 60
+        while watch.check() is None:
+            assert proc.poll() is None, (tmp_path / "thrash.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, (
+                f"no thrashing seen in 60 s: {emulated.memory_pressure(node)}")
+            time.sleep(0.2)
+        assert watch.reason.startswith(f"{node.name} thrashed at its {MEMORY_MB} MB memory "
+                                       "limit for 5 s")
+        assert emulated.memory_pressure(node).major_faults > before.major_faults
+    finally:
+        proc.kill()
+        proc.wait(timeout=20)
+
+
 def test_ensure_cluster_reuses_an_idle_cluster_that_fits(emulated):
     from profiler.cluster.emulated import ensure_cluster
     cluster, created = ensure_cluster(2, None)
