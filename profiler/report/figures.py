@@ -88,8 +88,20 @@ def _plot_against_devices(records, name, title, caption, panels) -> Figure | Ski
         ax.set_xlabel("devices")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+    _legend(fig, axes[0][0])
     return Figure(name, title, caption, _png(fig))
+
+
+def _legend(fig, ax, inside_at_most: int = 6) -> None:
+    """The legend in the first panel, or below the figure when it has more entries than
+    fit beside the lines (a study has 15 or more series)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if len(labels) <= inside_at_most:
+        ax.legend(fontsize=7)
+        return
+    # Below the panels: savefig's tight bounding box takes it in.
+    fig.legend(handles, labels, fontsize=7, ncol=3, loc="upper center",
+               bbox_to_anchor=(0.5, 0.0), frameon=False)
 
 
 def time_and_accuracy_vs_devices(records):

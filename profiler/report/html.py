@@ -7,6 +7,7 @@ import base64
 import html
 from datetime import datetime, timezone
 
+from ..sweep.table import status_counts
 from .figures import Figure, Skipped
 from .ratios import Ratio, summary
 from .study import HARDWARE, Match
@@ -64,11 +65,8 @@ def render(*, title: str, environment: dict, records: list[dict], config_of,
             for k, v in environment.items()]
     out.append("</table>")
 
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r.get("status", "?")] = counts.get(r.get("status", "?"), 0) + 1
-    out.append("<h2>Cells</h2><p class='note'>" + ", ".join(
-        f"{n} {_e(s)}" for s, n in sorted(counts.items())) +
+    out.append("<h2>Cells</h2><p class='note'>" + "; ".join(
+        f"{n} {_e(s)}" for s, n in status_counts(records).items()) +
         ". Every cell is listed with its last attempt; cells that did not finish "
         "<b>ok</b> are kept here with their reason and left out of the plots.</p>")
     columns = STATUS_COLUMNS + ([("speedup", "speedup")]

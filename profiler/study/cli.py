@@ -107,11 +107,10 @@ def park2019(scale, parts, devices, cluster_name, profile, speedup, engine, data
         sys.exit(getattr(exc, "exit_status", 130))
     from ..report.ratios import reproduce, summary
     from ..report.sweep_data import load_sweep
+    from ..sweep.table import status_counts
     counts = summary(reproduce(load_sweep(outcome.sweep_dir).records))
-    statuses: dict[str, int] = {}
-    for record in outcome.records:
-        statuses[record.get("status", "?")] = statuses.get(record.get("status", "?"), 0) + 1
-    click.echo(f"cells: {', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}")
+    statuses = status_counts(outcome.records)
+    click.echo(f"cells: {', '.join(f'{n} {s}' for s, n in statuses.items())}")
     click.echo(f"the study's ratios: {counts['within']} of {counts['judged']} judged within "
                f"their band ({counts['not_comparable']} not comparable: other data; "
                f"{counts['missing']} without a finished cell)")

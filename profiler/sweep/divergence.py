@@ -7,6 +7,11 @@ the model is then no better than chance, and its validation accuracy says nothin
 the system that trained it. Such a cell keeps its status (its time, CPU and network were
 measured like any other) and gets ``diverged: true`` with a reason naming the epoch
 and the loss, so that no table shows a hyperparameter accident as a systems effect.
+
+A first epoch of fewer than ``MIN_JUDGED_STEPS`` steps is not held to the uniform guess
+(``diverged`` stays unset unless a loss was NaN or infinite): a cut-down cell of a few
+steps, such as the study's at a small ``--scale``, times the system and cannot be
+expected to have learned yet.
 """
 
 from __future__ import annotations
@@ -15,6 +20,10 @@ import math
 from statistics import mean
 
 from workloads.datasets.catalog import CLASSES  # every dataset edgeprof knows has ten
+
+# LeNet at the default learning rate gets below ln(10) within a few steps; a ResNet's
+# first steps may still sit above it.
+MIN_JUDGED_STEPS = 10
 
 
 def _finite(value) -> bool:
@@ -39,9 +48,11 @@ def loss_per_epoch(epochs_by_rank: dict[int, list[dict]]) -> list[float | str | 
     return losses
 
 
-def judge(epochs_by_rank: dict[int, list[dict]], classes: int = CLASSES
-          ) -> tuple[bool | None, str | None]:
-    """``(diverged, reason)``; ``(None, None)`` when no epoch ended (nothing to judge).
+def judge(epochs_by_rank: dict[int, list[dict]], classes: int = CLASSES,
+          steps_per_epoch: int | None = None) -> tuple[bool | None, str | None]:
+    """``(diverged, reason)``; ``(None, None)`` when no epoch ended (nothing to judge),
+    or when an epoch of ``steps_per_epoch`` < ``MIN_JUDGED_STEPS`` ended with finite
+    losses (too short to have learned).
 
     ``epochs_by_rank`` holds each worker's ``epoch`` events in epoch order.
     """
@@ -61,7 +72,7 @@ def judge(epochs_by_rank: dict[int, list[dict]], classes: int = CLASSES
     ends = [events[0].get("train_loss_end", events[0].get("train_loss"))
             for events in epochs_by_rank.values() if events]
     ends = [v for v in ends if _finite(v)]
-    if not ends:
+    if not ends or (steps_per_epoch is not None and steps_per_epoch < MIN_JUDGED_STEPS):
         return None, None
     uniform = math.log(classes)
     end_loss = mean(ends)

@@ -55,7 +55,8 @@ class CellEvents:
         accuracies = [e.get("val_accuracy") for e in rank0_epochs]
         start0 = next((e for e in self.by_rank.get(0, []) if e.get("event") == "start"), {})
         window = self.train_window()
-        diverged, divergence_reason = divergence.judge(self.epochs_by_rank())
+        diverged, divergence_reason = divergence.judge(
+            self.epochs_by_rank(), steps_per_epoch=start0.get("steps_per_epoch"))
         return {
             "elapsed_s": round(max(e["t"] for e in ends) - t_launch, 3) if ends else None,
             "train_s": round(window[1] - window[0], 3) if window else None,

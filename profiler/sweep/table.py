@@ -16,6 +16,15 @@ STATUS = [key for _, key, _ in COLUMNS].index("status")
 ACCURACY = [key for _, key, _ in COLUMNS].index("val_accuracy")
 
 
+def status_counts(records: list[dict]) -> dict[str, int]:
+    """Cells per status as the table reads it (``ok,diverged`` apart from ``ok``)."""
+    counts: dict[str, int] = {}
+    for rec in records:
+        status = str(rec.get("status", "?")) + (",diverged" if rec.get("diverged") else "")
+        counts[status] = counts.get(status, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def format_table(records: list[dict]) -> str:
     """Aligned columns, one row per cell, ``-`` for a missing value; a diverged cell's
     status reads ``ok,diverged`` and its accuracy ends in ``!``."""

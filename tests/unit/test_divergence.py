@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from profiler.cli import cli
-from profiler.sweep.divergence import judge, loss_per_epoch
+from profiler.sweep.divergence import MIN_JUDGED_STEPS, judge, loss_per_epoch
 from profiler.sweep.events import read_cell_events
 from profiler.sweep.store import ResultsStore
 from profiler.sweep.table import format_table
@@ -172,3 +172,10 @@ def test_the_cli_lists_diverged_cells_after_the_table(tmp_path, monkeypatch):
     assert ("diverged: aaa diverged: training loss nan in epoch 1 (worker 0)"
             in result.stderr.splitlines())
     assert "bbb" not in result.stderr
+
+
+def test_an_epoch_too_short_to_learn_is_not_judged_unless_its_loss_is_not_finite():
+    # The study's cut-down cells: three steps a worker time the system, nothing more.
+    assert judge({0: _epochs(2.4, end=[6.97])}, steps_per_epoch=3) == (None, None)
+    assert judge({0: _epochs(float("nan"))}, steps_per_epoch=3)[0] is True
+    assert judge({0: _epochs(2.4, end=[6.97])}, steps_per_epoch=MIN_JUDGED_STEPS)[0] is True
