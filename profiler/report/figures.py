@@ -50,7 +50,6 @@ def _ok(records: list[dict]) -> list[dict]:
     return [board_time.record(r) for r in records if r.get("status") == "ok"]
 
 
-
 def _series_label(r: dict, *, without: tuple[str, ...] = ()) -> str:
     parts = {"model": r["model"] + (f"-{r['layers']}" if r.get("layers") else ""),
              "batch": f"b{r['batch']}", "sync": r["sync"], "engine": r["engine"],

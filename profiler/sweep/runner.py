@@ -78,7 +78,9 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
     t_launch, t_launch_mono = time.time(), time.monotonic()
     outcome, culprit, error = "failed", None, ""
     oom_before: dict[str, int] = {}
-    thrash_watch = _thrash_watch(cluster, nodes)
+    # Providers that limit a node's memory can tell when it thrashes at the limit.
+    read_memory = getattr(cluster, "memory_pressure", None)
+    thrash_watch = ThrashWatch(nodes if read_memory else [], read_memory)
     try:
         specs = engine.plan(cell, nodes, cell_dir, options)
         oom_before = {n.name: cluster.oom_killed(n) for n in nodes}
@@ -144,11 +146,6 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
         except Exception as exc:  # a broken spool must not lose the training result
             record["reason"] = (reason + "; " if reason else "") + f"no metrics summary: {exc}"
     return record
-
-
-def _thrash_watch(cluster: Cluster, nodes: list) -> ThrashWatch:
-    read = getattr(cluster, "memory_pressure", None)
-    return ThrashWatch(nodes if read is not None else [], read or (lambda node: None))
 
 
 def _wait(launched: list[Launched], t_launch_mono: float, timeout_s: float | None,

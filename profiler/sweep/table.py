@@ -16,12 +16,16 @@ STATUS = [key for _, key, _ in COLUMNS].index("status")
 ACCURACY = [key for _, key, _ in COLUMNS].index("val_accuracy")
 
 
+def status_label(rec: dict) -> str:
+    """A cell's status as the table reads it: a diverged cell's is ``ok,diverged``."""
+    return str(rec.get("status", "?")) + (",diverged" if rec.get("diverged") else "")
+
+
 def status_counts(records: list[dict]) -> dict[str, int]:
     """Cells per status as the table reads it (``ok,diverged`` apart from ``ok``)."""
     counts: dict[str, int] = {}
     for rec in records:
-        status = str(rec.get("status", "?")) + (",diverged" if rec.get("diverged") else "")
-        counts[status] = counts.get(status, 0) + 1
+        counts[status_label(rec)] = counts.get(status_label(rec), 0) + 1
     return dict(sorted(counts.items()))
 
 
@@ -31,9 +35,9 @@ def format_table(records: list[dict]) -> str:
     rows = [[h for h, _, _ in COLUMNS]]
     for rec in records:
         row = [_fmt(rec.get(key), fmt) for _, key, fmt in COLUMNS]
+        row[STATUS] = status_label(rec)
         if rec.get("diverged"):
             # The run was measured (status ok), but its accuracy means nothing.
-            row[STATUS] = f"{row[STATUS]},diverged"
             row[ACCURACY] = f"{row[ACCURACY]}!"
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]

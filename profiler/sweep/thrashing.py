@@ -11,8 +11,8 @@ of memory, and the study reports it so.
 
 The watcher samples each node's memory charge and major page faults (its cgroup's
 ``memory.stat``, through ``cluster.memory_pressure``; providers without node limits do
-not have it and are not watched) and calls a node thrashing once it has stayed within
-``NEAR_LIMIT`` of its limit while faulting more than ``FAULTS_PER_S`` pages a second
+not have it and are not watched) and calls a node thrashing once it has stayed at
+``NEAR_LIMIT`` of its limit or above while faulting more than ``FAULTS_PER_S`` pages a second
 for ``THRASH_S`` seconds in a row. Measured on ``pi3b-park2019`` at dilation 16
 (docs/emulated.md): ResNet-110 x 128 thrashing sat at 1,023.8-1,024.0 of its 1,024 MB
 with 29-141 major faults/s; ResNet-80 x 128, which trains, peaked at 968-997 MB (at most
@@ -38,11 +38,12 @@ class ThrashWatch:
     """Says which node (if any) has been thrashing for ``thrash_s``; call ``check()`` often
     (it reads the nodes every ``every_s`` at most).
 
-    ``read(node)`` returns the node's ``MemoryPressure`` or ``None`` (not watchable);
-    ``clock`` is ``time.monotonic`` except in tests.
+    ``read(node)`` returns the node's ``MemoryPressure`` or ``None`` (not watchable); it
+    is never called without nodes. ``clock`` is ``time.monotonic`` except in tests.
     """
 
-    def __init__(self, nodes: Sequence, read: Callable[[object], MemoryPressure | None], *,
+    def __init__(self, nodes: Sequence,
+                 read: Callable[[object], MemoryPressure | None] | None, *,
                  thrash_s: float = THRASH_S, faults_per_s: float = FAULTS_PER_S,
                  near_limit: float = NEAR_LIMIT, every_s: float = SAMPLE_EVERY_S,
                  clock: Callable[[], float] = time.monotonic):
