@@ -106,7 +106,7 @@ def train_once(work: Path, run: int, with_agent: bool, samples: int) -> float:
     events = work / f"train-{run}-{int(with_agent)}"
     trainer = subprocess.Popen(
         [sys.executable, "-m", "workloads.train", "--model", "resnet", "--layers", "20",
-         "--batch", "32", "--epochs", "1", "--kvstore", "local", "--threads", "1",
+         "--batch", "32", "--epochs", "1", "--comm", "local", "--threads", "1",
          "--max-samples", str(samples), "--val-samples", "32", "--events-dir", str(events)],
         env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     agent = None

@@ -62,7 +62,7 @@ def worker_run(samples: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as events_dir:
         subprocess.run([sys.executable, "-m", "workloads.train", "--model", MODEL,
                         "--layers", str(LAYERS), "--batch", str(BATCH), "--epochs", "1",
-                        "--kvstore", "local", "--threads", "1", "--seed", str(SEED),
+                        "--comm", "local", "--threads", "1", "--seed", str(SEED),
                         "--max-samples", str(samples), "--val-samples", str(BATCH),
                         "--events-dir", events_dir], check=True, env=_env(), cwd=ROOT)
         end = read_events(Path(events_dir) / "worker-0.jsonl")[-1]

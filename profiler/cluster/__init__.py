@@ -9,12 +9,12 @@ CLUSTERS = ("local", "emulated", "inventory")
 
 
 def open_cluster(name: str, nodes_needed: int, profile: str | None = None, *,
-                 inventory=None, engines=("mxnet",)) -> tuple[Cluster, bool]:
+                 inventory=None, cells=()) -> tuple[Cluster, bool]:
     """A cluster with at least ``nodes_needed`` nodes, and whether this call created it.
 
     The sweep takes down (``close`` + ``teardown``) only what it brought up itself.
     ``inventory`` (a path) is the Ansible inventory of the ``inventory`` cluster, whose
-    hosts are checked (reachable, same edgeprof, ``engines`` importable) here.
+    hosts are checked (reachable, same edgeprof, able to run ``cells``) here.
     """
     if name == "local":
         from .local import LocalCluster
@@ -27,7 +27,7 @@ def open_cluster(name: str, nodes_needed: int, profile: str | None = None, *,
             raise ConfigError("--cluster inventory needs --inventory FILE (an Ansible "
                               "inventory with [master] and [workers]; see docs/cluster.md)")
         from .inventory import open_inventory
-        return open_inventory(inventory, nodes_needed, engines), False
+        return open_inventory(inventory, nodes_needed, cells), False
     raise ConfigError(f"unknown cluster {name!r}: use one of {', '.join(CLUSTERS)}")
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from ..cli_errors import reports_errors
+from ..engines import ENGINES
 
 
 @click.group()
@@ -118,26 +119,28 @@ def profiles() -> None:
 
 
 def _print_hosts(hosts: list[dict]) -> None:
+    names = list(ENGINES)
     click.echo(f"{'host':<12} {'address':<16} {'reachable':<9} {'cpus':>4} {'mem MB':>7} "
-               f"{'edgeprof':<9} {'mxnet':<5} {'horovod':<7} agent")
-    # mxnet: "dist" has the parameter server, "local" one device only (PyPI's aarch64 wheel).
+               f"{'edgeprof':<9} " + "".join(f"{n:<10}" for n in names) + "agent")
     for h in hosts:
         if not h["reachable"]:
             click.echo(f"{h['name']:<12} {h['address']:<16} {'no':<9} {h['problem']}")
             continue
         click.echo(f"{h['name']:<12} {h['address']:<16} {'yes':<9} {h['cpus']:>4} "
-                   f"{h['memory_mb']:>7} {h['edgeprof']:<9} {_mxnet(h):<5} "
-                   f"{_yes(h['horovod']):<7} {h['agent']}")
+                   f"{h['memory_mb']:>7} {h['edgeprof']:<9} "
+                   + "".join(f"{_engine_state(h['engines'].get(n)):<10}" for n in names)
+                   + h["agent"])
+    for h in hosts:
+        for name, answer in (h.get("engines") or {}).items():
+            if not answer.get("ok"):
+                click.echo(f"{h['name']}: {name}: {answer.get('problem')}")
 
 
-def _mxnet(host: dict) -> str:
-    if not host["mxnet"]:
+def _engine_state(answer: dict | None) -> str:
+    """yes / no; MXNet without the parameter server (PyPI's aarch64 wheel): ``local``."""
+    if not answer or not answer.get("ok"):
         return "no"
-    return "dist" if host.get("mxnet_dist") else "local"
-
-
-def _yes(flag) -> str:
-    return "yes" if flag else "no"
+    return "local" if answer.get("dist_kvstore") is False else "yes"
 
 
 def _print_status(info: dict) -> None:

@@ -35,6 +35,8 @@ from pathlib import Path, PurePosixPath
 from typing import Mapping, Sequence
 
 from .. import __version__
+from ..cell import CellConfig
+from ..engines import ENGINES, get_engine
 from ..errors import ClusterError, ConfigError
 from .base import Node, popen_in_group
 
@@ -195,54 +197,31 @@ def _python(hv: Mapping) -> str:
     return DEFAULT_PYTHON
 
 
-# What a host must answer before a sweep uses it: edgeprof's version, and whether each
-# engine the sweep needs really imports there (argv names them). A package that exists
-# but does not import (MXNet beside NumPy 2, a Horovod built without MXNet or Gloo) is
-# named with its error. Importing MXNet takes about 2 s on an x86 core and several on a
-# Pi; the hosts answer in parallel, so a sweep pays it once.
+# What a host must answer before a sweep uses it: edgeprof's version, and each engine's
+# own check (``Engine.probe_host``, run there: the engines the sweep needs are named in
+# argv). A package that exists but does not import (MXNet beside NumPy 2, a Horovod built
+# without MXNet or Gloo, a torch that dies with SIGILL) is an answer with its problem,
+# not a crash of the check. Importing MXNet or torch takes seconds on a Pi; the hosts
+# answer in parallel, so a sweep pays it once.
 _PROBE = """\
-import importlib, json, os, sys
+import json, os, sys
 import profiler
 answer = {'version': profiler.__version__, 'cpus': os.cpu_count(),
-          'memory_mb': os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') // 2**20,
-          'errors': {}}
-def load(name):
-    try:
-        return importlib.import_module(name)
-    except Exception as exc:  # a broken install is an answer, not a crash of the check
-        answer['errors'][name] = (type(exc).__name__ + ': ' + str(exc))[:200]
-        return None
-if 'mxnet' in sys.argv[1:]:
-    mx = load('mxnet')
-    answer['mxnet'] = mx is not None
-    # PyPI's aarch64 wheel has no parameter server (docs/raspberry-pi.md).
-    answer['mxnet-dist'] = mx is not None and mx.runtime.Features().is_enabled('DIST_KVSTORE')
-if 'horovod' in sys.argv[1:]:
-    hvd = load('horovod.mxnet')
-    answer['horovod'] = hvd is not None and hvd.gloo_built()
-    if hvd is not None and not hvd.gloo_built():
-        answer['errors']['horovod.mxnet'] = 'built without Gloo (HOROVOD_WITH_GLOO=1)'
+          'memory_mb': os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') // 2**20}
+try:
+    from profiler.engines import host_check
+    answer['engines'] = host_check(sys.argv[1:])
+except Exception as exc:  # another edgeprof version: the version check names it
+    answer['engines_error'] = (type(exc).__name__ + ': ' + str(exc))[:200]
 print(json.dumps(answer))
 """
-ENGINE_MODULES = {"mxnet": "mxnet", "horovod": "horovod.mxnet"}
 
 
-def requirements(cells) -> list[str]:
-    """What the hosts must have for ``cells``: engine names, and ``mxnet-dist`` (MXNet
-    built with the distributed KVStore) when an MXNet cell spans devices."""
-    needed = {cell.engine for cell in cells}
-    if any(cell.engine == "mxnet" and cell.devices > 1 for cell in cells):
-        needed.add("mxnet-dist")
-    return sorted(needed)
-
-
-def probe(host: Host, engines: Sequence[str] = tuple(ENGINE_MODULES)) -> dict:
-    """Ask ``host`` for its edgeprof version, CPUs, memory and whether ``engines`` import
-    (``mxnet-dist`` counts as ``mxnet``); raise one line."""
-    imports = sorted({"mxnet" if e == "mxnet-dist" else e for e in engines}
-                     & set(ENGINE_MODULES))
+def probe(host: Host, engines: Sequence[str] = tuple(ENGINES)) -> dict:
+    """Ask ``host`` for its edgeprof version, CPUs, memory and each of ``engines``' own
+    check (``answer['engines'][name]``); raise one line when it cannot answer."""
     try:
-        done = subprocess.run(host.ssh([host.python, "-c", _PROBE, *imports]),
+        done = subprocess.run(host.ssh([host.python, "-c", _PROBE, *sorted(engines)]),
                               capture_output=True, text=True, timeout=CHECK_TIMEOUT_S,
                               stdin=subprocess.DEVNULL, env=_plain_env())
     except subprocess.TimeoutExpired:
@@ -266,52 +245,54 @@ def probe(host: Host, engines: Sequence[str] = tuple(ENGINE_MODULES)) -> dict:
                            f"{done.stdout.strip()[:80]!r}: rerun ansible/site.yml") from None
 
 
-def check_hosts(hosts: Sequence[Host], engines: Sequence[str] = ("mxnet",)) -> dict[str, dict]:
-    """Probe every host in parallel; raise one line naming the first host that cannot run."""
-    with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
-        futures = {host.name: pool.submit(probe, host, engines) for host in hosts}
-    answers = {}
+def check_hosts(hosts: Sequence[Host], cells: Sequence[CellConfig] = (),
+                answers: dict[str, dict] | None = None) -> dict[str, dict]:
+    """Probe every host in parallel (unless ``answers`` are given); raise one line naming
+    the first host that cannot run ``cells``."""
+    names = sorted({cell.engine for cell in cells})
+    if answers is None:
+        with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+            futures = {host.name: pool.submit(probe, host, names) for host in hosts}
+        answers = {host.name: futures[host.name].result() for host in hosts}
     for host in hosts:
-        info = futures[host.name].result()  # raises the host's ClusterError
+        info = answers[host.name]
         if info.get("version") != __version__:
             raise ClusterError(f"host {host.name} runs edgeprof {info.get('version')}, this "
                                f"controller {__version__}: provision it again with "
                                "ansible/site.yml so that both run the same version")
-        for engine in engines:
-            module = ENGINE_MODULES.get(engine)
-            if module and not info.get(engine):
-                error = (info.get("errors") or {}).get(module, "no answer")
-                raise ClusterError(f"host {host.name} cannot use {module} in {host.python} "
-                                   f"({error}): provision it with ansible/site.yml (see "
-                                   "docs/raspberry-pi.md for the MXNet and Horovod builds)")
-            if engine == "mxnet-dist" and info.get("mxnet") and not info.get(engine):
-                raise ClusterError(f"host {host.name}'s MXNet has no distributed KVStore "
-                                   "(PyPI's aarch64 wheel lacks it): set "
-                                   "edgeprof_mxnet_wheel to a build with USE_DIST_KVSTORE=1 "
-                                   "(docs/raspberry-pi.md), or use --engine horovod")
-        answers[host.name] = info
+        for name in names:
+            engine = get_engine(name)
+            answer = (info.get("engines") or {}).get(name) or {
+                "ok": False, "problem": info.get("engines_error", "no answer")}
+            problem = engine.host_problem(answer, [c for c in cells if c.engine == name])
+            if problem:
+                raise ClusterError(f"host {host.name} cannot run --engine {name} in "
+                                   f"{host.python}: {problem} (provision it with "
+                                   "ansible/site.yml; docs/raspberry-pi.md)")
     return answers
 
 
 # A sweep checks its hosts in preflight and again when it opens the cluster, moments
-# apart: the second time reuses the first answer (each check imports the engines).
+# apart: the second time reuses the first answers (each check imports the engines).
 CHECK_REUSE_S = 60.0
-_checked: dict[tuple, float] = {}
+_answers: dict[tuple, tuple[float, dict]] = {}
 
 
 def open_inventory(path: Path, nodes_needed: int,
-                   engines: Sequence[str] = ("mxnet",)) -> "InventoryCluster":
-    """The inventory's hosts, checked, as a cluster of at least ``nodes_needed`` nodes."""
+                   cells: Sequence[CellConfig] = ()) -> "InventoryCluster":
+    """The inventory's hosts, checked for ``cells``, as a cluster of at least
+    ``nodes_needed`` nodes."""
     hosts = read_inventory(path)
     if len(hosts) < nodes_needed:
         raise ClusterError(f"--inventory {path} lists {len(hosts)} nodes, the grid needs "
                            f"{nodes_needed} (devices + 1 with --placement master): add "
                            "hosts or use fewer --devices")
-    key = (tuple(hosts), tuple(sorted(engines)))
-    checked_at = _checked.get(key)
-    if checked_at is None or time.monotonic() - checked_at > CHECK_REUSE_S:
-        check_hosts(hosts, engines)
-        _checked[key] = time.monotonic()
+    key = (tuple(hosts), tuple(sorted({cell.engine for cell in cells})))
+    cached = _answers.get(key)
+    fresh = cached is not None and time.monotonic() - cached[0] <= CHECK_REUSE_S
+    answers = check_hosts(hosts, cells, cached[1] if fresh else None)
+    if not fresh:
+        _answers[key] = (time.monotonic(), answers)
     return InventoryCluster(hosts)
 
 
@@ -419,9 +400,8 @@ def status(path: Path) -> list[dict]:
         except ClusterError as exc:
             return {**row, "reachable": False, "problem": str(exc)}
         row.update(reachable=True, cpus=info.get("cpus"), memory_mb=info.get("memory_mb"),
-                   edgeprof=info.get("version"), mxnet=info.get("mxnet"),
-                   mxnet_dist=info.get("mxnet-dist"),
-                   horovod=info.get("horovod"), agent=_agent_state(host))
+                   edgeprof=info.get("version"), engines=info.get("engines") or {},
+                   agent=_agent_state(host))
         return row
 
     with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
@@ -452,4 +432,4 @@ def _last_line(text: str) -> str:
 
 
 __all__ = ["Host", "InventoryCluster", "read_inventory", "hosts_from_inventory",
-           "check_hosts", "open_inventory", "requirements", "status"]
+           "check_hosts", "open_inventory", "status"]

@@ -1,16 +1,44 @@
-"""Engines by name. Horovod is imported only when asked for (it is an optional build)."""
+"""The engines, registered in one place: ``ENGINES`` maps each name to its engine.
+
+Everything that knows engine names (the CLI's choices, the grid's rules on sync modes
+and models, preflight, the inventory host check, recorded versions, the report, the
+study) reads them from here. A new engine is one file with an ``Engine`` subclass and
+one line below. Engine modules import no framework at import time (a controller plans
+cells without loading MXNet or torch).
+"""
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from ..errors import ConfigError
 from .base import Engine
+from .horovod import HorovodEngine
+from .mxnet import MXNetEngine
+from .pytorch import TorchDDPEngine, TorchPSEngine
+
+ENGINES: dict[str, Engine] = {engine.name: engine for engine in (
+    MXNetEngine(), HorovodEngine(), TorchPSEngine(), TorchDDPEngine())}
 
 
 def get_engine(name: str) -> Engine:
-    if name == "mxnet":
-        from .mxnet import MXNetEngine
-        return MXNetEngine()
-    if name == "horovod":
-        from .horovod import HorovodEngine
-        return HorovodEngine()
-    raise ConfigError(f"unknown engine {name!r}: use mxnet or horovod")
+    try:
+        return ENGINES[name]
+    except KeyError:
+        raise ConfigError(f"unknown engine {name!r}: use one of "
+                          f"{', '.join(ENGINES)}") from None
+
+
+def all_models() -> tuple[str, ...]:
+    """Every model some engine trains, in registration order."""
+    return tuple(dict.fromkeys(m for engine in ENGINES.values() for m in engine.models))
+
+
+def distributions(names: Iterable[str]) -> list[str]:
+    """The Python distributions the engines ``names`` run on, sorted, each once."""
+    return sorted({p.distribution for name in names for p in get_engine(name).packages})
+
+
+def host_check(names: Iterable[str]) -> dict[str, dict]:
+    """Run on a node: each engine's ``probe_host`` answer (the inventory check)."""
+    return {name: get_engine(name).probe_host() for name in names}

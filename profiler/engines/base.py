@@ -1,20 +1,32 @@
-"""What an engine is: it turns a cell into the processes (roles) to start on nodes.
+"""What an engine is: a plugin that turns a cell into the processes (roles) to start.
 
 The cell runner (``profiler.sweep.runner``) starts each ``ProcessSpec`` through the
-cluster, watches them, and reaps them; engines only plan. Every process runs
-``workloads.train`` (or the engine's own launcher around it) and workers write their
-JSON-lines events into the cell's ``events/`` folder.
+cluster, watches them, and reaps them; engines only plan. Every worker runs
+``workloads.train`` with the engine's ``framework`` and ``comm`` mode (or the engine's
+own launcher around it) and writes its JSON-lines events into the cell's ``events/``.
+
+An engine declares, as data, what the rest of edgeprof derives from it: the sync modes
+it trains in, the models its framework has, the Python packages it needs (their
+versions are recorded with each sweep), how it is checked on this machine before a
+sweep (``check_installed``) and on a real node (``probe_host`` runs there;
+``host_problem`` judges the answer on the controller). Engines register in one place,
+``profiler.engines.ENGINES``; the CLI choices, grid rules, preflight, the inventory host
+check, the recorded versions and the report read them from there.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Sequence
 
 from ..cluster.base import Node
 from ..cell import CellConfig
+from ..errors import ClusterError
+
+LENET_AND_RESNET = ("lenet-mlp", "lenet-cnn", "resnet")
 
 
 @dataclass(frozen=True)
@@ -44,25 +56,91 @@ class TrainOptions:
     val_samples: int | None = None
 
 
-class Engine(Protocol):
-    name: str
+@dataclass(frozen=True)
+class Package:
+    """A Python package an engine needs: its distribution name (for versions) and the
+    module whose presence shows it is installed."""
+
+    distribution: str
+    module: str
+
+
+class Engine:
+    """Base class of the engines; subclasses set the class attributes and ``plan``."""
+
+    name: str = ""
+    description: str = ""  # one line, for --help and docs
+    framework: str = ""  # the worker's training loop: workloads.frameworks.<framework>
+    sync_modes: tuple[str, ...] = ("sync", "async")
+    models: tuple[str, ...] = LENET_AND_RESNET
+    packages: tuple[Package, ...] = ()
+    install_hint: str = "run ./scripts/setup.sh"
+    # Whether planning a cell needs the packages on the controller (Horovod's runner
+    # assigns the ranks), so that an inventory sweep checks them here too.
+    plans_with_packages: bool = False
 
     def nodes_needed(self, cell: CellConfig) -> int:
         """How many nodes the cell occupies (e.g. devices + 1 with a master node)."""
+        return cell.devices
 
     def plan(self, cell: CellConfig, nodes: list[Node], cell_dir: Path,
              options: TrainOptions) -> list[ProcessSpec]:
         """The processes to start for ``cell`` on ``nodes`` (``nodes_needed`` of them,
         checked by the cell runner)."""
+        raise NotImplementedError
+
+    def comm(self, cell: CellConfig) -> str:
+        """How the cell's gradients travel, as ``workloads.train --comm`` names it:
+        ``local`` (one device), ``ps-sync``, ``ps-async`` or ``allreduce``."""
+        if cell.devices == 1:
+            return "local"
+        return "ps-sync" if cell.sync == "sync" else "ps-async"
+
+    def train_argv(self, cell: CellConfig, cell_dir: Path, options: TrainOptions,
+                   role: str = "worker") -> list[str]:
+        """The ``workloads.train`` command line of one process of ``cell``."""
+        return train_argv(cell, cell_dir, options, self.framework, self.comm(cell), role)
+
+    def check_installed(self) -> None:
+        """Raise ``ClusterError`` (one line, naming the fix) unless this machine's Python
+        can run the engine's processes. Looks for modules without importing them: the
+        controller must not load a framework just to plan."""
+        for package in self.packages:
+            if importlib.util.find_spec(package.module.split(".")[0]) is None:
+                raise ClusterError(f"--engine {self.name} needs {package.distribution}, "
+                                   f"which is not installed in {sys.executable}: "
+                                   f"{self.install_hint}")
+
+    def probe_host(self) -> dict:
+        """Runs on a node (the inventory check): ``{"ok": bool, "problem": str, ...}``.
+
+        The default imports every package's module in this process.
+        """
+        for package in self.packages:
+            try:
+                importlib.import_module(package.module)
+            except Exception as exc:  # noqa: BLE001 - a broken install is an answer
+                return {"ok": False,
+                        "problem": f"{package.module} does not import "
+                                   f"({type(exc).__name__}: {str(exc)[:160]})"}
+        return {"ok": True}
+
+    def host_problem(self, answer: dict, cells: Sequence[CellConfig]) -> str | None:
+        """On the controller: what keeps a host whose probe said ``answer`` from running
+        this engine's ``cells`` (None: nothing)."""
+        if not answer.get("ok"):
+            return answer.get("problem") or "no answer"
+        return None
 
 
-def train_argv(cell: CellConfig, cell_dir: Path, options: TrainOptions,
-               kvstore: str) -> list[str]:
-    """The ``workloads.train`` command line for one worker of ``cell``."""
-    argv = [sys.executable, "-m", "workloads.train",
+def train_argv(cell: CellConfig, cell_dir: Path, options: TrainOptions, framework: str,
+               comm: str, role: str = "worker") -> list[str]:
+    """The ``workloads.train`` command line for one process of ``cell``."""
+    argv = [sys.executable, "-m", "workloads.train", "--framework", framework,
+            "--comm", comm, "--role", role,
             "--model", cell.model, "--batch", str(cell.batch), "--epochs", str(cell.epochs),
             "--lr", repr(cell.lr), "--momentum", repr(cell.momentum), "--wd", repr(cell.wd),
-            "--lr-scaling", cell.lr_scaling, "--dataset", cell.dataset, "--kvstore", kvstore,
+            "--lr-scaling", cell.lr_scaling, "--dataset", cell.dataset,
             "--events-dir", str(cell_dir / "events"),
             "--threads", str(options.threads_per_process), "--seed", str(options.seed)]
     if cell.layers is not None:
@@ -74,3 +152,15 @@ def train_argv(cell: CellConfig, cell_dir: Path, options: TrainOptions,
     if options.val_samples is not None:
         argv += ["--val-samples", str(options.val_samples)]
     return argv
+
+
+def gloo_interface(node: Node) -> str:
+    """The network interface Gloo binds on ``node`` (the first one the provider counts)."""
+    interfaces = [name for name in node.scope.get("interfaces", "").split(",") if name]
+    if interfaces:
+        return interfaces[0]
+    if node.address.startswith("127."):
+        return "lo"
+    raise ClusterError(f"node {node.name} does not say which network interface carries "
+                       "training traffic: give it scope['interfaces'] (e.g. eth0) in its "
+                       "cluster provider")

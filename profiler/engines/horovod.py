@@ -30,9 +30,9 @@ from pathlib import Path
 
 from ..cell import CellConfig
 from ..cluster.base import Node
-from ..errors import ClusterError, ConfigError
+from ..errors import ClusterError
 from ..ports import free_port
-from .base import ProcessSpec, TrainOptions, train_argv
+from .base import Engine, Package, ProcessSpec, TrainOptions, gloo_interface
 
 # Gloo's default 30 s rendezvous timeout is too short when a Pi-class node needs longer
 # than its peers to import MXNet; a stuck cell is still ended by the runner's timeout.
@@ -43,18 +43,23 @@ BUILD_HINT = ("build it with HOROVOD_WITH_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WI
               "--no-build-isolation horovod==0.28.1 (see docs/horovod.md)")
 
 
-class HorovodEngine:
+class HorovodEngine(Engine):
     name = "horovod"
+    description = "Horovod ring allreduce over Gloo, through MXNet (sync only)"
+    framework = "mxnet"
+    sync_modes = ("sync",)
+    packages = (Package("mxnet", "mxnet"), Package("horovod", "horovod.mxnet"))
+    install_hint = BUILD_HINT
+    plans_with_packages = True
 
-    def nodes_needed(self, cell: CellConfig) -> int:
-        # The rendezvous is tiny and shares node 0 with worker 0 (horovodrun does the same).
-        return cell.devices
+    # The rendezvous is tiny and shares node 0 with worker 0 (horovodrun does the same):
+    # nodes_needed is the base's, one node a device.
+
+    def comm(self, cell: CellConfig) -> str:
+        return "allreduce"
 
     def plan(self, cell: CellConfig, nodes: list[Node], cell_dir: Path,
              options: TrainOptions) -> list[ProcessSpec]:
-        if cell.sync != "sync":
-            raise ConfigError("Horovod allreduce is synchronous only: use --sync sync "
-                              "with --engine horovod, or --engine mxnet for async")
         needed = self.nodes_needed(cell)
         slot_env, run_env = _horovod_env_builders()
 
@@ -68,7 +73,7 @@ class HorovodEngine:
             [sys.executable, "-m", "workloads.hvd", "--hosts", hosts, "--port", str(port)],
             {}, decisive=False)
 
-        argv = train_argv(cell, cell_dir, options, "horovod")
+        argv = self.train_argv(cell, cell_dir, options)
         specs = [launcher]
         for slot in slot_plan(hosts):
             node = worker_nodes[slot.rank]
@@ -82,6 +87,21 @@ class HorovodEngine:
                                      {key: str(value) for key, value in env.items()}))
         return specs
 
+    def check_installed(self) -> None:
+        """Horovod with its MXNet extension, found without loading MXNet (planning a
+        cell needs Horovod's runner on the controller whatever the cluster)."""
+        _import_horovod_runner()
+
+    def probe_host(self) -> dict:
+        answer = super().probe_host()
+        if answer["ok"]:
+            import horovod.mxnet as hvd
+
+            if not hvd.gloo_built():
+                return {"ok": False, "problem": "horovod.mxnet was built without Gloo "
+                                                "(HOROVOD_WITH_GLOO=1)"}
+        return answer
+
 
 def slot_plan(hosts: str) -> list:
     """Horovod's own rank assignment (``SlotInfo`` list) for ``name:slots,...``."""
@@ -91,31 +111,11 @@ def slot_plan(hosts: str) -> list:
     return get_host_assignments(parse_hosts(hosts), 1)
 
 
-def gloo_interface(node: Node) -> str:
-    """The network interface Gloo binds on ``node`` (the first one the provider counts)."""
-    interfaces = [name for name in node.scope.get("interfaces", "").split(",") if name]
-    if interfaces:
-        return interfaces[0]
-    if node.address.startswith("127."):
-        return "lo"
-    raise ClusterError(f"node {node.name} does not say which network interface carries "
-                       "training traffic: give it scope['interfaces'] (e.g. eth0) in its "
-                       "cluster provider")
-
-
 def _horovod_env_builders():
     _import_horovod_runner()
     from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
 
     return create_slot_env_vars, create_run_env_vars
-
-
-def check_installed() -> None:
-    """Raise ``ClusterError`` (naming the build command) unless Horovod can run a cell.
-
-    For the CLI to call before a sweep starts: it never loads MXNet into the controller.
-    """
-    _import_horovod_runner()
 
 
 def _import_horovod_runner() -> None:

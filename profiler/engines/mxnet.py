@@ -13,15 +13,23 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Sequence
 
-from ..cluster.base import Node
 from ..cell import CellConfig
+from ..cluster.base import Node
 from ..ports import free_port
-from .base import ProcessSpec, TrainOptions, train_argv
+from .base import Engine, Package, ProcessSpec, TrainOptions
+
+# What PyPI's aarch64 MXNet 1.9.1 wheel links against and does not ship (Arm Performance
+# Libraries): on a stock 64-bit Raspberry Pi OS ``import mxnet`` fails with this name.
+ARMPL_LIBRARY = "libarmpl"
 
 
-class MXNetEngine:
+class MXNetEngine(Engine):
     name = "mxnet"
+    description = "MXNet KVStore parameter server (dist_sync, dist_async; local on one device)"
+    framework = "mxnet"
+    packages = (Package("mxnet", "mxnet"),)
 
     def nodes_needed(self, cell: CellConfig) -> int:
         if cell.devices == 1:
@@ -31,7 +39,7 @@ class MXNetEngine:
     def plan(self, cell: CellConfig, nodes: list[Node], cell_dir: Path,
              options: TrainOptions) -> list[ProcessSpec]:
         needed = self.nodes_needed(cell)
-        worker_argv = train_argv(cell, cell_dir, options, cell.kvstore)
+        worker_argv = self.train_argv(cell, cell_dir, options)
         if cell.devices == 1:
             return [ProcessSpec("worker", 0, nodes[0], worker_argv)]
 
@@ -59,6 +67,29 @@ class MXNetEngine:
         specs += [ProcessSpec("worker", i, node, worker_argv, _env(common, "worker", node))
                   for i, node in enumerate(worker_nodes)]
         return specs
+
+    def probe_host(self) -> dict:
+        answer = super().probe_host()
+        if not answer["ok"]:
+            if ARMPL_LIBRARY in answer["problem"]:
+                answer["problem"] = (
+                    "PyPI's aarch64 MXNet wheel needs Arm Performance Libraries "
+                    f"({ARMPL_LIBRARY}_lp64_mp.so) that neither it nor the OS ships: build "
+                    "MXNet from source (docs/raspberry-pi.md) or use --engine torch")
+            return answer
+        import mxnet as mx
+
+        answer["dist_kvstore"] = bool(mx.runtime.Features().is_enabled("DIST_KVSTORE"))
+        return answer
+
+    def host_problem(self, answer: dict, cells: Sequence[CellConfig]) -> str | None:
+        problem = super().host_problem(answer, cells)
+        if problem is None and not answer.get("dist_kvstore") and any(
+                cell.devices > 1 for cell in cells):
+            return ("its MXNet has no distributed KVStore: set edgeprof_mxnet_wheel to a "
+                    "build with USE_DIST_KVSTORE=1 (docs/raspberry-pi.md), or use --engine "
+                    "torch")
+        return problem
 
 
 def _env(common: dict[str, str], role: str, node: Node) -> dict[str, str]:

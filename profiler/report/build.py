@@ -8,6 +8,7 @@ from importlib import metadata
 from pathlib import Path
 
 from .. import __version__
+from ..engines import ENGINES, distributions
 from ..errors import ConfigError
 from ..fsutil import atomic_write_text
 from .sweep_data import Sweep, load_sweep
@@ -85,16 +86,16 @@ def _versions(sweep: Sweep) -> dict:
     where = ""
     if not isinstance(recorded, dict):
         recorded = {"edgeprof": __version__, "python": platform.python_version(),
-                    **{name: _installed(name) for name in ("mxnet", "horovod")}}
+                    **{name: _installed(name) for name in distributions(ENGINES)}}
         where = " (this machine; the sweep recorded none)"
     elif sweep.identity.get("cluster") == "inventory":
         where = " (the controller; the nodes run their own install)"
-    engines = {r.get("engine", "mxnet") for r in sweep.records}
-    if "horovod" in engines:
-        engines.add("mxnet")  # Horovod trains through MXNet here
+    # The packages the sweep's engines run on (Horovod trains through MXNet here).
+    engines = distributions({r.get("engine", "mxnet") for r in sweep.records
+                             if r.get("engine", "mxnet") in ENGINES})
     return {f"edgeprof{where}": recorded.get("edgeprof", "unknown"),
             f"engines{where}": ", ".join(f"{name} {recorded.get(name) or 'not installed'}"
-                                         for name in sorted(engines)),
+                                         for name in engines),
             f"python{where}": recorded.get("python", "unknown")}
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..cli_errors import reports_errors
+from ..engines import ENGINES
 
 
 def _int_list(text: str, option: str) -> tuple[int, ...]:
@@ -42,8 +43,9 @@ def study() -> None:
 @click.option("--speedup", default=1.0, show_default=True, type=float,
               help="Emulated cluster: CPU quotas and links x this factor (time dilation).")
 @click.option("--engine", default="mxnet", show_default=True,
-              type=click.Choice(["mxnet", "horovod"]),
-              help="The study's MXNet KVStore, or Horovod (sync cells only).")
+              type=click.Choice(list(ENGINES)),
+              help="The study's MXNet KVStore, or another engine (an engine without "
+                   "async runs the sync cells only).")
 @click.option("--data-dir", default=None, type=click.Path(path_type=Path),
               help="Folder with the study's MNIST and CIFAR-10 (`edgeprof data fetch`).")
 @click.option("--inventory", default=None, type=click.Path(path_type=Path),

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from workloads.datasets import catalog
 
 from ..cell import CellConfig
+from ..engines import get_engine
 from ..errors import ConfigError
 from ..sweep.grid import validate
 
@@ -163,8 +164,8 @@ def cells(found: list[Experiment], samples: dict[tuple, int], datasets: dict[str
     for e in found:
         for devices in e.devices:
             for sync in e.syncs if devices > 1 else ("sync",):
-                if engine == "horovod" and sync == "async":
-                    continue  # Horovod's allreduce is synchronous only
+                if sync not in get_engine(engine).sync_modes:
+                    continue  # e.g. allreduce is synchronous only
                 cell = validate(CellConfig(
                     engine=engine, model=e.model, layers=e.layers, batch=e.batch,
                     devices=devices, sync=sync, epochs=e.epochs,

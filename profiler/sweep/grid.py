@@ -14,11 +14,11 @@ from typing import Iterable, Sequence
 from workloads.optim import LR_SCALINGS
 
 from ..cell import DEFAULT_RESNET_LAYERS, CellConfig
+from ..engines import ENGINES, all_models, get_engine
 from ..errors import ConfigError
 
-MODELS = ("lenet-mlp", "lenet-cnn", "resnet")
+MODELS = all_models()
 SYNC_MODES = ("sync", "async")
-ENGINES = ("mxnet", "horovod")
 PLACEMENTS = ("master", "colocated")
 RESNET_MIN_DEPTH = 8
 
@@ -32,10 +32,19 @@ def validate(cell: CellConfig) -> CellConfig:
     """Raise ``ConfigError`` naming the problem and the fix; return the cell unchanged."""
     if cell.model not in MODELS:
         raise ConfigError(f"unknown model {cell.model!r}: use one of {', '.join(MODELS)}")
-    if cell.engine not in ENGINES:
-        raise ConfigError(f"unknown engine {cell.engine!r}: use one of {', '.join(ENGINES)}")
+    engine = get_engine(cell.engine)  # an unknown engine: one line naming the choices
     if cell.sync not in SYNC_MODES:
         raise ConfigError(f"unknown sync mode {cell.sync!r}: use sync or async")
+    if cell.sync not in engine.sync_modes:
+        others = [e.name for e in ENGINES.values() if cell.sync in e.sync_modes]
+        raise ConfigError(f"--engine {engine.name} trains {' or '.join(engine.sync_modes)} "
+                          f"only ({engine.description}): use --sync "
+                          f"{','.join(engine.sync_modes)} with it, or --engine "
+                          f"{' or '.join(others)} for {cell.sync}")
+    if cell.model not in engine.models:
+        others = [e.name for e in ENGINES.values() if cell.model in e.models]
+        raise ConfigError(f"{cell.model} runs on the {' and '.join(others)} engines only, "
+                          f"not on {engine.name}: use --engine {','.join(others)}")
     if cell.placement not in PLACEMENTS:
         raise ConfigError(f"unknown placement {cell.placement!r}: use master or colocated")
     if cell.model == "resnet":
@@ -68,9 +77,6 @@ def validate(cell: CellConfig) -> CellConfig:
             raise ConfigError(f"--max-samples {cell.max_samples} must be at least 1: give "
                               "e.g. --max-samples 2000, or leave it out for the whole set")
         check_shards(cell, cell.max_samples, "--max-samples")
-    if cell.engine == "horovod" and cell.sync == "async":
-        raise ConfigError("Horovod allreduce is synchronous only: use --sync sync "
-                          "with --engine horovod, or --engine mxnet for async")
     return cell
 
 
@@ -108,9 +114,10 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
 
     ``layers`` applies to ResNet only; LeNet cells get ``layers=None`` (so a sweep over
     ``--model lenet-mlp,resnet --layers 20,32`` makes one LeNet cell per other setting).
-    With one device, sync and async train identically (kvstore ``local``): one cell.
-    Horovod is synchronous: with ``--sync sync,async`` its async cells are left out, with
-    ``--sync async`` alone it is an error.
+    With one device, sync and async train identically (no server): one cell.
+    A sync mode or model an engine does not have is left out for that engine when
+    another engine or sync mode of the grid has it (``--engine mxnet,horovod --sync
+    sync,async`` runs Horovod's sync cells), and is an error otherwise.
     ``datasets`` maps a model to the dataset it reads (default: ``synthetic``).
     ``lr`` (one value or a list) None gives each model its default learning rate
     (``workloads.optim``).
@@ -125,10 +132,14 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
             depth = None
         elif depth is None:
             depth = DEFAULT_RESNET_LAYERS
-        if ndev == 1 and engine == "mxnet":
+        plugin = get_engine(engine)
+        if ndev == 1 and "sync" in plugin.sync_modes:
             sync = "sync"
-        if engine == "horovod" and sync == "async" and "sync" in syncs:
-            continue  # allreduce is sync only; with --sync sync,async it runs the sync cells
+        if sync not in plugin.sync_modes and set(syncs) & set(plugin.sync_modes):
+            continue  # e.g. allreduce is sync only: with --sync sync,async it runs sync
+        if model not in plugin.models and any(
+                model in get_engine(other).models for other in engines):
+            continue  # e.g. mobilenetv2 with --engine mxnet,torch: torch's cells only
         cell = validate(CellConfig(engine=engine, model=model, layers=depth, batch=batch,
                                    devices=ndev, sync=sync, epochs=epochs, lr=rate,
                                    momentum=momentum, wd=wd, lr_scaling=lr_scaling,

@@ -26,8 +26,8 @@ def preflight(settings: SweepSettings) -> None:
     needed = max(get_engine(c.engine).nodes_needed(c) for c in cells)
     if settings.inventory is not None:
         # Every host is checked now, before anything is written or started.
-        from ..cluster.inventory import open_inventory, requirements
-        open_inventory(settings.inventory, needed, requirements(cells))
+        from ..cluster.inventory import open_inventory
+        open_inventory(settings.inventory, needed, cells)
     if settings.profile is not None:
         from ..cluster.profiles import load_catalog
         load_catalog().node_profiles(settings.profile, 1)  # unknown, broken YAML: one line
@@ -35,8 +35,10 @@ def preflight(settings: SweepSettings) -> None:
     if settings.cluster == "emulated":
         from ..cluster.emulated import DEFAULT_PROFILE, check_request
         check_request(needed, settings.profile or DEFAULT_PROFILE)
-    if any(cell.engine == "horovod" for cell in cells):
-        # A mixed grid would otherwise run its MXNet cells first and fail the rest late.
-        from ..engines.horovod import check_installed
-        check_installed()
+    # A mixed grid would otherwise run its first engine's cells and fail the rest late.
+    # Real nodes run their own install (checked above); this machine still plans.
+    for name in sorted({cell.engine for cell in cells}):
+        engine = get_engine(name)
+        if settings.inventory is None or engine.plans_with_packages:
+            engine.check_installed()
     check_sweep_dir(settings)  # --out and --resume, before anything is written

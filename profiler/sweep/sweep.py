@@ -23,8 +23,7 @@ from tqdm import tqdm
 from ..agent.ship import TRAFFIC_FILE
 from ..cell import CELL_FORMAT, CellConfig
 from ..cluster import open_cluster, teardown
-from ..cluster.inventory import requirements
-from ..engines import get_engine
+from ..engines import ENGINES, distributions, get_engine
 from ..engines.base import TrainOptions
 from ..errors import ConfigError
 from ..fsutil import atomic_write_text
@@ -143,7 +142,7 @@ def _versions() -> dict:
     from .. import __version__
 
     found = {"edgeprof": __version__, "python": platform.python_version()}
-    for package in ("mxnet", "horovod"):
+    for package in distributions(ENGINES):
         try:
             found[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
@@ -235,7 +234,7 @@ def _run_sweep(settings: SweepSettings, stop: StopRequest, progress: bool,
 
     cluster, created = open_cluster(settings.cluster, nodes_needed, settings.profile,
                                     inventory=settings.inventory,
-                                    engines=requirements(settings.cells))
+                                    cells=settings.cells)
     if on_start is not None:
         on_start(sweep_dir)
     shipper = None

@@ -60,7 +60,7 @@ def test_plan_is_a_rendezvous_and_one_worker_per_node(tmp_path):
     assert [(w.role, w.rank, w.node.name, w.decisive) for w in workers] == [
         ("worker", r, f"n{r}", True) for r in range(3)]
     for w in workers:
-        assert w.argv[w.argv.index("--kvstore") + 1] == "horovod"
+        assert w.argv[w.argv.index("--comm") + 1] == "allreduce"
         assert w.env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == "10.9.0.1"
         assert w.env["HOROVOD_GLOO_RENDEZVOUS_PORT"] == port
         assert w.env["HOROVOD_GLOO_IFACE"] == "eth0"
@@ -70,13 +70,14 @@ def test_plan_is_a_rendezvous_and_one_worker_per_node(tmp_path):
                 w.env["HOROVOD_CROSS_SIZE"]) == (w.node.name, "1", "3")
 
 
-def test_plan_refuses_async_and_nodes_without_an_interface(tmp_path):
+def test_async_is_refused_and_the_plan_needs_an_interface(tmp_path):
     _need_horovod()
     engine = HorovodEngine()
     async_cell = CellConfig(engine="horovod", model="lenet-mlp", layers=None, devices=2,
                             sync="async")
-    with pytest.raises(ConfigError, match="synchronous only"):
-        engine.plan(async_cell, LocalCluster(2).nodes(), tmp_path, TINY)
+    # The engine declares its sync modes; the grid refuses the rest before any plan.
+    with pytest.raises(ConfigError, match="horovod trains sync only"):
+        validate(async_cell)
     bare = [Node("a", address="10.9.0.1"), Node("b", address="10.9.0.2")]
     with pytest.raises(ClusterError, match=r"scope\['interfaces'\]"):
         engine.plan(_cell(model="lenet-mlp", layers=None), bare, tmp_path, TINY)
@@ -101,7 +102,7 @@ def test_two_horovod_workers_train(tmp_path, model, layers, epochs):
     starts = [json.loads(line) for rank in (0, 1)
               for line in (cell_dir / "events" / f"worker-{rank}.jsonl").read_text().splitlines()
               if json.loads(line).get("event") == "start"]
-    assert [(e["kvstore"], e["num_workers"]) for e in starts] == [("horovod", 2)] * 2
+    assert [(e["comm"], e["num_workers"]) for e in starts] == [("allreduce", 2)] * 2
     logs = sorted(p.name for p in (cell_dir / "logs").iterdir())
     assert logs == ["launcher-0.log", "worker-0.log", "worker-1.log"]
     assert _no_children_left() == []

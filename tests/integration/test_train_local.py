@@ -58,7 +58,7 @@ def test_dist_sync_two_workers_by_hand(tmp_path):
                               start_new_session=True)
              for role in ("scheduler", "server")]
     argv = [sys.executable, "-m", "workloads.train", "--events-dir", str(tmp_path),
-            "--model", "lenet-mlp", "--kvstore", "dist_sync", "--epochs", "2", *TINY]
+            "--model", "lenet-mlp", "--comm", "ps-sync", "--epochs", "2", *TINY]
     workers = [subprocess.Popen(argv, env={**os.environ, **base, "DMLC_ROLE": "worker"},
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True) for _ in range(2)]
@@ -76,7 +76,7 @@ def test_dist_sync_two_workers_by_hand(tmp_path):
     for rank in (0, 1):
         events = read_events(tmp_path / f"worker-{rank}.jsonl")
         ranks[rank] = events
-        assert events[0]["num_workers"] == 2 and events[0]["kvstore"] == "dist_sync"
+        assert events[0]["num_workers"] == 2 and events[0]["comm"] == "ps-sync"
         # 320 samples / 2 workers / batch 16 = 10 steps a worker, the same on both.
         assert events[0]["steps_per_epoch"] == 10 and events[-1]["syncs"] == 20
     assert ranks[0][-2]["val_accuracy"] > 0.2

@@ -13,31 +13,31 @@ from workloads import optim
 
 @pytest.mark.parametrize("kvstore,scaling,expected", [
     ("local", "none", 0.02), ("local", "linear", 0.02),
-    ("dist_sync", "none", 0.02), ("dist_sync", "linear", 0.08),
-    ("horovod", "none", 0.02), ("horovod", "linear", 0.08),
-    ("dist_async", "none", 0.02), ("dist_async", "linear", 0.02),  # each push alone
+    ("ps-sync", "none", 0.02), ("ps-sync", "linear", 0.08),
+    ("allreduce", "none", 0.02), ("allreduce", "linear", 0.08),
+    ("ps-async", "none", 0.02), ("ps-async", "linear", 0.02),  # each push alone
 ])
 def test_applied_lr(kvstore, scaling, expected):
     assert optim.applied_lr(0.02, scaling, kvstore, 4) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("kvstore", ["local", "dist_sync", "dist_async", "horovod"])
+@pytest.mark.parametrize("kvstore", ["local", "ps-sync", "ps-async", "allreduce"])
 def test_linear_scaling_of_one_worker_is_the_lr_itself(kvstore):
     assert optim.applied_lr(0.05, "linear", kvstore, 1) == 0.05
 
 
 def test_linear_scaling_grows_with_the_sync_workers():
-    assert [optim.applied_lr(0.01, "linear", "dist_sync", n) for n in (1, 2, 8)] == \
+    assert [optim.applied_lr(0.01, "linear", "ps-sync", n) for n in (1, 2, 8)] == \
         pytest.approx([0.01, 0.02, 0.08])
 
 
 def test_unknown_scaling_is_refused():
     with pytest.raises(ValueError, match="none or linear"):
-        optim.applied_lr(0.02, "sqrt", "dist_sync", 4)
+        optim.applied_lr(0.02, "sqrt", "ps-sync", 4)
 
 
-@pytest.mark.parametrize("kvstore,expected", [("local", 32), ("dist_sync", 128),
-                                              ("dist_async", 32), ("horovod", 32)])
+@pytest.mark.parametrize("kvstore,expected", [("local", 32), ("ps-sync", 128),
+                                              ("ps-async", 32), ("allreduce", 32)])
 def test_step_normalises_dist_sync_by_the_global_batch_only(kvstore, expected):
     assert optim.step_samples(32, kvstore, 4) == expected
 

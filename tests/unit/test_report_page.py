@@ -164,22 +164,24 @@ def test_environment_of_an_older_sweep_is_this_machines_and_says_so():
 
 
 def test_a_new_sweep_records_its_versions_without_importing_mxnet(tmp_path):
-    """``sweep.json`` holds the versions that ran the sweep, read from package metadata:
-    importing MXNet in the controller would cost seconds."""
+    """``sweep.json`` holds the versions that ran the sweep (every registered engine's
+    packages), read from package metadata: importing MXNet or torch in the controller
+    would cost seconds."""
     script = (
         "import json, sys\n"
         "from profiler.cell import CellConfig\n"
         "from profiler.sweep.sweep import SweepSettings, prepare_sweep_dir\n"
         "cell = CellConfig(model='lenet-mlp', layers=None)\n"
         f"prepare_sweep_dir(SweepSettings(cells=[cell], out_dir={str(tmp_path / 's')!r}))\n"
-        "print(json.dumps(sorted(m for m in ('mxnet', 'horovod') if m in sys.modules)))\n")
+        "print(json.dumps(sorted(m for m in ('mxnet', 'horovod', 'torch') "
+        "if m in sys.modules)))\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == []  # neither engine was imported
+    assert json.loads(done.stdout) == []  # no framework was imported
     versions = json.loads((tmp_path / "s" / "sweep.json").read_text())["versions"]
     expected = {"edgeprof": __version__, "python": platform.python_version()}
-    for package in ("mxnet", "horovod"):
+    for package in ("mxnet", "horovod", "torch"):
         try:
             expected[package] = metadata.version(package)
         except metadata.PackageNotFoundError:

@@ -1,0 +1,115 @@
+"""The MXNet Gluon worker: KVStore ``local``, ``dist_sync``, ``dist_async``, or Horovod.
+
+``--comm`` maps to MXNet as ``local`` -> kvstore ``local``, ``ps-sync`` -> ``dist_sync``,
+``ps-async`` -> ``dist_async`` (rank and worker count from the KVStore, which reads the
+``DMLC_*`` environment the engine sets) and ``allreduce`` -> Horovod
+(``workloads.hvd``). The optimizer runs on the servers (``update_on_kvstore``):
+``dist_async`` needs it there. How the step is normalised: ``workloads.optim``.
+
+The hot loop never waits for a result: loss is summed on the device and read once per
+epoch, so MXNet's engine overlaps copy, compute and communication as in a plain loop.
+"""
+
+from __future__ import annotations
+
+from . import optim
+from .worker import Worker
+
+KVSTORES = {"local": "local", "ps-sync": "dist_sync", "ps-async": "dist_async",
+            "allreduce": "horovod"}
+
+
+class MXNetWorker(Worker):
+    framework = "mxnet"
+
+    def __init__(self, args):
+        super().__init__(args)
+        self.kvstore = KVSTORES[args.comm]
+        self.kv = None
+
+    def join(self) -> None:
+        import mxnet as mx
+
+        if self.kvstore.startswith("dist"):
+            self.kv = mx.kv.create(self.kvstore)
+            self.rank, self.num_workers = self.kv.rank, self.kv.num_workers
+        elif self.kvstore == "horovod":
+            from . import hvd
+
+            self.rank, self.num_workers = hvd.init()
+
+    def build(self) -> None:
+        """Initialized hybridized net and its trainer."""
+        import mxnet as mx
+        from mxnet import gluon
+
+        from . import models
+
+        args = self.args
+        mx.random.seed(args.seed)
+        net = models.build(args.model, args.layers)
+        init = (mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2)
+                if args.model == "resnet" else mx.init.Xavier())
+        net.initialize(init)
+        net.hybridize(static_alloc=True)
+        # Deferred init: shapes exist only after a forward pass, and the trainer
+        # (Horovod's broadcast, the KVStore's init) needs them.
+        net(mx.nd.zeros((args.batch, *models.input_shape(args.model)))).wait_to_read()
+        self.net = net
+        self.lr_applied = optim.applied_lr(args.lr, args.lr_scaling, args.comm,
+                                           self.num_workers)
+        opts = {"learning_rate": self.lr_applied, "momentum": args.momentum, "wd": args.wd}
+        params = net.collect_params()
+        if self.kvstore == "horovod":
+            from . import hvd
+
+            self.trainer = hvd.trainer(params, "sgd", opts)
+        elif self.kv is not None:
+            # update_on_kvstore: dist_async needs the optimizer on the servers.
+            self.trainer = gluon.Trainer(params, "sgd", opts, kvstore=self.kv,
+                                         update_on_kvstore=True)
+        else:
+            self.trainer = gluon.Trainer(params, "sgd", opts, kvstore="local")
+        # dist_sync sums the N workers' gradients on the server: normalize by the
+        # global batch. Async applies each push alone; Horovod averages itself.
+        self.step_samples = optim.step_samples(args.batch, args.comm, self.num_workers)
+        self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+
+    def train_epoch(self, epoch: int, on_first_step) -> tuple[float, float]:
+        import mxnet as mx
+        from mxnet import autograd
+
+        batch = self.args.batch
+        loss_sum = mx.nd.zeros((1,))
+        tail_sum = mx.nd.zeros((1,))
+        for step, images, labels in self.batches(epoch):
+            data, label = mx.nd.array(images), mx.nd.array(labels)
+            with autograd.record():
+                loss = self.loss_fn(self.net(data), label)
+            loss.backward()
+            self.trainer.step(self.step_samples)
+            loss_sum += loss.sum()
+            if step >= self.tail_start:
+                tail_sum += loss.sum()
+            self.syncs += 1
+            if on_first_step is not None:
+                mx.nd.waitall()  # the update, not only the forward, has finished
+                on_first_step()
+                on_first_step = None
+        mx.nd.waitall()
+        return (float(loss_sum.asscalar()) / (self.steps_per_epoch * batch),
+                float(tail_sum.asscalar()) / ((self.steps_per_epoch - self.tail_start) * batch))
+
+    def accuracy(self) -> float:
+        import mxnet as mx
+
+        correct = mx.nd.zeros((1,))
+        for images, labels in self.test_batches():
+            out = self.net(mx.nd.array(images))
+            correct += (out.argmax(axis=1) == mx.nd.array(labels)).sum()
+        return float(correct.asscalar()) / max(len(self.data.x_test), 1)
+
+    def is_oom(self, exc: BaseException) -> bool:
+        # Only MXNet's own errors: a Python MemoryError is caught by the base.
+        return isinstance(exc, MemoryError) or (
+            type(exc).__name__ == "MXNetError" and super().is_oom(exc))

@@ -1,0 +1,129 @@
+"""The PyTorch worker alone on one device, and the loop the torch engines share.
+
+``TorchWorker`` trains ``workloads.torch_models`` (the MXNet models layer for layer)
+with SGD (momentum, weight decay; ``workloads.optim``) and softmax cross-entropy, the
+mean over the batch. The engines' workers subclass it and replace two steps:
+``communicate`` (after the backward pass: push and pull, or nothing when DDP's hooks
+already averaged the gradients) and ``update`` (a local optimizer step, or nothing when
+the parameter server runs the optimizer).
+
+Threads: torch's default thread count is the machine's cores, which ignores a node's
+CPU quota (cgroups), so ``--threads`` is set before any tensor work, with one inter-op
+thread. The loss is summed as a tensor and read once per epoch, as MXNet's loop does.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+from . import optim
+from .worker import Worker
+
+# Gloo's collectives and point-to-point waits time out after this (torch's default is
+# 30 min): long enough for a Pi-class node to import torch while its peers wait, and
+# for the slowest step of a deep model on a slow node.
+GLOO_TIMEOUT_S = 600
+
+
+def set_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass  # already set (an earlier call in this process): it can be set once only
+
+
+def init_gloo() -> tuple[int, int]:
+    """Join the cell's Gloo process group from the engine's environment (``MASTER_ADDR``,
+    ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``; ``GLOO_SOCKET_IFNAME`` chooses the
+    interface); return ``(rank, world_size)``."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method="env://",
+                            timeout=timedelta(seconds=GLOO_TIMEOUT_S))
+    return dist.get_rank(), dist.get_world_size()
+
+
+class TorchWorker(Worker):
+    framework = "torch"
+
+    def __init__(self, args):
+        super().__init__(args)
+        set_threads(args.threads)
+
+    def build(self) -> None:
+        import torch
+
+        from . import torch_models
+
+        args = self.args
+        torch.manual_seed(args.seed)  # every process builds the same initial weights
+        self.model = torch_models.build(args.model, args.layers)
+        self.net = self.model  # what the loop calls (DDP wraps the model)
+        self.lr_applied = optim.applied_lr(args.lr, args.lr_scaling, args.comm,
+                                           self.num_workers)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=self.lr_applied,
+                                         momentum=args.momentum, weight_decay=args.wd)
+        self.loss_fn = torch.nn.CrossEntropyLoss()
+
+    def communicate(self) -> None:
+        """After the backward pass: make the gradients the cell's (nothing alone)."""
+
+    def update(self) -> None:
+        """Apply the step to this process's parameters."""
+        self.optimizer.step()
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=False)
+
+    def train_epoch(self, epoch: int, on_first_step) -> tuple[float, float]:
+        import torch
+
+        batch = self.args.batch
+        self.model.train()
+        loss_sum = torch.zeros(())
+        tail_sum = torch.zeros(())
+        for step, images, labels in self.batches(epoch):
+            data = torch.from_numpy(images)
+            label = torch.from_numpy(labels.astype("int64", copy=False))
+            self.zero_grad()
+            loss = self.loss_fn(self.net(data), label)
+            loss.backward()
+            self.communicate()
+            self.update()
+            detached = loss.detach()
+            loss_sum += detached
+            if step >= self.tail_start:
+                tail_sum += detached
+            self.syncs += 1
+            if on_first_step is not None:
+                on_first_step()  # torch on CPU is synchronous: the update has finished
+                on_first_step = None
+        # The loss is the batch mean; the events report means per sample.
+        return (float(loss_sum) / self.steps_per_epoch,
+                float(tail_sum) / (self.steps_per_epoch - self.tail_start))
+
+    def accuracy(self) -> float:
+        import torch
+
+        self.model.eval()  # BatchNorm on its running statistics, as MXNet's inference
+        correct = 0
+        with torch.no_grad():
+            for images, labels in self.test_batches():
+                out = self.model(torch.from_numpy(images))
+                correct += int((out.argmax(dim=1).numpy() == labels).sum())
+        self.model.train()
+        return correct / max(len(self.data.x_test), 1)
+
+    def finish(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def env_int(name: str) -> int:
+    return int(os.environ[name])

@@ -1,0 +1,147 @@
+"""What every framework's worker shares: the data shard, the epoch loop and its events.
+
+A framework's worker (``workloads.mxnet_worker``, ``workloads.torch_worker`` and the
+torch engines' ``torch_ps`` and ``torch_ddp``) subclasses ``Worker`` and fills in four
+steps: ``join`` (learn rank and size: blocks until every process of the cell is up),
+``build`` (model, optimizer and communication), ``train_epoch`` and ``accuracy``.
+``Worker.run`` does the rest the same way for all of them: the node's CPU limit joined
+once start-up is over, the ``start``, ``first_step``, ``epoch`` and ``end`` events with
+the same fields, training time and CPU time measured around the same code.
+
+Data: each worker trains on its own contiguous 1/N shard with the same number of steps
+per epoch (a sync barrier deadlocks otherwise), reading uint8 images and normalizing
+one batch at a time. Rank 0 measures validation accuracy after every epoch. Each epoch
+event carries the training loss (the epoch's mean, and the mean over its last quarter of
+steps, which the controller uses to tell a run that learns from one that diverged).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from profiler.errors import ConfigError
+
+from .node_limits import join_cpu_limit
+
+# Phrases frameworks use for a failed allocation (MXNet's std::bad_alloc and CPU storage
+# manager, torch's DefaultCPUAllocator).
+OOM_MARKERS = ("bad_alloc", "out of memory", "failed to allocate", "can't allocate memory",
+               "not enough memory")
+
+
+class Worker:
+    """One worker's training run; the attributes are what the events report."""
+
+    framework = ""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.rank, self.num_workers = 0, 1
+        self.syncs = 0  # communication rounds: KVStore push/pull, PS round, allreduce step
+        self.lr_applied = args.lr
+
+    # -- what a framework fills in -------------------------------------------------
+    def join(self) -> None:
+        """Join the cluster: set ``rank`` and ``num_workers``."""
+
+    def build(self) -> None:
+        """Model, optimizer and communication, once the data is loaded."""
+        raise NotImplementedError
+
+    def train_epoch(self, epoch: int, on_first_step) -> tuple[float, float]:
+        """One pass over the shard (``batches(epoch)``); returns the mean training loss
+        over the epoch and over its last quarter of steps. Calls ``on_first_step()``
+        once the first step's update has finished, if it is given."""
+        raise NotImplementedError
+
+    def accuracy(self) -> float:
+        """Validation accuracy of the current model on ``data.x_test``."""
+        raise NotImplementedError
+
+    def is_oom(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the framework running out of memory."""
+        if isinstance(exc, MemoryError):
+            return True
+        text = str(exc).lower()
+        return any(marker in text for marker in OOM_MARKERS)
+
+    # -- shared ------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """The data shard (uint8, normalized per batch), then the framework's ``build``."""
+        from . import datasets
+
+        args = self.args
+        self.data = datasets.load(args.model, args.data_dir, args.max_samples,
+                                  args.val_samples, args.seed, self.rank, self.num_workers,
+                                  raw=True, dataset=args.dataset)
+        self.steps_per_epoch = len(self.data.x_train) // args.batch
+        if self.steps_per_epoch == 0:
+            raise ConfigError(f"{len(self.data.x_train)} samples per worker make no batch "
+                              f"of {args.batch}: raise --max-samples or lower --batch")
+        self.tail_start = self.steps_per_epoch - max(1, self.steps_per_epoch // 4)
+        self.build()
+
+    def batches(self, epoch: int):
+        """``(step, images, labels)`` of one epoch: normalized float32 NCHW images and
+        int64 labels as NumPy arrays, in this worker's shuffled order."""
+        batch = self.args.batch
+        order = np.random.default_rng([self.args.seed, self.rank, epoch]).permutation(
+            self.steps_per_epoch * batch)
+        for step in range(self.steps_per_epoch):
+            idx = order[step * batch:(step + 1) * batch]
+            yield step, self.data.normalize(self.data.x_train[idx]), self.data.y_train[idx]
+
+    def test_batches(self):
+        """``(images, labels)`` of the validation set, normalized, in batches."""
+        batch = self.args.batch
+        x, y = self.data.x_test, self.data.y_test
+        for start in range(0, len(x), batch):
+            yield self.data.normalize(x[start:start + batch]), y[start:start + batch]
+
+    def run(self, events) -> None:
+        from . import models
+
+        args = self.args
+        # Start-up is over: from here on the node's CPU quota applies (emulated cluster).
+        join_cpu_limit()
+        started = time.time()
+        events.emit("start", num_workers=self.num_workers, framework=self.framework,
+                    comm=args.comm, model=args.model, layers=args.layers, batch=args.batch,
+                    dataset=self.data.name, train_samples=self.data.train_total,
+                    val_samples=len(self.data.x_test), steps_per_epoch=self.steps_per_epoch,
+                    lr=args.lr, lr_applied=self.lr_applied, lr_scaling=args.lr_scaling,
+                    momentum=args.momentum, wd=args.wd,
+                    param_count=models.parameter_count(args.model, args.layers))
+        train_s = train_cpu_s = 0.0
+        first_done: list[float] = []
+
+        def first_step() -> None:
+            first_done.append(time.perf_counter())
+            events.emit("first_step")
+
+        for epoch in range(1, args.epochs + 1):
+            t0, cpu0 = time.perf_counter(), time.process_time()
+            loss, loss_end = self.train_epoch(epoch, first_step if epoch == 1 else None)
+            epoch_s = time.perf_counter() - t0
+            # The first step pays one-off costs (MKL-DNN's set-up, the first round with
+            # the servers): what a cut-down cell's steady rate is measured without.
+            first = {"first_step_s": first_done[0] - t0} if epoch == 1 and first_done else {}
+            train_s += epoch_s
+            # All threads of this process: the framework's engine and OpenMP included.
+            train_cpu_s += time.process_time() - cpu0
+            accuracy = self.accuracy() if self.rank == 0 else None
+            events.emit("epoch", epoch=epoch, epoch_s=epoch_s, **first, train_loss=loss,
+                        train_loss_end=loss_end,
+                        val_accuracy=accuracy, samples=self.steps_per_epoch * args.batch)
+        samples = self.steps_per_epoch * args.batch * args.epochs
+        events.emit("end", elapsed_s=time.time() - started, train_s=train_s, samples=samples,
+                    samples_per_s=samples / train_s if train_s > 0 else None,
+                    train_cpu_s=train_cpu_s,
+                    syncs=self.syncs)
+        self.finish()
+
+    def finish(self) -> None:
+        """Leave the cluster after the ``end`` event (a framework's clean shutdown)."""
