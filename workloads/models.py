@@ -1,4 +1,5 @@
-"""The study's models as hybridizable Gluon blocks: LeNet MLP, LeNet-5 CNN, CIFAR ResNet.
+"""The study's models as hybridizable Gluon blocks: LeNet MLP, LeNet-5 CNN, CIFAR ResNet;
+their exact parameter counts, and MobileNetV2's (built in torch: ``workloads.torch_models``).
 
 - ``lenet-mlp``: flatten, dense 128 relu, dense 64 relu, dense 10 (MNIST 1x28x28).
 - ``lenet-cnn``: LeNet-5 (conv 6@5x5, max pool, conv 16@5x5, max pool, dense 120, 84,
@@ -17,13 +18,21 @@ from __future__ import annotations
 
 import functools
 
-MODELS = ("lenet-mlp", "lenet-cnn", "resnet")
+MODELS = ("lenet-mlp", "lenet-cnn", "resnet", "mobilenetv2")
+# Models with CIFAR-10's 3x32x32 input (the others take MNIST's 28x28 grey images).
+CIFAR_MODELS = ("resnet", "mobilenetv2")
 RESNET_STAGE_CHANNELS = (16, 32, 64)
 RESNET_MAX_DEPTH = 1202  # deepest CIFAR ResNet He et al. trained; only bounds the message
 MLP_HIDDEN = (128, 64)
 LENET_CONV_CHANNELS = (6, 16)
 LENET_DENSE = (120, 84)
 LENET_KERNEL = 5
+# MobileNetV2 for CIFAR (torch engines only): (expansion t, channels c, repeats n, stride
+# s) per bottleneck stage as in Sandler et al. 2018, Table 2, with the second stage's
+# stride 1 instead of 2 (and the first convolution's): 32x32 input, not 224x224.
+MOBILENETV2_FIRST, MOBILENETV2_LAST = 32, 1280
+MOBILENETV2_SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 1), (6, 32, 3, 2), (6, 64, 4, 2),
+                        (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
 
 
 def _check(model: str, layers: int | None) -> int:
@@ -41,13 +50,16 @@ def _check(model: str, layers: int | None) -> int:
 def input_shape(model: str) -> tuple[int, int, int]:
     """One sample's shape (C, H, W) as the model expects it."""
     _check(model, 8 if model == "resnet" else None)
-    return {"lenet-mlp": (1, 28, 28), "lenet-cnn": (1, 32, 32), "resnet": (3, 32, 32)}[model]
+    if model in CIFAR_MODELS:
+        return (3, 32, 32)
+    return {"lenet-mlp": (1, 28, 28), "lenet-cnn": (1, 32, 32)}[model]
 
 
 def dataset_for(model: str) -> str:
-    """The real dataset a model trains on: ``mnist`` for LeNet, ``cifar10`` for ResNet."""
+    """The real dataset a model trains on: ``mnist`` for LeNet, ``cifar10`` for ResNet and
+    MobileNetV2."""
     _check(model, 8 if model == "resnet" else None)
-    return "cifar10" if model == "resnet" else "mnist"
+    return "cifar10" if model in CIFAR_MODELS else "mnist"
 
 
 def _dense(n_in: int, n_out: int) -> int:
@@ -77,6 +89,8 @@ def parameter_count(model: str, layers: int | None = None, classes: int = 10) ->
         return (_conv(1, c1, k, True) + _conv(c1, c2, k, True)
                 + sum(_dense(a, b) for a, b in zip(sizes, sizes[1:])))
     bn = 2  # gamma, beta per channel
+    if model == "mobilenetv2":
+        return _mobilenetv2_count(classes)
     first = RESNET_STAGE_CHANNELS[0]
     total = _conv(3, first, 3, False) + bn * first
     c_in = first
@@ -90,9 +104,28 @@ def parameter_count(model: str, layers: int | None = None, classes: int = 10) ->
     return total + _dense(c_in, classes)
 
 
+def _mobilenetv2_count(classes: int) -> int:
+    bn = 2
+    total = _conv(3, MOBILENETV2_FIRST, 3, False) + bn * MOBILENETV2_FIRST
+    c_in = MOBILENETV2_FIRST
+    for expansion, channels, repeats, _ in MOBILENETV2_SETTINGS:
+        for _ in range(repeats):
+            hidden = c_in * expansion
+            if expansion != 1:
+                total += _conv(c_in, hidden, 1, False) + bn * hidden
+            total += hidden * 3 * 3 + bn * hidden  # depthwise: one 3x3 filter a channel
+            total += _conv(hidden, channels, 1, False) + bn * channels
+            c_in = channels
+    total += _conv(c_in, MOBILENETV2_LAST, 1, False) + bn * MOBILENETV2_LAST
+    return total + _dense(MOBILENETV2_LAST, classes)
+
+
 def build(model: str, layers: int | None = None, classes: int = 10):
     """A new, uninitialized ``gluon.HybridBlock`` for ``model`` (call ``hybridize()``)."""
     blocks = _check(model, layers)
+    if model == "mobilenetv2":
+        raise ValueError("mobilenetv2 runs on the torch engines only: use --engine torch "
+                         "or torch-ddp")
     from mxnet.gluon import nn
 
     net = nn.HybridSequential(prefix=f"{model.replace('-', '_')}_")

@@ -33,7 +33,7 @@ already one worker's batch). ``none`` (the default, MXNet's own convention) keep
 
 from __future__ import annotations
 
-DEFAULT_LR = {"lenet-mlp": 0.02, "lenet-cnn": 0.02, "resnet": 0.05}
+DEFAULT_LR = {"lenet-mlp": 0.02, "lenet-cnn": 0.02, "resnet": 0.05, "mobilenetv2": 0.05}
 DEFAULT_MOMENTUM = 0.9
 DEFAULT_WD = 1e-4
 LR_SCALINGS = ("none", "linear")

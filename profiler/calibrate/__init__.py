@@ -53,31 +53,38 @@ DEFAULT_TOLERANCE = 0.05
 
 @dataclass(frozen=True)
 class Workload:
-    """What is trained: ``lenet-mlp``, ``lenet-cnn`` or ``resnet-<layers>``, and the batch."""
+    """What is trained: ``lenet-mlp``, ``lenet-cnn``, ``resnet-<layers>`` or another model
+    of the engine, the batch, and the engine that trains it (the board's rate was
+    measured with that engine: ``edgeprof run --engine torch`` on the board)."""
 
     model: str
     layers: int | None
     batch: int
+    engine: str = "mxnet"
 
     @classmethod
-    def parse(cls, text: str, batch: int) -> "Workload":
+    def parse(cls, text: str, batch: int, engine: str = "mxnet") -> "Workload":
+        from ..engines import get_engine
+
         text = text.strip().lower()
-        if text in ("lenet-mlp", "lenet-cnn"):
-            return cls(text, None, batch)
+        models = [m for m in get_engine(engine).models if m != "resnet"]
+        if text in models:
+            return cls(text, None, batch, engine)
         if text.startswith("resnet-") and text[7:].isdigit():
-            return cls("resnet", int(text[7:]), batch)
-        raise ConfigError(f"unknown workload {text!r}: use lenet-mlp, lenet-cnn or "
-                          "resnet-<layers> (e.g. resnet-32)")
+            return cls("resnet", int(text[7:]), batch, engine)
+        raise ConfigError(f"unknown workload {text!r} for --engine {engine}: use "
+                          f"{', '.join(models)} or resnet-<layers> (e.g. resnet-32)")
 
     @property
     def label(self) -> str:
         name = self.model if self.layers is None else f"resnet-{self.layers}"
-        return f"{name} batch {self.batch}"
+        engine = "" if self.engine == "mxnet" else f" ({self.engine})"
+        return f"{name} batch {self.batch}{engine}"
 
     def cell(self, samples: int) -> CellConfig:
-        return validate(CellConfig(model=self.model, layers=self.layers, batch=self.batch,
-                                   devices=1, epochs=1, max_samples=samples,
-                                   dataset="synthetic"))
+        return validate(CellConfig(engine=self.engine, model=self.model, layers=self.layers,
+                                   batch=self.batch, devices=1, epochs=1,
+                                   max_samples=samples, dataset="synthetic"))
 
 
 @dataclass

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from ..cli_errors import reports_errors
+from ..engines import ENGINES
 
 
 @click.command()
@@ -24,6 +25,9 @@ from ..cli_errors import reports_errors
               help="The board's training rate on that workload (samples per second).")
 @click.option("--batch", default=64, show_default=True, type=int,
               help="Batch size of that measurement.")
+@click.option("--engine", default="mxnet", show_default=True,
+              type=click.Choice(list(ENGINES)),
+              help="The engine the board was measured with (its one-device training).")
 @click.option("--check-workload", default=None,
               help="A second workload to check the quota with (e.g. lenet-cnn).")
 @click.option("--check-samples-per-s", "check_samples_per_s", default=None, type=float,
@@ -41,7 +45,7 @@ from ..cli_errors import reports_errors
 @click.option("--to", "to_file", default=None, type=click.Path(path_type=Path),
               help="Profiles file to write (default ~/.config/edgeprof/profiles.yaml).")
 @reports_errors
-def calibrate(profile, base, workload, samples_per_s, batch, check_workload,
+def calibrate(profile, base, workload, samples_per_s, batch, engine, check_workload,
               check_samples_per_s, check_batch, model_quota, dilations, tolerance,
               to_file) -> None:
     """Find the CPU quota at which one emulated node trains like a real board (root).
@@ -62,6 +66,8 @@ def calibrate(profile, base, workload, samples_per_s, batch, check_workload,
             --samples-per-s 571 --check-workload lenet-cnn --check-samples-per-s 55.6
         sudo edgeprof cluster calibrate --profile pi3b-mine --model-quota \\
             --workload lenet-cnn --samples-per-s 55.6 --dilations 2,4,8,16,32
+        sudo edgeprof cluster calibrate --profile pi4-torch --engine torch \\
+            --workload lenet-mlp --samples-per-s 2400
     """
     from . import Workload, calibrate as run_calibration, write_profile
     from ..errors import ConfigError
@@ -73,10 +79,11 @@ def calibrate(profile, base, workload, samples_per_s, batch, check_workload,
         raise ConfigError("--batch and --check-batch must be at least 1")
     if not 0 < tolerance < 0.5:
         raise ConfigError(f"--tolerance {tolerance}: give a fraction such as 0.05")
-    main = Workload.parse(workload, batch)
+    main = Workload.parse(workload, batch, engine)
     check = None
     if check_workload is not None:
-        check = (Workload.parse(check_workload, check_batch or batch), check_samples_per_s)
+        check = (Workload.parse(check_workload, check_batch or batch, engine),
+                 check_samples_per_s)
     from ..sweep.grid import parse_float_list
     speedups = tuple(parse_float_list(dilations, "--dilations")) if dilations.strip() else ()
     result = run_calibration(profile, base, main, samples_per_s, check=check,

@@ -66,7 +66,8 @@ class Bad:
     argv: str
     words: tuple[str, ...]
     env: dict = field(default_factory=dict)
-    hide: str | None = None  # "horovod" (not installed) or "horovod-mxnet" (no MXNet build)
+    # "horovod" (not installed), "horovod-mxnet" (no MXNet build), "torch" (not installed)
+    hide: str | None = None
 
 
 def bad(id_, argv, *words, env=None, hide=None) -> Bad:
@@ -136,6 +137,13 @@ CASES = [
         "Horovod is not installed", "pip install", hide="horovod"),
     bad("horovod-without-mxnet", "sweep --engine horovod --devices 2",
         "built without MXNet", "HOROVOD_WITH_MXNET=1", hide="horovod-mxnet"),
+    # --- the torch engines: not installed, a sync mode or model they do not have
+    bad("torch-not-installed", "sweep --engine mxnet,torch --devices 2",
+        "--engine torch needs torch", "scripts/setup.sh", hide="torch"),
+    bad("ddp-async-only", "sweep --engine torch-ddp --sync async --devices 2",
+        "torch-ddp trains sync only", "--sync sync", "--engine mxnet or torch"),
+    bad("mobilenetv2-not-on-mxnet", "sweep --engine mxnet --model mobilenetv2",
+        "mobilenetv2 runs on the torch and torch-ddp engines only", "--engine torch"),
     # --- dataset folder and files
     bad("data-dir-is-a-file", "sweep --data-dir {plain_file}", "is not a folder",
         "edgeprof data fetch"),
@@ -450,10 +458,11 @@ def _hide_horovod(case: Bad, monkeypatch) -> None:
         for name in [m for m in sys.modules if m == "horovod" or m.startswith("horovod.")]:
             monkeypatch.setitem(sys.modules, name, None)
         monkeypatch.setitem(sys.modules, "horovod", None)
-    elif case.hide == "horovod-mxnet":
+    elif case.hide in ("horovod-mxnet", "torch"):
+        hidden = "horovod.mxnet" if case.hide == "horovod-mxnet" else "torch"
         real = importlib.util.find_spec
         monkeypatch.setattr(importlib.util, "find_spec",
-                            lambda name, *a: None if name == "horovod.mxnet" else real(name, *a))
+                            lambda name, *a: None if name == hidden else real(name, *a))
 
 
 def _check_outcome(case, status, output, paths, before) -> str:

@@ -307,7 +307,9 @@ def test_a_link_cut_shorter_than_the_timeout_lets_the_cell_finish_ok(no_cluster,
     assert not _processes_mentioning(str(out))
 
 
-def test_out_of_memory_on_a_worker_node_is_oom_and_the_next_cell_runs(no_cluster, tmp_path):
+@pytest.mark.parametrize("engine", ["mxnet", "torch"])
+def test_out_of_memory_on_a_worker_node_is_oom_and_the_next_cell_runs(no_cluster, tmp_path,
+                                                                       engine):
     """One node's memory limit kills its worker mid-cell: ``oom`` at once; the next cell runs.
 
     Real: a mixed cluster added through ``$EDGEPROF_PROFILES`` as a user adds one: n1 a
@@ -331,7 +333,7 @@ def test_out_of_memory_on_a_worker_node_is_oom_and_the_next_cell_runs(no_cluster
     out = tmp_path / "out"
     sweep = Sweep(out, "--profile", "small-n1", "--model", "resnet,lenet-mlp", "--layers", "20",
                   "--batch", "512", "--devices", "2", "--max-samples", "2048",
-                  "--val-samples", "64", "--timeout", str(timeout_s),
+                  "--val-samples", "64", "--timeout", str(timeout_s), "--engine", engine,
                   env={"EDGEPROF_PROFILES": str(profiles)})
     try:
         code, log = sweep.wait(280)

@@ -140,13 +140,29 @@ def test_sigterm_and_sighup_behave_like_ctrl_c(tmp_path, sig):
     _signal_and_check(proc, out, [sig])
 
 
-def test_kill_9_then_resume_reruns_only_the_interrupted_cell(tmp_path):
+# The PyTorch engines' cells (a parameter server and its workers, or DDP workers) stop
+# the same way: a few moments of a cell each, and SIGTERM.
+@pytest.mark.parametrize("engine, sig, delay_s", [
+    ("torch", signal.SIGINT, 0.1), ("torch", signal.SIGINT, 3.0),
+    ("torch", signal.SIGTERM, 6.0), ("torch-ddp", signal.SIGINT, 0.3),
+    ("torch-ddp", signal.SIGTERM, 3.0)])
+def test_torch_cells_stop_the_same_way(tmp_path, engine, sig, delay_s):
+    out = tmp_path / "sweep"
+    proc = _start_sweep(out, "--engine", engine)
+    _first_launch(out, proc)
+    time.sleep(delay_s)
+    _signal_and_check(proc, out, [sig])
+
+
+@pytest.mark.parametrize("engine", ["mxnet", "torch"])
+def test_kill_9_then_resume_reruns_only_the_interrupted_cell(tmp_path, engine):
     """``kill -9`` cannot be handled: the kernel's parent-death signal takes the cell's
     processes and agents with the controller. ``--resume`` keeps the finished cell,
     reruns the interrupted one as attempt 2 (attempt 1's folder stays), and it ends ``ok``."""
     out = tmp_path / "sweep"
     args = ["--model", "lenet-mlp", "--devices", "2", "--batch", "64,8", "--max-samples",
-            "12000", "--val-samples", "200", "--epochs", "2", "--interval", "0.5"]
+            "12000", "--val-samples", "200", "--epochs", "2", "--interval", "0.5",
+            "--engine", engine]
     proc = subprocess.Popen([*EDGEPROF, "sweep", *args, "--out", str(out)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240

@@ -1,7 +1,8 @@
 """Processes of a cell dying or failing to start, for real, on the local cluster.
 
 A worker, the parameter server and the scheduler are each killed with ``kill -9`` while
-a 2-worker ``dist_sync`` cell trains: the cell must end ``failed`` naming that role (not
+a 2-worker ``dist_sync`` cell trains (and a worker or the server of the torch engines'
+cells): the cell must end ``failed`` naming that role (not
 the processes the runner killed afterwards), well within its timeout, leave no process,
 and the sweep's next cell must run ``ok``. A process that cannot even be started (an
 ``OSError`` from the cluster) fails its cell and the sweep goes on.
@@ -31,13 +32,17 @@ TIMEOUT_S = 120
 
 
 def _roles(controller: psutil.Process) -> dict[str, psutil.Process]:
-    """The sweep's processes by MXNet role (their ``DMLC_ROLE``), worker 0 as ``worker``."""
+    """The sweep's processes by role, the first of each: MXNet's from their
+    ``DMLC_ROLE``, torch's from ``workloads.train --role``."""
     found: dict[str, psutil.Process] = {}
     for child in controller.children(recursive=True):
         try:
             role = child.environ().get("DMLC_ROLE")
+            cmdline = child.cmdline()
         except psutil.Error:
             continue
+        if role is None and "workloads.train" in cmdline and "--role" in cmdline:
+            role = cmdline[cmdline.index("--role") + 1]
         if role and role not in found:
             found[role] = child
     return found
@@ -48,13 +53,16 @@ def _training(out: Path) -> bool:
                for path in out.glob("cells/*/attempt-1/events/worker-*.jsonl"))
 
 
-@pytest.mark.parametrize("role", ["worker", "server", "scheduler"])
-def test_a_role_killed_mid_cell_fails_the_cell_naming_it(tmp_path, role):
+@pytest.mark.parametrize("engine, role", [
+    ("mxnet", "worker"), ("mxnet", "server"), ("mxnet", "scheduler"),
+    ("torch", "worker"), ("torch", "server"), ("torch-ddp", "worker")])
+def test_a_role_killed_mid_cell_fails_the_cell_naming_it(tmp_path, engine, role):
     out = tmp_path / "sweep"
     # Two cells: the long one first (batch 8), then a short one that must run ok.
     cmd = [*EDGEPROF, "sweep", "--model", "lenet-mlp", "--devices", "2", "--batch", "8,64",
            "--max-samples", "12000", "--val-samples", "200", "--epochs", "2",
-           "--interval", "0.5", "--timeout", str(TIMEOUT_S), "--out", str(out)]
+           "--interval", "0.5", "--timeout", str(TIMEOUT_S), "--engine", engine,
+           "--out", str(out)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     controller = psutil.Process(proc.pid)
@@ -78,6 +86,27 @@ def test_a_role_killed_mid_cell_fails_the_cell_naming_it(tmp_path, role):
     assert time.monotonic() - t_kill < TIMEOUT_S + 60
     alive = [p for p in cell_processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert alive == []
+
+
+def test_a_torch_cell_past_its_timeout_is_stopped_and_the_next_runs(tmp_path):
+    """A torch parameter-server cell (server and two workers, Gloo) that would train for
+    minutes, under ``--timeout 15``: ``timeout`` at its limit, every process gone; the
+    short cell after it runs ``ok``."""
+    out = tmp_path / "sweep"
+    timeout_s = 15
+    cmd = [*EDGEPROF, "sweep", "--engine", "torch", "--model", "lenet-mlp", "--devices", "2",
+           "--batch", "2,64", "--max-samples", "30000", "--val-samples", "200",
+           "--no-agent", "--timeout", str(timeout_s), "--out", str(out)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [(r["batch"], r["status"]) for r in records] == [(2, "timeout"), (64, "ok")], \
+        [r["reason"] for r in records]
+    took = records[0]["reaped_at"] - records[0]["launched_at"]
+    assert timeout_s <= took <= timeout_s + 15, took
+    left = [p.pid for p in psutil.process_iter(["cmdline"])
+            if str(out) in " ".join(p.info["cmdline"] or [])]
+    assert left == []
 
 
 class _FailingStart(LocalCluster):

@@ -16,6 +16,14 @@ workers see the same shards in the same order from the same initial weights, so 
 order of float additions differs: measured 0.000-0.003 apart over ten cells of both
 LeNets, and 0.000-0.006 for LeNet-CNN on mnist-5k over five seeds, hence ``ENGINE_TOL``
 = 0.02.
+
+The torch engines: the parameter server (``torch``) and DDP (``torch-ddp``) workers see
+the same shards in the same order from the same initial weights, and both average the
+same gradients, so they are held to ``ENGINE_TOL`` against each other, and each to
+``PARITY_TOL`` against one torch device at the global batch, as MXNet's are. Torch
+against MXNet at the same configuration: the initial weights come from another random
+generator, so the two are independent runs of the same optimisation: ``PARITY_TOL``
+(about three standard deviations of the difference of two runs, above).
 """
 
 from __future__ import annotations
@@ -83,13 +91,20 @@ PARITY = [(m, n) for m in MODELS for n in WORKERS]
 REFERENCES = {(m, n): _cell(model=m, batch=BATCH * n) for m, n in PARITY}
 MXNET_SYNC = {(m, n): _cell(model=m, devices=n) for m, n in PARITY}
 HOROVOD = {(m, n): _cell(model=m, engine="horovod", devices=n) for m, n in PARITY}
+TORCH_REFERENCES = {(m, n): _cell(model=m, engine="torch", batch=BATCH * n)
+                    for m, n in PARITY}
+TORCH_PS = {(m, n): _cell(model=m, engine="torch", devices=n) for m, n in PARITY}
+TORCH_DDP = {(m, n): _cell(model=m, engine="torch-ddp", devices=n) for m, n in PARITY}
 ONE_DEVICE = {m: _cell(model=m) for m in MODELS}
+TORCH_ONE_DEVICE = {m: _cell(model=m, engine="torch") for m in MODELS}
 # linear scaling would multiply a sync cell's rate by N; async must keep it.
 ASYNC = _cell(devices=2, sync="async", lr_scaling="linear")
+TORCH_ASYNC = _cell(engine="torch", devices=2, sync="async", lr_scaling="linear")
 LINEAR = _cell(devices=2, epochs=1, lr_scaling="linear")
 DIVERGING = _cell(epochs=1, lr=TOO_HIGH_LR)
 CELLS = [*ONE_DEVICE.values(), *REFERENCES.values(), *MXNET_SYNC.values(),
-         *HOROVOD.values(), ASYNC, LINEAR, DIVERGING]
+         *HOROVOD.values(), ASYNC, LINEAR, DIVERGING, *TORCH_ONE_DEVICE.values(),
+         *TORCH_REFERENCES.values(), *TORCH_PS.values(), *TORCH_DDP.values(), TORCH_ASYNC]
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +131,9 @@ def _csv_row(out, cell: CellConfig) -> dict:
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_lenet_learns_real_digits_on_one_device(sweep, model):
-    record = _ok(sweep[0], ONE_DEVICE[model])
+@pytest.mark.parametrize("engine", ["mxnet", "torch"])
+def test_lenet_learns_real_digits_on_one_device(sweep, model, engine):
+    record = _ok(sweep[0], (ONE_DEVICE if engine == "mxnet" else TORCH_ONE_DEVICE)[model])
     assert record["val_accuracy"] >= LEARNED[model], record["val_accuracy_per_epoch"]
     assert record["diverged"] is False
     losses = record["train_loss_per_epoch"]
@@ -143,6 +159,27 @@ def test_sync_workers_reach_one_device_at_the_global_batch(sweep, model, workers
             == optim.default_lr(model))
 
 
+@pytest.mark.parametrize("model,workers", PARITY)
+def test_torch_sync_workers_reach_one_device_at_the_global_batch(sweep, model, workers):
+    records = sweep[0]
+    reference = _ok(records, TORCH_REFERENCES[model, workers])["val_accuracy"]
+    ps = _ok(records, TORCH_PS[model, workers])
+    ddp = _ok(records, TORCH_DDP[model, workers])
+    mxnet = _ok(records, MXNET_SYNC[model, workers])
+    assert ps["diverged"] is False and ddp["diverged"] is False
+    for record in (ps, ddp):
+        assert abs(record["val_accuracy"] - reference) <= PARITY_TOL, (
+            record["engine"], record["val_accuracy"], reference)
+    # Parameter server and allreduce: the same averaged gradients, the same shards.
+    assert abs(ps["val_accuracy"] - ddp["val_accuracy"]) <= ENGINE_TOL
+    for a, b in zip(ps["train_loss_per_epoch"], ddp["train_loss_per_epoch"]):
+        assert abs(a - b) <= 0.05 * b
+    # Torch against MXNet: other initial weights, so independent runs of one optimisation.
+    assert abs(ps["val_accuracy"] - mxnet["val_accuracy"]) <= PARITY_TOL, (
+        ps["val_accuracy"], mxnet["val_accuracy"])
+    assert ps["lr_applied"] == ddp["lr_applied"] == optim.default_lr(model)
+
+
 def test_too_high_learning_rate_is_reported_as_diverged(sweep):
     records, out = sweep
     record = records[DIVERGING.cell_id]
@@ -156,13 +193,14 @@ def test_too_high_learning_rate_is_reported_as_diverged(sweep):
         json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} in results"))
 
 
-def test_async_on_real_data_is_recorded_as_what_it_is(sweep):
+@pytest.mark.parametrize("cell", [ASYNC, TORCH_ASYNC], ids=["mxnet", "torch"])
+def test_async_on_real_data_is_recorded_as_what_it_is(sweep, cell):
     """Async is its own optimisation (each push applied alone, on stale weights; the order
     of pushes differs from run to run): its record says what ran, is judged for
     divergence like any cell's, and if it learned, shows it; never compared to sync."""
     records, out = sweep
-    record = _ok(records, ASYNC)
-    assert (record["sync"], record["devices"], record["engine"]) == ("async", 2, "mxnet")
+    record = _ok(records, cell)
+    assert (record["sync"], record["devices"], record["engine"]) == ("async", 2, cell.engine)
     # Each push is applied alone at the worker batch: --lr-scaling linear leaves it alone.
     assert record["lr_scaling"] == "linear"
     assert record["lr_applied"] == record["lr"] == optim.default_lr("lenet-mlp")
@@ -176,7 +214,7 @@ def test_async_on_real_data_is_recorded_as_what_it_is(sweep):
     assert all(_finite(v) or v in ("nan", "inf", "-inf") for v in losses), losses
     # Judged whatever the outcome: true or false (empty only when no epoch ended).
     assert isinstance(record["diverged"], bool)
-    assert _csv_row(out, ASYNC)["diverged"] == str(record["diverged"]).lower()
+    assert _csv_row(out, cell)["diverged"] == str(record["diverged"]).lower()
     reason = record["reason"] or ""
     if record["diverged"]:
         assert re.search(r"^diverged: .*epoch \d", reason), reason

@@ -24,15 +24,19 @@ def _train(events_dir, *args, env=None, timeout_s=180, preexec_fn=None):
                           env={**os.environ, **(env or {})}, preexec_fn=preexec_fn)
 
 
-@pytest.mark.parametrize("model,epochs", [("lenet-mlp", 2), ("lenet-cnn", 1),
-                                          ("resnet --layers 8", 1)])
-def test_local_training_writes_events(tmp_path, model, epochs):
-    done = _train(tmp_path, "--model", *model.split(), "--epochs", str(epochs), *TINY)
+@pytest.mark.parametrize("framework,model,epochs", [
+    ("mxnet", "lenet-mlp", 2), ("mxnet", "lenet-cnn", 1), ("mxnet", "resnet --layers 8", 1),
+    ("torch", "lenet-mlp", 2), ("torch", "lenet-cnn", 1), ("torch", "resnet --layers 8", 1),
+    ("torch", "mobilenetv2", 1)])
+def test_local_training_writes_events(tmp_path, framework, model, epochs):
+    done = _train(tmp_path, "--framework", framework, "--model", *model.split(),
+                  "--epochs", str(epochs), *TINY)
     assert done.returncode == 0, done.stderr[-2000:]
     events = read_events(tmp_path / "worker-0.jsonl")
     assert [e["event"] for e in events] == ["start", "first_step"] + ["epoch"] * epochs + ["end"]
     start, end = events[0], events[-1]
     assert start["num_workers"] == 1 and start["dataset"] == "synthetic"
+    assert (start["framework"], start["comm"]) == (framework, "local")
     assert start["train_samples"] == 320 and start["val_samples"] == 200
     assert start["steps_per_epoch"] == 20 and start["param_count"] > 0
     assert end["syncs"] == 20 * epochs and end["samples"] == 320 * epochs
@@ -98,14 +102,17 @@ def test_bad_depth_exits_2(tmp_path):
 
 
 def _limit_address_space():
-    # Enough to import MXNet and build the net, far from enough for batch 2048.
+    # Enough to import MXNet or torch and build the net, far from enough for batch 2048.
     limit_bytes = 3 * 1024 ** 3
     resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
 
 
-def test_out_of_memory_exits_3(tmp_path):
-    done = _train(tmp_path, "--model", "resnet", "--layers", "8", "--batch", "2048",
-                  "--max-samples", "2048", "--val-samples", "10",
+# torch keeps fewer activations than MXNet: ResNet-8 at batch 2048 fits in 3 GB there.
+@pytest.mark.parametrize("framework, layers, batch", [("mxnet", 8, 2048), ("torch", 20, 4096)])
+def test_out_of_memory_exits_3(tmp_path, framework, layers, batch):
+    done = _train(tmp_path, "--framework", framework,
+                  "--model", "resnet", "--layers", str(layers), "--batch", str(batch),
+                  "--max-samples", str(batch), "--val-samples", "10",
                   preexec_fn=_limit_address_space)
     assert done.returncode == 3, done.stderr[-2000:]
     error = read_events(tmp_path / "worker-0.jsonl")[-1]

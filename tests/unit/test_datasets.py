@@ -415,7 +415,7 @@ def test_resolve_grid_refuses_a_name_that_fits_no_model_naming_who_takes_it():
     with pytest.raises(ConfigError) as err:
         datasets.resolve_grid(["lenet-mlp", "lenet-cnn"], ["mnist-5k", "cifar10"])
     assert str(err.value) == ("--dataset cifar10 fits none of the models lenet-mlp, lenet-cnn: "
-                              "drop it, or add a model that takes it (resnet)")
+                              "drop it, or add a model that takes it (resnet, mobilenetv2)")
     with pytest.raises(ConfigError, match="fits none of the models resnet.*lenet-mlp, lenet-cnn"):
         datasets.resolve_grid(["resnet"], ["fashion-mnist"])
     with pytest.raises(ConfigError, match="--dataset 'imagenet' is unknown: use auto or one of"):

@@ -1,0 +1,170 @@
+"""Real PyTorch trainings through the cell runner: the ``torch`` parameter server (sync and
+async, one server on a master node or one beside every worker) and ``torch-ddp``
+(allreduce), every process a real ``workloads.train`` talking Gloo over loopback, each in
+its own process group, every process reaped at the end."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import psutil
+import pytest
+
+from profiler.cluster.base import Node
+from profiler.cluster.local import LocalCluster
+from profiler.engines import get_engine
+from profiler.engines.base import TrainOptions
+from profiler.errors import ConfigError
+from profiler.sweep.grid import CellConfig, expand, validate
+from profiler.sweep.runner import run_cell
+from tests.conftest import need
+from workloads.torch_ps import slices
+
+pytestmark = pytest.mark.integration
+TINY = TrainOptions(val_samples=300)
+
+
+def _need_torch() -> None:
+    need("torch (scripts/setup.sh installs its CPU build)",
+         importlib.util.find_spec("torch") is not None)
+
+
+def _cell(**kw) -> CellConfig:
+    return validate(CellConfig(**{"engine": "torch", "model": "lenet-mlp", "layers": None,
+                                  "devices": 2, "batch": 32, "max_samples": 640, **kw}))
+
+
+def _run(tmp_path, cell, timeout_s=240):  # one cell through the runner
+    engine = get_engine(cell.engine)
+    cluster = LocalCluster(engine.nodes_needed(cell))
+    return run_cell(cell, cluster, engine, tmp_path / cell.cell_id, TINY, sweep_id="t",
+                    timeout_s=timeout_s, monitor_interval_s=None)
+
+
+def _no_children_left():
+    return [p for p in psutil.Process(os.getpid()).children(recursive=True)
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def _events(cell_dir, rank):
+    path = cell_dir / "events" / f"worker-{rank}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_slices_cover_the_parameters_once():
+    assert slices(10, 3) == [(0, 4), (4, 7), (7, 10)]
+    assert slices(2, 4) == [(0, 1), (1, 2), (2, 2), (2, 2)]
+    for total, parts in ((61706, 1), (61706, 10), (7, 7)):
+        bounds = slices(total, parts)
+        assert bounds[0][0] == 0 and bounds[-1][1] == total
+        assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+
+
+def test_plans_place_servers_as_mxnet_does(tmp_path):
+    nodes = [Node(f"n{i}", address=f"10.9.0.{i + 1}", scope={"interfaces": "eth0"})
+             for i in range(4)]
+    ps = get_engine("torch")
+    master = ps.plan(_cell(devices=3), nodes, tmp_path, TINY)
+    assert [(s.role, s.rank, s.node.name, s.env["RANK"], s.decisive) for s in master] == [
+        ("server", 0, "n0", "0", False), ("worker", 0, "n1", "1", True),
+        ("worker", 1, "n2", "2", True), ("worker", 2, "n3", "3", True)]
+    for spec in master:
+        assert spec.env["WORLD_SIZE"] == "4" and spec.env["EDGEPROF_PS_SERVERS"] == "1"
+        assert spec.env["MASTER_ADDR"] == "10.9.0.1"
+        assert spec.env["GLOO_SOCKET_IFNAME"] == "eth0"
+        assert spec.argv[spec.argv.index("--role") + 1] == spec.role
+        assert spec.argv[spec.argv.index("--comm") + 1] == "ps-sync"
+    colocated = ps.plan(_cell(devices=3, placement="colocated"), nodes, tmp_path, TINY)
+    assert [(s.role, s.node.name, s.env["RANK"]) for s in colocated] == [
+        ("server", "n0", "0"), ("server", "n1", "1"), ("server", "n2", "2"),
+        ("worker", "n0", "3"), ("worker", "n1", "4"), ("worker", "n2", "5")]
+    assert ps.nodes_needed(_cell(devices=3, placement="colocated")) == 3
+    assert ps.nodes_needed(_cell(devices=3)) == 4 and ps.nodes_needed(_cell(devices=1)) == 1
+    ddp = get_engine("torch-ddp").plan(_cell(engine="torch-ddp", devices=3), nodes, tmp_path, TINY)
+    assert [(s.role, s.node.name, s.env["RANK"]) for s in ddp] == [
+        ("worker", "n0", "0"), ("worker", "n1", "1"), ("worker", "n2", "2")]
+    assert ddp[0].argv[ddp[0].argv.index("--comm") + 1] == "allreduce"
+
+
+def test_grid_knows_the_torch_engines():
+    with pytest.raises(ConfigError, match="torch-ddp trains sync only"):
+        validate(CellConfig(engine="torch-ddp", model="lenet-mlp", layers=None, devices=2,
+                            sync="async"))
+    with pytest.raises(ConfigError, match="mobilenetv2 runs on the torch and torch-ddp"):
+        validate(CellConfig(engine="mxnet", model="mobilenetv2", layers=None))
+    cells = expand(engines=["mxnet", "torch", "torch-ddp"], models=["lenet-mlp", "mobilenetv2"],
+                   layers=[None], batches=[32], devices=[1, 2], syncs=["sync", "async"])
+    got = sorted((c.engine, c.model, c.devices, c.sync) for c in cells)
+    assert ("mxnet", "mobilenetv2", 2, "sync") not in got  # left out: torch has it
+    assert ("torch-ddp", "lenet-mlp", 2, "async") not in got
+    assert ("torch", "mobilenetv2", 2, "async") in got
+    # One device: one cell per engine and model it has (mxnet has no mobilenetv2).
+    assert sum(1 for c in got if c[2] == 1) == 5
+
+
+TWO_WORKERS = {name: _cell(epochs=2, **kw) for name, kw in {
+    "ps-sync": dict(), "ps-async": dict(sync="async"),
+    "ps-sync-colocated": dict(placement="colocated"), "ddp": dict(engine="torch-ddp")}.items()}
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory):
+    """One sweep of the cells above on the local cluster: name -> (record, cell folder)."""
+    _need_torch()
+    from profiler.sweep.sweep import SweepSettings, run_sweep
+
+    out = tmp_path_factory.mktemp("torch") / "sweep"
+    outcome = run_sweep(SweepSettings(cells=list(TWO_WORKERS.values()), out_dir=out,
+                                      interval_s=None, val_samples=300), progress=False)
+    by_id = {r["cell_id"]: r for r in outcome.records}
+    return {name: (by_id[cell.cell_id], out / "cells" / cell.cell_id / "attempt-1")
+            for name, cell in TWO_WORKERS.items()}
+
+
+@pytest.mark.parametrize("name", list(TWO_WORKERS))
+def test_two_workers_train_above_chance(two_workers, name):
+    rec, cell_dir = two_workers[name]
+    cell = TWO_WORKERS[name]
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["engine"] == cell.engine
+    # 640 samples, 2 workers, batch 32: 10 steps (one round with the servers) an epoch.
+    assert rec["syncs_per_worker"] == 20
+    assert len(rec["epoch_s"]) == 2 and rec["samples_per_s"] > 0
+    if cell.sync == "sync":
+        assert rec["val_accuracy"] > 0.3, rec["val_accuracy_per_epoch"]
+    else:  # stale gradients: the best epoch well above chance (0.1)
+        assert max(rec["val_accuracy_per_epoch"]) > 0.3, rec["val_accuracy_per_epoch"]
+    starts = [_events(cell_dir, rank)[0] for rank in (0, 1)]
+    comm = "allreduce" if cell.engine == "torch-ddp" else f"ps-{cell.sync}"
+    assert [(e["framework"], e["comm"], e["num_workers"]) for e in starts] == [
+        ("torch", comm, 2)] * 2
+    servers = 0 if cell.engine == "torch-ddp" else 2 if cell.placement == "colocated" else 1
+    logs = sorted(p.name for p in (cell_dir / "logs").iterdir())
+    assert logs == [f"server-{i}.log" for i in range(servers)] + ["worker-0.log",
+                                                                  "worker-1.log"]
+    assert _no_children_left() == []
+
+
+def test_parameter_server_and_allreduce_make_the_same_update(two_workers):
+    """Sync on a parameter server (one server, or the parameters sliced over two) and DDP
+    average the same gradients of the same shards from the same initial weights, and
+    SGD on the server is SGD on each worker: the training losses agree to float
+    rounding (measured: bit for bit on LeNet-MLP)."""
+    losses = {name: two_workers[name][0]["train_loss_per_epoch"]
+              for name in ("ps-sync", "ps-sync-colocated", "ddp")}
+    for name, values in losses.items():
+        assert values == pytest.approx(losses["ps-sync"], rel=1e-5), (name, losses)
+    assert two_workers["ps-async"][0]["train_loss_per_epoch"] != losses["ps-sync"]
+
+
+def test_one_device_trains_alone(tmp_path):
+    _need_torch()
+    cell = _cell(devices=1, max_samples=320, epochs=2)
+    rec = _run(tmp_path, cell)
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["syncs_per_worker"] == 20 and rec["val_accuracy"] > 0.3
+    assert _events(tmp_path / cell.cell_id, 0)[0]["comm"] == "local"
+    assert sorted(p.name for p in (tmp_path / cell.cell_id / "logs").iterdir()) == [
+        "worker-0.log"]
