@@ -170,7 +170,10 @@ def _wait(launched: list[Launched], t_launch_mono: float, timeout_s: float | Non
         for l in launched:
             if l.returncode is None:
                 l.returncode = l.proc.poll()
-        failed = [l for l in launched if l.returncode not in (None, 0)]
+        # Seen within one poll, a process killed by a signal is the cause and the others
+        # its echo (Gloo peers exit at once on a reset connection): blame it first.
+        failed = sorted((l for l in launched if l.returncode not in (None, 0)),
+                        key=lambda l: l.returncode > 0)
         decisive_failed = [l for l in failed if l.spec.decisive]
         if decisive_failed:
             return "error", failed[0]
