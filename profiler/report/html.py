@@ -8,6 +8,7 @@ import html
 from datetime import datetime, timezone
 
 from ..sweep.table import status_counts
+from .engines import MEASURES, side_by_side
 from .figures import Figure, Skipped
 from .ratios import Ratio, summary
 from .study import HARDWARE, Match
@@ -99,6 +100,8 @@ def render(*, title: str, environment: dict, records: list[dict], config_of,
                    "<ul class='note'>" + "".join(
                        f"<li>{_e(s.title)}: {_e(s.reason)}</li>" for s in skipped) + "</ul>")
 
+    out += _engines(records, config_of)
+
     if ratios:
         out += _reproduction(list(ratios))
 
@@ -130,6 +133,37 @@ def render(*, title: str, environment: dict, records: list[dict], config_of,
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     out.append(f"<p class='note'>Written by edgeprof report, {stamp}.</p></body></html>")
     return "\n".join(out)
+
+
+def _engines(records: list[dict], config_of) -> list[str]:
+    """The same cells on each engine, when the sweep ran more than one engine."""
+    engines, rows = side_by_side(records)
+    if not rows:
+        return []
+    first = engines[0]
+    out = ["<h2 id='engines'>Engines side by side</h2>",
+           f"<p class='note'>Each row: one configuration run <b>ok</b> on two engines or "
+           f"more; time per epoch (mean over epochs), training rate (samples/s over all "
+           f"workers), final validation accuracy, and each engine's time per epoch over "
+           f"{_e(first)}'s.</p>",
+           "<table><tr><th class='l'>configuration</th>" + "".join(
+               f"<th>{_e(engine)} {_e(unit)}</th>" for engine in engines
+               for _, unit in MEASURES) + "".join(
+               f"<th>{_e(engine)} / {_e(first)} time</th>" for engine in engines[1:]) +
+           "</tr>"]
+    for row in rows:
+        any_record = next(iter(row.by_engine.values()))
+        cells = [f"<td class='l'>{_e(config_of({**any_record, 'engine': ''}).strip())}</td>"]
+        for engine in engines:
+            record = row.by_engine.get(engine, {})
+            cells += [f"<td>{_number(record.get(key))}</td>" for key, _ in MEASURES]
+        base = row.by_engine.get(first, {}).get("epoch_s_mean")
+        for engine in engines[1:]:
+            mine = row.by_engine.get(engine, {}).get("epoch_s_mean")
+            cells.append(f"<td>{_number(mine / base if mine and base else None)}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</table>")
+    return out
 
 
 def _verdict(ratio: Ratio) -> tuple[str, str]:

@@ -199,3 +199,22 @@ def test_figures_draw_dilated_cells_in_the_boards_time():
     assert (board["train_s"], board["net_sent_kb_per_s"]) == (40.0, 200.0)
     assert board["cpu_percent_mean"] == 50.0  # a share of the quota: unchanged by k
     assert undilated == plain and dilated["train_s"] == 10.0  # the records are not changed
+
+
+def test_engines_side_by_side_set_the_same_cell_of_each_engine_in_one_row():
+    same = dict(model="lenet-cnn", devices=2, samples_per_s=100.0)
+    records = [_record(**same, engine="torch", epoch_s=[4.0, 6.0]),
+               _record(**same, engine="mxnet", epoch_s=[10.0]),
+               _record(**same, engine="torch-ddp", epoch_s=[2.5], status="failed"),
+               _record(model="lenet-mlp", engine="torch")]  # alone on its engine
+    page = _page(records)
+    section = page.split("<h2 id='engines'>")[1].split("<h2")[0]
+    rows = re.findall(r"<tr>(.*?)</tr>", section)
+    assert len(rows) == 2  # the header and the one shared cell (DDP's failed)
+    assert "mxnet s/epoch" in rows[0] and "torch / mxnet time" in rows[0]
+    assert "torch-ddp" not in rows[0]
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", rows[1])
+    assert cells[0] == "lenet-cnn b64 x2 sync"
+    # mxnet first (10 s an epoch), torch second (mean of 4 and 6 s), then torch/mxnet.
+    assert cells[1] == "10.0" and cells[4] == "5.000" and cells[-1] == "0.500"
+    assert "id='engines'" not in _page([_record(engine="torch")])  # one engine: no section

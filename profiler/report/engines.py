@@ -1,0 +1,41 @@
+"""Engines side by side: the same cell (every setting but the engine) on each engine.
+
+What ``edgeprof compare A B --ignore engine`` does across two sweeps, done within one
+sweep for the report: a row per configuration that ran ``ok`` on two engines or more,
+with each engine's time per epoch, training rate and accuracy, and each engine's time
+relative to the first engine of the row (MXNet first: the study's engine).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Every cell setting but the engine: what makes two cells "the same cell".
+SAME_CELL = ("model", "layers", "batch", "devices", "sync", "epochs", "lr", "momentum", "wd",
+             "lr_scaling", "max_samples", "dataset", "placement")
+MEASURES = (("epoch_s_mean", "s/epoch"), ("samples_per_s", "samples/s"),
+            ("val_accuracy", "val acc"))
+
+
+@dataclass
+class Row:
+    config: dict
+    by_engine: dict[str, dict] = field(default_factory=dict)
+
+
+def side_by_side(records: list[dict]) -> tuple[list[str], list[Row]]:
+    """The engines present, in display order, and one row per configuration that at
+    least two of them ran ``ok``."""
+    rows: dict[tuple, Row] = {}
+    for r in records:
+        if r.get("status") != "ok":
+            continue
+        key = tuple(r.get(k) for k in SAME_CELL)
+        row = rows.setdefault(key, Row({k: r.get(k) for k in SAME_CELL}))
+        epochs = [e for e in (r.get("epoch_s") or []) if e is not None]
+        row.by_engine[r["engine"]] = {
+            **r, "epoch_s_mean": sum(epochs) / len(epochs) if epochs else None}
+    shared = [row for row in rows.values() if len(row.by_engine) >= 2]
+    engines = sorted({e for row in shared for e in row.by_engine},
+                     key=lambda e: (e != "mxnet", e))
+    return engines, shared
