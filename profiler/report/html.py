@@ -145,7 +145,7 @@ def _engines(records: list[dict], config_of) -> list[str]:
            f"<p class='note'>Each row: one configuration run <b>ok</b> on two engines or "
            f"more; time per epoch (mean over epochs), training rate (samples/s over all "
            f"workers), final validation accuracy, and each engine's time per epoch over "
-           f"{_e(first)}'s.</p>",
+           f"{_e(first)}'s ('!': diverged).</p>",
            "<table><tr><th class='l'>configuration</th>" + "".join(
                f"<th>{_e(engine)} {_e(unit)}</th>" for engine in engines
                for _, unit in MEASURES) + "".join(
@@ -156,7 +156,9 @@ def _engines(records: list[dict], config_of) -> list[str]:
         cells = [f"<td class='l'>{_e(config_of({**any_record, 'engine': ''}).strip())}</td>"]
         for engine in engines:
             record = row.by_engine.get(engine, {})
-            cells += [f"<td>{_number(record.get(key))}</td>" for key, _ in MEASURES]
+            cells += [f"<td>{_number(record.get(key))}"
+                      f"{'!' if key == 'val_accuracy' and record.get('diverged') else ''}</td>"
+                      for key, _ in MEASURES]
         base = row.by_engine.get(first, {}).get("epoch_s_mean")
         for engine in engines[1:]:
             mine = row.by_engine.get(engine, {}).get("epoch_s_mean")
