@@ -33,6 +33,14 @@ def need_binary(name: str) -> str:
     return path
 
 
+def no_children_left() -> list:
+    """This process's descendants still alive (zombies aside): empty once a cell is reaped."""
+    import psutil
+
+    return [p for p in psutil.Process(os.getpid()).children(recursive=True)
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
 def need_root() -> None:
     need("root (network namespaces, cgroups)", os.geteuid() == 0)
 

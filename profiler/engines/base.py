@@ -154,6 +154,15 @@ def train_argv(cell: CellConfig, cell_dir: Path, options: TrainOptions, framewor
     return argv
 
 
+def parameter_server_nodes(cell: CellConfig) -> int:
+    """Nodes of a parameter-server cell: one device trains alone; N devices take N + 1
+    with ``--placement master`` (server(s) on a node of their own), N with
+    ``colocated`` (a server beside every worker)."""
+    if cell.devices == 1:
+        return 1
+    return cell.devices + 1 if cell.placement == "master" else cell.devices
+
+
 def gloo_interface(node: Node) -> str:
     """The network interface Gloo binds on ``node`` (the first one the provider counts)."""
     interfaces = [name for name in node.scope.get("interfaces", "").split(",") if name]

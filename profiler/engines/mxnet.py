@@ -18,7 +18,7 @@ from typing import Sequence
 from ..cell import CellConfig
 from ..cluster.base import Node
 from ..ports import free_port
-from .base import Engine, Package, ProcessSpec, TrainOptions
+from .base import Engine, Package, ProcessSpec, TrainOptions, parameter_server_nodes
 
 # What PyPI's aarch64 MXNet 1.9.1 wheel links against and does not ship (Arm Performance
 # Libraries): on a stock 64-bit Raspberry Pi OS ``import mxnet`` fails with this name.
@@ -32,9 +32,7 @@ class MXNetEngine(Engine):
     packages = (Package("mxnet", "mxnet"),)
 
     def nodes_needed(self, cell: CellConfig) -> int:
-        if cell.devices == 1:
-            return 1
-        return cell.devices + 1 if cell.placement == "master" else cell.devices
+        return parameter_server_nodes(cell)
 
     def plan(self, cell: CellConfig, nodes: list[Node], cell_dir: Path,
              options: TrainOptions) -> list[ProcessSpec]:

@@ -34,7 +34,7 @@ from ..cell import CellConfig
 from ..cluster.base import Node
 from ..ports import free_port
 from .base import (LENET_AND_RESNET, Engine, Package, ProcessSpec, TrainOptions,
-                   gloo_interface)
+                   gloo_interface, parameter_server_nodes)
 
 INSTALL_HINT = ("run ./scripts/setup.sh (it installs the CPU build torch==2.13.0+cpu; "
                 "README: PyTorch on other machines)")
@@ -106,9 +106,7 @@ class TorchPSEngine(_TorchEngine):
                    "alone on one device)")
 
     def nodes_needed(self, cell: CellConfig) -> int:
-        if cell.devices == 1:
-            return 1
-        return cell.devices + 1 if cell.placement == "master" else cell.devices
+        return parameter_server_nodes(cell)
 
     def plan(self, cell: CellConfig, nodes: list[Node], cell_dir: Path,
              options: TrainOptions) -> list[ProcessSpec]:

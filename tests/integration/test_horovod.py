@@ -10,12 +10,10 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 
 from profiler.cluster.base import Node
@@ -25,7 +23,7 @@ from profiler.engines.horovod import HorovodEngine
 from profiler.errors import ClusterError, ConfigError
 from profiler.sweep.grid import CellConfig, validate
 from profiler.sweep.runner import run_cell
-from tests.conftest import need
+from tests.conftest import need, no_children_left
 
 pytestmark = pytest.mark.integration
 TINY = TrainOptions(val_samples=200)
@@ -41,10 +39,6 @@ def _cell(**kw) -> CellConfig:
     return validate(CellConfig(**{"engine": "horovod", "devices": 2, "batch": 32,
                                   "max_samples": 640, **kw}))
 
-
-def _no_children_left():
-    return [p for p in psutil.Process(os.getpid()).children(recursive=True)
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 def test_plan_is_a_rendezvous_and_one_worker_per_node(tmp_path):
@@ -105,7 +99,7 @@ def test_two_horovod_workers_train(tmp_path, model, layers, epochs):
     assert [(e["comm"], e["num_workers"]) for e in starts] == [("allreduce", 2)] * 2
     logs = sorted(p.name for p in (cell_dir / "logs").iterdir())
     assert logs == ["launcher-0.log", "worker-0.log", "worker-1.log"]
-    assert _no_children_left() == []
+    assert no_children_left() == []
 
 
 def test_sweep_mixes_parameter_server_and_horovod(tmp_path):

@@ -3,9 +3,7 @@ loopback, each in its own process group, every process reaped at the end."""
 
 from __future__ import annotations
 
-import os
 
-import psutil
 import pytest
 
 from profiler.cluster.local import LocalCluster
@@ -13,6 +11,7 @@ from profiler.engines.base import TrainOptions
 from profiler.engines.mxnet import MXNetEngine
 from profiler.sweep.grid import CellConfig, validate
 from profiler.sweep.runner import run_cell
+from tests.conftest import no_children_left
 
 pytestmark = pytest.mark.integration
 TINY = TrainOptions(val_samples=500)
@@ -25,10 +24,6 @@ def _run(tmp_path, timeout_s=240, **kw):
     return run_cell(cell, cluster, engine, tmp_path / cell.cell_id, TINY, sweep_id="t",
                     timeout_s=timeout_s, monitor_interval_s=None)
 
-
-def _no_children_left():
-    return [p for p in psutil.Process(os.getpid()).children(recursive=True)
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 # Enough steps for each model to learn the synthetic set well above chance (0.1):
@@ -59,7 +54,7 @@ def test_two_workers_train_above_chance(tmp_path, model, layers, sync):
         assert max(rec["val_accuracy_per_epoch"]) > 0.3, rec["val_accuracy_per_epoch"]
     logs = sorted(p.name for p in (tmp_path / rec["cell_id"] / "logs").iterdir())
     assert logs == ["scheduler-0.log", "server-0.log", "worker-0.log", "worker-1.log"]
-    assert _no_children_left() == []
+    assert no_children_left() == []
 
 
 def test_one_device_uses_local_kvstore(tmp_path):
@@ -78,7 +73,7 @@ def test_timeout_kills_every_process(tmp_path):
     rec = _run(tmp_path, timeout_s=3, model="resnet", layers=56, devices=2,
                max_samples=20000, epochs=5)
     assert rec["status"] == "timeout" and "--timeout 3" in rec["reason"]
-    assert _no_children_left() == []
+    assert no_children_left() == []
 
 
 def test_failing_worker_stops_the_cell_with_its_reason(tmp_path, monkeypatch):
@@ -93,4 +88,4 @@ def test_failing_worker_stops_the_cell_with_its_reason(tmp_path, monkeypatch):
                    monitor_interval_s=None)
     assert rec["status"] == "failed"
     assert rec["reason"].startswith("worker-0 exited 2") and "mnist" in rec["reason"].lower()
-    assert _no_children_left() == []
+    assert no_children_left() == []

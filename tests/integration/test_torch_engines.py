@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 
-import psutil
 import pytest
 
 from profiler.cluster.base import Node
@@ -19,7 +17,7 @@ from profiler.engines.base import TrainOptions
 from profiler.errors import ConfigError
 from profiler.sweep.grid import CellConfig, expand, validate
 from profiler.sweep.runner import run_cell
-from tests.conftest import need
+from tests.conftest import need, no_children_left
 from workloads.torch_ps import slices
 
 pytestmark = pytest.mark.integration
@@ -42,10 +40,6 @@ def _run(tmp_path, cell, timeout_s=240):  # one cell through the runner
     return run_cell(cell, cluster, engine, tmp_path / cell.cell_id, TINY, sweep_id="t",
                     timeout_s=timeout_s, monitor_interval_s=None)
 
-
-def _no_children_left():
-    return [p for p in psutil.Process(os.getpid()).children(recursive=True)
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 def _events(cell_dir, rank):
@@ -144,7 +138,7 @@ def test_two_workers_train_above_chance(two_workers, name):
     logs = sorted(p.name for p in (cell_dir / "logs").iterdir())
     assert logs == [f"server-{i}.log" for i in range(servers)] + ["worker-0.log",
                                                                   "worker-1.log"]
-    assert _no_children_left() == []
+    assert no_children_left() == []
 
 
 def test_parameter_server_and_allreduce_make_the_same_update(two_workers):
