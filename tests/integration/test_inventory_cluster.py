@@ -109,15 +109,22 @@ def test_status_shows_every_host(hosts):
     assert [r["name"] for r in rows] == ["n0", "n1", "n2"]
     for row in rows:
         assert row["reachable"] and row["edgeprof"] == __version__
-        assert row["mxnet"] is True and row["cpus"] >= 1 and row["memory_mb"] > 100
-        assert row["mxnet_dist"] is True  # the x86-64 wheel has the parameter server
+        assert row["cpus"] >= 1 and row["memory_mb"] > 100
+        engines = row["engines"]
+        # Each engine's own check, run on the host: the x86-64 MXNet wheel has the
+        # parameter server, Horovod is built with Gloo, torch imports and multiplies.
+        assert engines["mxnet"] == {"ok": True, "dist_kvstore": True}, engines
+        assert engines["horovod"]["ok"] and engines["torch"]["ok"], engines
+        assert engines["torch-ddp"]["ok"], engines
         # PID 1 here is not systemd: the agent service's state cannot be known.
         assert row["agent"] == "unknown"
     table = subprocess.run([*EDGEPROF, "cluster", "status", "--inventory",
                             str(hosts["inventory"])], cwd=ROOT, capture_output=True,
                            text=True, timeout=120)
     assert table.returncode == 0 and "10.213.0.2" in table.stdout
-    assert " dist " in table.stdout.splitlines()[1], table.stdout
+    header, first = table.stdout.splitlines()[:2]
+    assert header.split()[7:12] == ["mxnet", "horovod", "torch", "torch-ddp", "agent"], header
+    assert first.split()[6:10] == ["yes"] * 4, table.stdout
 
 
 def test_mxnet_and_horovod_cells_over_ssh(hosts, tmp_path):
@@ -150,6 +157,28 @@ def test_mxnet_and_horovod_cells_over_ssh(hosts, tmp_path):
     for node in ("n0", "n1", "n2"):
         remote = hosts["work"] / f"remote-{node}" / "sweep" / "cells"
         assert not remote.exists() or not any(remote.glob("*/*/*"))
+    assert _wait_gone(hosts, str(out), "remote-n") == []
+
+
+def test_torch_cells_over_ssh(hosts, tmp_path):
+    """The torch parameter server (sync and async: the server on the master n0, workers
+    on n1 and n2) and DDP over SSH, Gloo bound to each node's interface."""
+    out = tmp_path / "sweep"
+    done = _sweep(hosts, out, "--devices", "2", "--batch", "32", "--max-samples", "256",
+                  "--engine", "torch,torch-ddp", "--sync", "sync,async", "--interval", "0.5",
+                  timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["engine"], r["sync"]) for r in records) == [
+        ("torch", "async"), ("torch", "sync"), ("torch-ddp", "sync")]
+    for rec in records:
+        assert rec["status"] == "ok", rec["reason"]
+        assert rec["cluster"] == "inventory" and rec["syncs_per_worker"] == 4
+        cell = out / "cells" / rec["cell_id"] / "attempt-1"
+        logs = sorted(p.name for p in (cell / "logs").iterdir()
+                      if not p.name.startswith("agent-"))
+        servers = ["server-0.log"] if rec["engine"] == "torch" else []
+        assert logs == servers + ["worker-0.log", "worker-1.log"], logs
     assert _wait_gone(hosts, str(out), "remote-n") == []
 
 
