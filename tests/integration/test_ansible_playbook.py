@@ -352,19 +352,47 @@ def test_grafana_provisioning_files(tmp_path):
         p.name for p in (ROOT / "dashboards").glob("*.json"))
 
 
-def test_sweep_runs_on_the_provisioned_nodes(provisioned, tmp_path):
+def test_torch_is_a_stock_wheel_installed_without_compiling(provisioned):
+    """The trainer role installs torch's CPU build from the wheelhouse (offline: pip
+    --no-index), a wheel, so no compiler runs; the node's venv imports it with Gloo."""
+    work = provisioned["work"]
+    first, _ = provisioned["runs"][0]
+    installed = _task(first.stdout, "trainer : Install edgeprof with its engines (MXNet 1.9.1, "
+                                    "torch, NumPy < 1.24)")
+    assert "changed: [n0]" in installed and "changed: [n1]" in installed
+    for node in ("n0", "n1"):
+        node_python = work / node / "venv" / "bin" / "python"
+        shown = subprocess.run(
+            [str(node_python), "-c", "import torch, torch.distributed as d; "
+             "print(torch.__version__, d.is_gloo_available())"],
+            capture_output=True, text=True, timeout=120, env=_env(work))
+        assert shown.stdout.split() == ["2.13.0+cpu", "True"], shown.stderr[-2000:]
+        # A wheel's files only: nothing was built on the node (a compiled build leaves its
+        # build tree's record and no RECORD of a downloaded wheel's WHEEL tag).
+        wheel_tag = next((work / node / "venv").glob(
+            "lib/python3*/site-packages/torch-*.dist-info/WHEEL")).read_text()
+        assert "Root-Is-Purelib: false" in wheel_tag and "manylinux" in wheel_tag
+    wheelhouse = sorted(p.name for p in (work / "wheels").glob("torch-*.whl"))
+    assert wheelhouse == ["torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"], wheelhouse
+
+
+@pytest.mark.parametrize("engine", ["mxnet", "torch,torch-ddp"])
+def test_sweep_runs_on_the_provisioned_nodes(provisioned, tmp_path, engine):
     out = tmp_path / "sweep"
     done = subprocess.run(
         [*EDGEPROF, "sweep", "--cluster", "inventory", "--inventory",
          str(provisioned["inventory"]), "--model", "lenet-mlp", "--dataset", "fashion-mnist",
-         "--data-dir", str(FASHION_DIR.parent),
+         "--data-dir", str(FASHION_DIR.parent), "--engine", engine,
          "--devices", "2", "--placement", "colocated", "--batch", "32", "--max-samples",
          "256", "--val-samples", "64", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    record = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
-    assert record["status"] == "ok", record["reason"]
-    assert record["metrics_nodes"] == 2
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["engine"] for r in records) == sorted(engine.split(","))
+    for record in records:
+        assert record["status"] == "ok", record["reason"]
+        assert record["metrics_nodes"] == 2
+    record = records[-1]
     # The playbook put the data on each node, where --data-dir points on that host.
     assert record["dataset"] == "fashion-mnist"
     for node in ("n0", "n1"):
