@@ -40,5 +40,16 @@ def distributions(names: Iterable[str]) -> list[str]:
 
 
 def host_check(names: Iterable[str]) -> dict[str, dict]:
-    """Run on a node: each engine's ``probe_host`` answer (the inventory check)."""
-    return {name: get_engine(name).probe_host() for name in names}
+    """Run on a node: each engine's ``probe_host`` answer (the inventory check).
+
+    Engines that share a check (``torch`` and ``torch-ddp``: importing torch takes
+    seconds on a Pi) run it once.
+    """
+    answers: dict[str, dict] = {}
+    by_check: dict = {}
+    for name in names:
+        probe = type(get_engine(name)).probe_host
+        if probe not in by_check:
+            by_check[probe] = get_engine(name).probe_host()
+        answers[name] = by_check[probe]
+    return answers

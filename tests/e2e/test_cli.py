@@ -28,7 +28,7 @@ EDGEPROF = [sys.executable, "-m", "profiler.cli"]
     (["--devices", "0"], ["--devices 0"]),
     (["--model", "alexnet"], ["alexnet", "lenet-mlp, lenet-cnn, resnet"]),
     (["--sync", "eventual"], ["eventual", "sync"]),
-    (["--engine", "horovod", "--sync", "async", "--devices", "2"], ["synchronous only"]),
+    (["--engine", "horovod", "--sync", "async", "--devices", "2"], ["horovod trains sync only"]),
     (["--data-dir", "/nonexistent/data"], ["/nonexistent/data", "edgeprof data fetch"]),
     (["--batch", "abc"], ["--batch 'abc'"]),
 ])

@@ -90,10 +90,10 @@ def test_a_role_killed_mid_cell_fails_the_cell_naming_it(tmp_path, engine, role)
 
 def test_a_torch_cell_past_its_timeout_is_stopped_and_the_next_runs(tmp_path):
     """A torch parameter-server cell (server and two workers, Gloo) that would train for
-    minutes, under ``--timeout 15``: ``timeout`` at its limit, every process gone; the
+    minutes, under ``--timeout 8``: ``timeout`` at its limit, every process gone; the
     short cell after it runs ``ok``."""
     out = tmp_path / "sweep"
-    timeout_s = 15
+    timeout_s = 8
     cmd = [*EDGEPROF, "sweep", "--engine", "torch", "--model", "lenet-mlp", "--devices", "2",
            "--batch", "2,64", "--max-samples", "30000", "--val-samples", "200",
            "--no-agent", "--timeout", str(timeout_s), "--out", str(out)]
