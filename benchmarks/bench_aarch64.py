@@ -39,7 +39,10 @@ import zipfile
 from pathlib import Path
 
 ROOT_DIR = Path(__file__).resolve().parents[1]
-DEBIAN_PACKAGES = ("qemu-user-static", "mmdebstrap", "arch-test", "binfmt-support")
+DEBIAN_PACKAGES = ("qemu-user-static", "mmdebstrap", "arch-test")
+# qemu-user-static's registration (systemd-binfmt's format, which binfmt_misc takes as is):
+# without systemd as PID 1 nobody loads it, so this script does.
+BINFMT_CONF = Path("/usr/lib/binfmt.d/qemu-aarch64.conf")
 ROOT_PACKAGES = "python3,python3-venv,python3-pip,ca-certificates,binutils"
 SRC, VENV = "/opt/edgeprof-src", "/opt/edgeprof-venv"
 CPU = "cortex-a53"  # the Pi 3B's core; QEMU's default "max" has every newer extension
@@ -54,7 +57,8 @@ def run(argv, **kw) -> subprocess.CompletedProcess:
 
 
 def ensure_tools() -> None:
-    missing = [p for p in DEBIAN_PACKAGES if run(["dpkg-query", "-W", p]).returncode != 0]
+    missing = [p for p in DEBIAN_PACKAGES if "install ok installed" not in
+               run(["dpkg-query", "-W", "-f=${Status}", p]).stdout]
     if missing:
         log(f"installing {' '.join(missing)}")
         subprocess.run(["apt-get", "update", "-q"], check=True, capture_output=True)
@@ -82,8 +86,8 @@ class Mounts:
 
 def ensure_binfmt(mounts: Mounts) -> None:
     mounts.mount(["-t", "binfmt_misc", "binfmt_misc"], "/proc/sys/fs/binfmt_misc")
-    if not Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists():
-        run(["update-binfmts", "--enable", "qemu-aarch64"])
+    if not Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists() and BINFMT_CONF.exists():
+        Path("/proc/sys/fs/binfmt_misc/register").write_text(BINFMT_CONF.read_text().strip())
     if not Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists():
         sys.exit("qemu-aarch64 is not registered with binfmt_misc: reinstall qemu-user-static")
 
@@ -100,7 +104,8 @@ def ensure_root(root: Path) -> float:
 
 def chroot(root: Path, command: str, timeout: float = 1800,
            env: dict | None = None) -> subprocess.CompletedProcess:
-    base = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root", "QEMU_CPU": CPU,
+    base = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": "/root", "QEMU_CPU": CPU,
             "PIP_CACHE_DIR": "/var/cache/pip", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
             "OMP_NUM_THREADS": "1"}
     return run(["chroot", str(root), "/bin/sh", "-c", command], timeout=timeout,

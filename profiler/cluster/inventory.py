@@ -268,7 +268,7 @@ def check_hosts(hosts: Sequence[Host], cells: Sequence[CellConfig] = (),
             if problem:
                 raise ClusterError(f"host {host.name} cannot run --engine {name} in "
                                    f"{host.python}: {problem} (provision it with "
-                                   "ansible/site.yml; docs/raspberry-pi.md)")
+                                   "ansible/site.yml)")
     return answers
 
 
