@@ -2,7 +2,7 @@
 
 Two uses, both small:
 
-- a worker: ``workloads.train --kvstore horovod`` calls ``init()`` then ``trainer()``;
+- a worker: ``workloads.train --comm allreduce`` calls ``init()`` then ``trainer()``;
   rank and size come from the ``HOROVOD_*`` environment the engine
   (``profiler.engines.horovod``) sets, the way ``horovodrun --gloo`` sets it.
 - the launcher: ``python -m workloads.hvd --hosts local0:1,local1:1 --port P`` runs

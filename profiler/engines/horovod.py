@@ -12,7 +12,7 @@ lets the cluster do step 3:
 - one ``launcher`` process on node 0 (``python -m workloads.hvd``) runs Horovod's own
   ``RendezvousHTTPServer`` with the slot plan from ``get_host_assignments``; it is not
   decisive: the runner stops it once the workers are done;
-- one ``worker`` per node runs ``workloads.train --kvstore horovod`` with the variables
+- one ``worker`` per node runs ``workloads.train --comm allreduce`` with the variables
   Horovod's ``gloo_run`` gives each slot (``create_slot_env_vars`` and
   ``create_run_env_vars``, called here, not copied).
 
