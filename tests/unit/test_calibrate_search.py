@@ -48,3 +48,16 @@ def test_gives_up_after_the_steps_allowed():
 
     with pytest.raises(NotSettled, match="did not settle"):
         _search(measure, Workload(), 100.0, 0.2, 0.05, lambda line: None)
+
+
+def test_a_workload_names_the_engine_the_board_was_measured_with():
+    from profiler.calibrate import Workload
+    from profiler.errors import ConfigError
+
+    torch_cnn = Workload.parse("lenet-cnn", 64, "torch")
+    assert torch_cnn.cell(640).engine == "torch" and torch_cnn.cell(640).devices == 1
+    assert torch_cnn.label == "lenet-cnn batch 64 (torch)"
+    assert Workload.parse("mobilenetv2", 32, "torch-ddp").model == "mobilenetv2"
+    assert Workload.parse("resnet-32", 32).label == "resnet-32 batch 32"  # MXNet by default
+    with pytest.raises(ConfigError, match="unknown workload 'mobilenetv2' for --engine mxnet"):
+        Workload.parse("mobilenetv2", 32)
