@@ -82,7 +82,6 @@ class TorchWorker(Worker):
     def train_epoch(self, epoch: int, on_first_step) -> tuple[float, float]:
         import torch
 
-        batch = self.args.batch
         self.model.train()
         loss_sum = torch.zeros(())
         tail_sum = torch.zeros(())
