@@ -49,6 +49,7 @@ def init_gloo() -> tuple[int, int]:
 
 class TorchWorker(Worker):
     framework = "torch"
+    teardown = False
 
     def __init__(self, args):
         super().__init__(args)
@@ -116,12 +117,6 @@ class TorchWorker(Worker):
                 correct += int((out.argmax(dim=1).numpy() == labels).sum())
         self.model.train()
         return correct / max(len(self.data.x_test), 1)
-
-    def finish(self) -> None:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
 
 
 def env_int(name: str) -> int:

@@ -11,7 +11,11 @@ optimizer and how each engine scales the step is ``workloads.optim``.
 
 Exit status: 0 ok, 2 data/config error, 3 out of memory, 1 anything else. On an error
 the process leaves with ``os._exit``: a normal exit would run the KVStore's, Horovod's
-or Gloo's shutdown, which wait forever for the workers still training.
+or Gloo's shutdown, which wait forever for the workers still training. A torch process
+leaves that way after a clean end too (``Worker.teardown`` False): the interpreter's
+teardown destroys DDP's reducer and Gloo's threads in no set order, and a joinable
+``std::thread`` destroyed on the way aborted a worker that had finished training
+(SIGABRT, "terminate called without an active exception": a CI run lost a cell so).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from . import optim
 FRAMEWORKS = ("mxnet", "torch")
 COMMS = ("local", "ps-sync", "ps-async", "allreduce")
 ROLES = ("worker", "server")
+PARTITIONS = ("shard", "replicate")
 # What the engines put in the environment of a distributed process, by framework.
 RENDEZVOUS_VARIABLES = {
     ("mxnet", "ps"): ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
@@ -69,6 +74,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="data folder (see workloads.datasets)")
     parser.add_argument("--dataset", default="auto",
                         help="auto or a name of workloads.datasets.NAMES")
+    parser.add_argument("--data-partition", choices=PARTITIONS, default="shard",
+                        help="shard: this worker trains its 1/N of the training set; "
+                             "replicate: all of it")
     parser.add_argument("--val-samples", type=int, default=None,
                         help="cap the test set used for validation accuracy")
     args = parser.parse_args(argv)
@@ -126,7 +134,7 @@ def _one_line(exc: BaseException) -> str:
     return reason if reason.startswith(name) else f"{name}: {reason}"
 
 
-def _fail(events, kind: str, message: str, code: int) -> None:
+def _leave(events, kind: str, message: str, code: int) -> None:
     if events is not None:
         events.emit("error", kind=kind, message=message)
     sys.stdout.flush()
@@ -148,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.role == "server":
             from .torch_ps import serve
             serve(args)
-            _fail(None, "", "", EXIT_OK)  # skip Gloo's teardown, as a worker's error does
+            _leave(None, "", "", EXIT_OK)  # skip Gloo's teardown (module doc)
         worker = worker_class(args.framework, args.comm)(args)
         worker.join()
         events = EventWriter(args.events_dir, worker.rank)
@@ -156,13 +164,15 @@ def main(argv: list[str] | None = None) -> int:
         worker.run(events)
     except EdgeprofError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        _fail(events, "data", str(exc), EXIT_CONFIG)
+        _leave(events, "data", str(exc), EXIT_CONFIG)
     except Exception as exc:  # noqa: BLE001 - every failure must reach the events
         traceback.print_exc()
         oom = isinstance(exc, MemoryError) or (worker is not None and worker.is_oom(exc))
         kind, code = ("oom", EXIT_OOM) if oom else ("error", EXIT_ERROR)
-        _fail(events, kind, _one_line(exc), code)
+        _leave(events, kind, _one_line(exc), code)
     events.close()
+    if not worker.teardown:
+        _leave(None, "", "", EXIT_OK)  # every event is written: skip the teardown
     return EXIT_OK
 
 

@@ -8,8 +8,13 @@ steps: ``join`` (learn rank and size: blocks until every process of the cell is 
 once start-up is over, the ``start``, ``first_step``, ``epoch`` and ``end`` events with
 the same fields, training time and CPU time measured around the same code.
 
-Data: each worker trains on its own contiguous 1/N shard with the same number of steps
-per epoch (a sync barrier deadlocks otherwise), reading uint8 images and normalizing
+Data (``--data-partition``): with ``shard`` each worker trains on its own contiguous
+1/N shard with the same number of steps per epoch (a sync barrier deadlocks otherwise):
+an epoch is one pass over the set by the cell, N x fewer steps per worker than alone,
+each a global batch of N x ``--batch``. With ``replicate`` every worker trains the
+whole set in its own shuffled order (MXNet's MNIST example, which the study ran): an
+epoch is one pass per worker, as many steps as one device takes, each a global batch of
+N x ``--batch``, so N x the samples of a sharded epoch. Images are uint8, normalized
 one batch at a time. Rank 0 measures validation accuracy after every epoch. Each epoch
 event carries the training loss (the epoch's mean, and the mean over its last quarter of
 steps, which the controller uses to tell a run that learns from one that diverged).
@@ -36,6 +41,9 @@ class Worker:
     """One worker's training run; the attributes are what the events report."""
 
     framework = ""
+    # Whether the process runs the interpreter's teardown after a clean end: MXNet's
+    # KVStore stops its servers there; torch's teardown can abort (``workloads.train``).
+    teardown = True
 
     def __init__(self, args: argparse.Namespace):
         self.args = args
@@ -74,8 +82,11 @@ class Worker:
         from . import datasets
 
         args = self.args
+        # replicate: every worker loads the whole set, as one worker alone would.
+        rank, parts = ((self.rank, self.num_workers) if args.data_partition == "shard"
+                       else (0, 1))
         self.data = datasets.load(args.model, args.data_dir, args.max_samples,
-                                  args.val_samples, args.seed, self.rank, self.num_workers,
+                                  args.val_samples, args.seed, rank, parts,
                                   raw=True, dataset=args.dataset)
         self.steps_per_epoch = len(self.data.x_train) // args.batch
         if self.steps_per_epoch == 0:
@@ -83,6 +94,16 @@ class Worker:
                               f"of {args.batch}: raise --max-samples or lower --batch")
         self.tail_start = self.steps_per_epoch - max(1, self.steps_per_epoch // 4)
         self.build()
+
+    def data_digest(self) -> str:
+        """A short hash of the training samples this worker holds: equal across the
+        workers of a replicated cell, different between shards."""
+        import hashlib
+
+        digest = hashlib.blake2b(digest_size=8)
+        digest.update(np.ascontiguousarray(self.data.x_train).data)
+        digest.update(np.ascontiguousarray(self.data.y_train).data)
+        return digest.hexdigest()
 
     def batches(self, epoch: int):
         """``(step, images, labels)`` of one epoch: normalized float32 NCHW images and
@@ -111,6 +132,8 @@ class Worker:
         events.emit("start", num_workers=self.num_workers, framework=self.framework,
                     comm=args.comm, model=args.model, layers=args.layers, batch=args.batch,
                     dataset=self.data.name, train_samples=self.data.train_total,
+                    data_partition=args.data_partition,
+                    worker_samples=len(self.data.x_train), data_digest=self.data_digest(),
                     val_samples=len(self.data.x_test), steps_per_epoch=self.steps_per_epoch,
                     lr=args.lr, lr_applied=self.lr_applied, lr_scaling=args.lr_scaling,
                     momentum=args.momentum, wd=args.wd,
