@@ -1,35 +1,45 @@
 """The Pi's install path for real, without a Pi: an arm64 Debian under qemu as a Cortex-A53.
 
-What the Ansible ``trainer`` role installs on an aarch64 node for the torch engines is
+What the Ansible ``trainer`` role installs on an aarch64 node for the torch engines
+(edgeprof's wheel with its ``torch`` extra, ``torch==2.9.1`` from PyPI, NumPy < 1.24) is
 installed into an arm64 Debian bookworm root (what Raspberry Pi OS is built on), made
 from Debian's archive with ``mmdebstrap``, and run through Debian's ``qemu-user-static``
 with ``QEMU_CPU=cortex-a53``, the Pi 3B's core (ARMv8.0, as the Pi 4's A72). Then:
 
 1. the inventory host check for the torch engines (``profiler.engines.host_check``:
    torch imported, Gloo there, two matrices multiplied, in a child process);
-2. a tiny 2-worker cell of each torch engine (``edgeprof run``, local cluster inside the
-   root: a parameter server and two workers over Gloo; DDP), which must end ``ok``;
-3. ``--torch-refused 2.10.0``: the host check on a torch said to die with SIGILL on
-   ARMv8.0 cores (pytorch#174344): refused in one line if qemu's Cortex-A53 model traps
-   it as the board does, else it says it ran;
+2. a tiny 2-worker cell of each torch engine (``edgeprof run`` on the local cluster
+   inside the root: a parameter server and two workers over Gloo; DDP), which must end
+   ``ok``;
+3. ``--torch-refused 2.10.0``: the host check on a torch reported to die with SIGILL on
+   ARMv8.0 cores (pytorch#174344, #176993), under each of ``--cpus`` (the Pi 3B's A53,
+   the Pi 4's A72, the Pi 5's A76, QEMU's ``max``): refused in one line where qemu's
+   CPU model traps it as a board would, with the Python frame that died;
 4. PyPI's aarch64 ``mxnet==1.9.1``: the libraries its ``libmxnet.so`` needs that the
-   wheel does not ship, whether the binary holds the distributed KVStore, and what
-   ``import mxnet`` says in the root.
+   wheel does not ship, whether the binary holds the distributed KVStore (ps-lite,
+   ZeroMQ, ``KVStoreDist``; beside the same counts for this machine's MXNet, when it
+   has one), and what ``import mxnet`` says in the root.
 
-Run as root (binfmt_misc, chroot, mounts); about 10 minutes the first time (the root, two
-torch installs under emulation), less with ``--root`` kept from a run before::
+Run as root (binfmt_misc, chroot, mounts)::
 
-    sudo .venv/bin/python benchmarks/bench_aarch64.py [--root /var/tmp/edgeprof-arm64]
+    sudo .venv/bin/python benchmarks/bench_aarch64.py [--root DIR] [--keep]
 
-It prints one line per check and a summary table; exit status 1 if the torch check or a
-cell fails. Downloads are cached in ``ROOT/var/cache/pip``. Mounts it made are undone.
+Without ``--root`` the root is made in a new folder under /var/tmp and removed at the
+end unless ``--keep``; a ``--root`` is made if it holds none, reused if it does, and
+kept. Every wheel downloaded stays in ``ROOT/var/cache/edgeprof-wheels`` and is not
+fetched again (pip's own HTTP cache cannot help where a proxy strips the caching
+headers). About 12 minutes on a fresh root on 2 x86 cores, 4 on a reused one. It
+prints a line per step and a summary table; exit status 1 if the torch host check or a
+cell fails. The mounts it made are undone, also on failure.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,28 +53,31 @@ DEBIAN_PACKAGES = ("qemu-user-static", "mmdebstrap", "arch-test")
 # qemu-user-static's registration (systemd-binfmt's format, which binfmt_misc takes as is):
 # without systemd as PID 1 nobody loads it, so this script does.
 BINFMT_CONF = Path("/usr/lib/binfmt.d/qemu-aarch64.conf")
-ROOT_PACKAGES = "python3,python3-venv,python3-pip,ca-certificates,binutils"
-SRC, VENV = "/opt/edgeprof-src", "/opt/edgeprof-venv"
+BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
+ROOT_PACKAGES = "python3,python3-venv,python3-pip,ca-certificates"
+# Inside the root.
+SRC, VENV, WHEELHOUSE = "/opt/edgeprof-src", "/opt/edgeprof-venv", "/var/cache/edgeprof-wheels"
+OWN_WHEEL = "/opt/edgeprof-wheel"  # this run's edgeprof wheel, alone
 CPU = "cortex-a53"  # the Pi 3B's core; QEMU's default "max" has every newer extension
+CPUS = "cortex-a53,cortex-a72,cortex-a76,max"  # Pi 3B, Pi 4, Pi 5, every extension
+# Host settings pip inside the root gets too (a mirror or a proxy a CI sets).
+PASS_ENV = ("PIP_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_DEFAULT_TIMEOUT", "http_proxy",
+            "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
+SMOKE = "import torch; a = torch.ones(64, 64); print(torch.__version__, float((a @ a).sum()))"
+STARTED = time.monotonic()
 
 
 def log(line: str) -> None:
-    print(line, flush=True)
+    print(f"[{time.monotonic() - STARTED:6.0f} s] {line}", flush=True)
 
 
 def run(argv, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(argv, text=True, capture_output=True, **kw)
 
 
-def ensure_tools() -> None:
-    missing = [p for p in DEBIAN_PACKAGES if "install ok installed" not in
-               run(["dpkg-query", "-W", "-f=${Status}", p]).stdout]
-    if missing:
-        log(f"installing {' '.join(missing)}")
-        subprocess.run(["apt-get", "update", "-q"], check=True, capture_output=True)
-        subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
-                       check=True, capture_output=True,
-                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+def tail(text: str, lines: int = 1, width: int = 300) -> str:
+    kept = [line for line in (text or "").splitlines() if line.strip()]
+    return " | ".join(kept[-lines:])[-width:] if kept else ""
 
 
 class Mounts:
@@ -73,7 +86,8 @@ class Mounts:
     def __init__(self):
         self.done: list[str] = []
 
-    def mount(self, argv: list[str], target: str) -> None:
+    def mount(self, argv: list[str], target: Path | str) -> None:
+        target = str(target)
         if run(["mountpoint", "-q", target]).returncode == 0:
             return
         subprocess.run(["mount", *argv, target], check=True)
@@ -81,15 +95,43 @@ class Mounts:
 
     def undo(self) -> None:
         for target in reversed(self.done):
-            run(["umount", "-l", target])
+            # -l detaches the whole tree at once (a busy /dev/pts of a child left behind
+            # must not keep /dev mounted inside a root that may be removed next).
+            if run(["umount", "-l", target]).returncode != 0:
+                log(f"could not unmount {target}")
+        self.done.clear()
+
+
+def mounted_under(root: Path) -> list[str]:
+    """Mount points at or below ``root`` (from /proc/self/mountinfo)."""
+    prefix = str(root.resolve())
+    points = [line.split()[4].encode().decode("unicode_escape")
+              for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    return [p for p in points if p == prefix or p.startswith(prefix + "/")]
+
+
+def ensure_tools() -> None:
+    missing = [p for p in DEBIAN_PACKAGES if "install ok installed" not in
+               run(["dpkg-query", "-W", "-f=${Status}", p]).stdout]
+    if missing:
+        log(f"installing {' '.join(missing)} (apt-get)")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for argv in (["apt-get", "update", "-q"],
+                     ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]):
+            done = run(argv, env=env)
+            if done.returncode != 0:
+                sys.exit(f"{' '.join(argv)} failed: {tail(done.stderr, 3)}")
 
 
 def ensure_binfmt(mounts: Mounts) -> None:
-    mounts.mount(["-t", "binfmt_misc", "binfmt_misc"], "/proc/sys/fs/binfmt_misc")
-    if not Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists() and BINFMT_CONF.exists():
-        Path("/proc/sys/fs/binfmt_misc/register").write_text(BINFMT_CONF.read_text().strip())
-    if not Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists():
+    mounts.mount(["-t", "binfmt_misc", "binfmt_misc"], BINFMT_DIR)
+    entry = BINFMT_DIR / "qemu-aarch64"
+    if not entry.exists() and BINFMT_CONF.exists():
+        (BINFMT_DIR / "register").write_text(BINFMT_CONF.read_text().strip())
+    if not entry.exists():
         sys.exit("qemu-aarch64 is not registered with binfmt_misc: reinstall qemu-user-static")
+    if "enabled" not in entry.read_text():
+        entry.write_text("1")
 
 
 def ensure_root(root: Path) -> float:
@@ -97,170 +139,338 @@ def ensure_root(root: Path) -> float:
         return 0.0
     log(f"making an arm64 Debian bookworm root in {root} (mmdebstrap)")
     t0 = time.monotonic()
-    subprocess.run(["mmdebstrap", "--arch=arm64", "--variant=apt", f"--include={ROOT_PACKAGES}",
-                    "bookworm", str(root)], check=True, capture_output=True)
+    done = run(["mmdebstrap", "--arch=arm64", "--variant=apt", f"--include={ROOT_PACKAGES}",
+                "bookworm", str(root)])
+    if done.returncode != 0:
+        sys.exit(f"mmdebstrap failed: {tail(done.stderr, 5, 1500)}")
     return time.monotonic() - t0
 
 
-def chroot(root: Path, command: str, timeout: float = 1800,
+def chroot(root: Path, argv: list[str], timeout: float = 1800, cpu: str = CPU,
            env: dict | None = None) -> subprocess.CompletedProcess:
+    """``argv`` in the root (working directory /) under QEMU_CPU=``cpu``."""
     base = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "HOME": "/root", "QEMU_CPU": CPU,
-            "PIP_CACHE_DIR": "/var/cache/pip", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-            "OMP_NUM_THREADS": "1"}
-    return run(["chroot", str(root), "/bin/sh", "-c", command], timeout=timeout,
-               env={**base, **(env or {})})
+            "HOME": "/root", "LANG": "C.UTF-8", "QEMU_CPU": cpu,
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1",
+            "PIP_ROOT_USER_ACTION": "ignore", "OMP_NUM_THREADS": "1",
+            **{k: os.environ[k] for k in PASS_ENV if k in os.environ}}
+    chroot_bin = shutil.which("chroot") or "/usr/sbin/chroot"
+    try:
+        return run([chroot_bin, str(root), *argv], timeout=timeout, env={**base, **(env or {})})
+    except subprocess.TimeoutExpired as exc:
+        return subprocess.CompletedProcess(exc.cmd, 124, "", f"timed out after {timeout:.0f} s")
 
 
-def install_edgeprof(root: Path) -> float:
-    """This checkout's edgeprof with its torch extra, as the trainer role installs it on
-    an aarch64 node (constraints.txt picks torch==2.9.1 there)."""
-    shutil.rmtree(root / SRC.lstrip("/"), ignore_errors=True)
-    (root / SRC.lstrip("/")).mkdir(parents=True)
+def pip(root: Path, python: str, *args: str) -> subprocess.CompletedProcess:
+    return chroot(root, [python, "-m", "pip", *args])
+
+
+def fresh_venv(root: Path, venv: str) -> None:
+    shutil.rmtree(root / venv.lstrip("/"), ignore_errors=True)
+    done = chroot(root, ["python3", "-m", "venv", venv])
+    if done.returncode != 0:
+        sys.exit(f"python3 -m venv {venv} failed in the root: {tail(done.stderr, 3)}")
+
+
+def fetch(root: Path, requirements: list[str], constraints: str | None = None) -> float:
+    """Download ``requirements`` (and their dependencies) into the wheelhouse; files there
+    already are not fetched again. Returns the seconds taken."""
+    t0 = time.monotonic()
+    args = ["download", "-q", "--only-binary=:all:", "-d", WHEELHOUSE,
+            "--find-links", OWN_WHEEL, "--find-links", WHEELHOUSE]
+    if constraints:
+        args += ["-c", constraints]
+    done = pip(root, "python3", *args, *requirements)
+    # This run's edgeprof is installed from OWN_WHEEL only: a copy kept here would carry
+    # the same name as the next run's and shadow it.
+    for copy in (root / WHEELHOUSE.lstrip("/")).glob("edgeprof-*.whl"):
+        copy.unlink()
+    if done.returncode != 0:
+        raise RuntimeError(tail(done.stderr, 2))
+    return time.monotonic() - t0
+
+
+def install(root: Path, venv: str, requirements: list[str],
+            constraints: str | None = None) -> float:
+    """Install from the wheelhouse alone into ``venv`` (made anew)."""
+    fresh_venv(root, venv)
+    t0 = time.monotonic()
+    args = ["install", "-q", "--no-index", "--find-links", OWN_WHEEL, "--find-links", WHEELHOUSE]
+    if constraints:
+        args += ["-c", constraints]
+    done = pip(root, f"{venv}/bin/python", *args, *requirements)
+    if done.returncode != 0:
+        raise RuntimeError(tail(done.stderr, 3))
+    return time.monotonic() - t0
+
+
+def copy_edgeprof(root: Path) -> str:
+    """This checkout's committed tree into ROOT/opt/edgeprof-src, and its wheel (built
+    here, as the trainer role builds it on the controller) alone in OWN_WHEEL."""
+    src, wheel_dir = root / SRC.lstrip("/"), root / OWN_WHEEL.lstrip("/")
+    for folder in (src, wheel_dir):
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+    commit = run(["git", "-C", str(ROOT_DIR), "rev-parse", "--short", "HEAD"]).stdout.strip()
     tar = subprocess.run(["git", "-C", str(ROOT_DIR), "archive", "--format=tar", "HEAD"],
                          capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(root / SRC.lstrip("/"))], input=tar, check=True)
-    shutil.copy2("/etc/ssl/certs/ca-certificates.crt", root / "etc/ssl/certs/")
-    t0 = time.monotonic()
-    done = chroot(root, f"[ -x {VENV}/bin/python ] || python3 -m venv {VENV}; "
-                        f"cd {SRC} && {VENV}/bin/python -m pip install -q "
-                        f"-c constraints.txt '.[torch]'")
+    subprocess.run(["tar", "-x", "-C", str(src)], input=tar, check=True)
+    isolation = ([] if all(importlib.util.find_spec(m) for m in ("setuptools", "wheel"))
+                 else ["--use-pep517"])
+    done = run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                *(["--no-build-isolation"] if not isolation else []),
+                "-w", str(wheel_dir), str(src)])
     if done.returncode != 0:
-        sys.exit(f"pip install in the arm64 root failed:\n{done.stderr[-3000:]}")
-    return time.monotonic() - t0
+        sys.exit(f"building edgeprof's wheel failed: {tail(done.stderr, 3)}")
+    shutil.rmtree(src / "build", ignore_errors=True)
+    (root / WHEELHOUSE.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    shutil.copy2("/etc/ssl/certs/ca-certificates.crt", root / "etc/ssl/certs/")
+    return commit
 
 
-def host_check(root: Path, python: str) -> tuple[dict, float]:
+def versions(root: Path, venv: str, names: tuple[str, ...]) -> str:
+    done = chroot(root, [f"{venv}/bin/python", "-c",
+                         "import sys\nfrom importlib.metadata import version\n"
+                         "print(' '.join(f'{n}=={version(n)}' for n in sys.argv[1:]))",
+                         *names])
+    return done.stdout.strip() or tail(done.stderr)
+
+
+def host_check(root: Path, python: str, cpu: str = CPU) -> tuple[dict, float]:
+    """``profiler.engines.host_check(['torch'])`` with ``python`` under ``cpu``."""
     t0 = time.monotonic()
-    done = chroot(root, f"cd / && {python} -c \"import json; from profiler.engines import "
-                        f"host_check; print(json.dumps(host_check(['torch'])))\"",
-                  env={"PYTHONPATH": SRC})
+    done = chroot(root, [python, "-c", "import json\nfrom profiler.engines import host_check\n"
+                                       "print(json.dumps(host_check(['torch'])))"],
+                  cpu=cpu, env={"PYTHONPATH": SRC})
     took = time.monotonic() - t0
     try:
         return json.loads(done.stdout.strip().splitlines()[-1])["torch"], took
     except (ValueError, IndexError, KeyError):
-        return {"ok": False, "problem": (done.stderr or done.stdout)[-500:]}, took
+        return {"ok": False, "problem": f"the check failed: {tail(done.stderr, 2)}"}, took
 
 
-def torch_cell(root: Path, engine: str) -> tuple[str, float]:
+def dying_frame(root: Path, python: str, cpu: str) -> str:
+    """Where ``import torch`` and a matrix product die, from Python's faulthandler."""
+    done = chroot(root, [python, "-X", "faulthandler", "-c", SMOKE], cpu=cpu)
+    fatal = next((line.strip() for line in done.stderr.splitlines()
+                  if line.startswith("Fatal Python error")), "")
+    frames = [line.strip() for line in done.stderr.splitlines()
+              if line.strip().startswith("File ")]
+    frame = next((f for f in frames if "site-packages" in f), frames[0] if frames else "")
+    frame = re.sub(r'File ".*?/site-packages/', 'File "', frame)
+    return f"{fatal}; innermost frame: {frame}" if fatal else f"exit {done.returncode}"
+
+
+def torch_cell(root: Path, engine: str) -> tuple[str, bool, float]:
     out = f"/tmp/cell-{engine}"
+    shutil.rmtree(root / out.lstrip("/"), ignore_errors=True)
     t0 = time.monotonic()
-    done = chroot(root, f"rm -rf {out}; cd / && {VENV}/bin/edgeprof run --engine {engine} "
-                        f"--model lenet-mlp --devices 2 --batch 16 --max-samples 320 "
-                        f"--val-samples 100 --dataset synthetic --no-agent --out {out}",
-                  timeout=1800)
+    done = chroot(root, [f"{VENV}/bin/edgeprof", "run", "--engine", engine,
+                         "--model", "lenet-mlp", "--devices", "2", "--batch", "16",
+                         "--max-samples", "320", "--val-samples", "100",
+                         "--dataset", "synthetic", "--no-agent", "--out", out])
     took = time.monotonic() - t0
     records = root / out.lstrip("/") / "results.jsonl"
     if not records.exists():
-        return f"no record: {done.stderr.strip()[-300:]}", took
+        return f"no result: {tail(done.stderr, 2)}", False, took
     record = json.loads(records.read_text().splitlines()[-1])
+    ok = record["status"] == "ok"
     status = record["status"] + (f" ({record['reason']})" if record.get("reason") else "")
-    return status + f", {record.get('samples_per_s') or 0:.0f} samples/s", took
+    if ok:
+        status += (f": val acc {record.get('val_accuracy')}, first step after "
+                   f"{record.get('first_step_s', 0):.1f} s, training "
+                   f"{record.get('train_s', 0):.2f} s, {record.get('samples_per_s', 0):.0f}"
+                   " samples/s")
+    else:
+        for log_file in sorted((root / out.lstrip("/")).glob("cells/*/attempt-*/logs/*.log")):
+            log(f"  {log_file.name}: {tail(log_file.read_text(errors='replace'), 5, 800)}")
+    return status, ok, took
 
 
-def refused_torch(root: Path, version: str) -> tuple[str, float]:
+def refused_torch(root: Path, version: str, cpus: list[str]) -> list[tuple[str, str, float]]:
+    rows = []
     venv = f"/opt/torch-{version}"
-    t0 = time.monotonic()
-    done = chroot(root, f"[ -x {venv}/bin/python ] || python3 -m venv {venv}; "
-                        f"{venv}/bin/python -m pip install -q 'numpy<2' psutil "
-                        f"torch=={version}")
-    if done.returncode != 0:
-        return f"not installed: {done.stderr.strip().splitlines()[-1][:200]}", 0.0
-    answer, _ = host_check(root, f"{venv}/bin/python")
-    took = time.monotonic() - t0
-    if answer.get("ok"):
-        return (f"ran (qemu's {CPU} model does not trap what the board does): "
-                f"{answer.get('torch')}"), took
-    return f"refused: {answer.get('problem')}", took
+    try:
+        took = fetch(root, [f"torch=={version}", "numpy<2", "psutil"])
+        took += install(root, venv, [f"torch=={version}", "numpy<2", "psutil"])
+    except RuntimeError as exc:
+        return [(f"torch=={version}: install", f"not installed: {exc}", 0.0)]
+    rows.append((f"torch=={version}: pip download + install", "ok (PyPI serves an aarch64 "
+                 f"wheel: {versions(root, venv, ('torch',))})", took))
+    for cpu in cpus:
+        answer, took = host_check(root, f"{venv}/bin/python", cpu)
+        if answer.get("ok"):
+            outcome = f"ran: torch {answer.get('torch')} imported, Gloo, matrix product"
+        else:
+            outcome = f"refused: {answer.get('problem')}"
+            if "SIGILL" in outcome:
+                outcome += f" [{dying_frame(root, f'{venv}/bin/python', cpu)}]"
+        rows.append((f"torch=={version}: host check, QEMU_CPU={cpu}", outcome, took))
+        log(f"torch {version} under {cpu}: {outcome}")
+    return rows
 
 
-def mxnet_wheel(root: Path) -> list[tuple[str, str]]:
+def dist_kvstore_evidence(lib: Path) -> str:
+    """Counts, in one libmxnet.so, of what a build with USE_DIST_KVSTORE=1 holds."""
+    symbols = run(["nm", "-D", "--defined-only", str(lib)]).stdout.splitlines()
+    strings = run(["strings", "-n", "6", str(lib)]).stdout.splitlines()
+    exported = sum(1 for s in symbols if "KVStoreDist" in s or re.search(r"\bN?2ps\d", s))
+    zmq = sum(1 for s in strings if "zmq" in s.lower())
+    env = sum(1 for s in strings if s == "DMLC_PS_ROOT_URI")
+    asks = sorted({s.strip() for s in strings if "compile with USE_DIST_KVSTORE=1 to" in s})
+    return (f"{exported} exported KVStoreDist/ps:: symbols, {zmq} ZeroMQ strings, "
+            f"DMLC_PS_ROOT_URI {'read' if env else 'never read'}"
+            + (f"; says: {' / '.join(repr(a) for a in asks)}" if asks else ""))
+
+
+def debian_package(library: str) -> str:
+    """``library``, with the Debian package that ships it where this host has it."""
+    found = run(["dpkg", "-S", f"*/{library}"]).stdout.split(":")[0]
+    return f"{library} (Debian: {found})" if found else library
+
+
+def mxnet_wheel(root: Path) -> list[tuple[str, str, float]]:
     """What PyPI's aarch64 MXNet 1.9.1 needs, holds, and says on import."""
-    findings = []
-    cache = root / "var/cache/mxnet-wheel"
-    cache.mkdir(parents=True, exist_ok=True)
-    wheels = list(cache.glob("mxnet-1.9.1-*.whl"))
-    if not wheels:
-        run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-             "--platform", "manylinux2014_aarch64", "--python-version", "3.11", "-d", str(cache),
-             "mxnet==1.9.1"])
-        wheels = list(cache.glob("mxnet-1.9.1-*.whl"))
-    if not wheels:
-        return [("mxnet wheel", "PyPI served no aarch64 mxnet==1.9.1 here")]
-    with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(wheels[0]) as wheel:
-        wheel.extract("mxnet/libmxnet.so", tmp)
+    rows = []
+    t0 = time.monotonic()
+    try:
+        fetch(root, ["--no-deps", "mxnet==1.9.1", "numpy>=1.23.5,<1.24"])
+    except RuntimeError as exc:
+        return [("mxnet==1.9.1 aarch64 wheel", f"not downloaded: {exc}", 0.0)]
+    wheel = next((root / WHEELHOUSE.lstrip("/")).glob("mxnet-1.9.1-*aarch64.whl"))
+    rows.append(("mxnet==1.9.1: pip download", wheel.name, time.monotonic() - t0))
+    with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(wheel) as archive:
+        archive.extract("mxnet/libmxnet.so", tmp)
         lib = Path(tmp) / "mxnet/libmxnet.so"
-        needed = [line.split("[")[1].rstrip("]") for line in
-                  run(["readelf", "-d", str(lib)]).stdout.splitlines() if "NEEDED" in line]
-        shipped = {Path(n).name for n in wheel.namelist()}
-        missing = [n for n in needed if n not in shipped and n.startswith(("libarmpl", "libamath",
-                                                                          "libastring"))]
-        findings.append(("mxnet libmxnet.so needs, not shipped", ", ".join(missing) or "none"))
-        symbols = run(["nm", "-D", "--defined-only", str(lib)]).stdout
-        strings = run(["strings", str(lib)]).stdout
-        dist = sum(1 for s in symbols.splitlines() if "KVStoreDist" in s or "ps5Postoffice" in s)
-        findings.append(("mxnet dist KVStore symbols (KVStoreDist, ps::Postoffice)",
-                         f"{dist} exported; 'USE_DIST_KVSTORE' message "
-                         f"{'present' if 'USE_DIST_KVSTORE' in strings else 'absent'}"))
-    done = chroot(root, f"[ -x /opt/mxnet/bin/python ] || python3 -m venv /opt/mxnet; "
-                        f"/opt/mxnet/bin/python -m pip install -q --no-deps "
-                        f"/var/cache/mxnet-wheel/{wheels[0].name} 'numpy<1.24' "
-                        f"&& cd / && /opt/mxnet/bin/python -c 'import mxnet'")
-    lines = [l for l in (done.stderr or "").splitlines() if l.strip()]
-    findings.append(("import mxnet (arm64 root)",
-                     "ok" if done.returncode == 0 else (lines[-1] if lines else "failed")[:200]))
-    return findings
+        needed = re.findall(r"\(NEEDED\).*\[(.+?)\]", run(["readelf", "-d", str(lib)]).stdout)
+        shipped = {Path(n).name for n in archive.namelist()}
+        system = [n for n in needed if (root / "usr/lib/aarch64-linux-gnu" / n).exists()
+                  or (root / "lib/aarch64-linux-gnu" / n).exists()]
+        missing = [n for n in needed if n not in shipped and n not in system]
+        rows.append(("mxnet==1.9.1: libmxnet.so NEEDED, in neither wheel nor root",
+                     ", ".join(debian_package(n) for n in missing) or "none", 0.0))
+        rows.append(("mxnet==1.9.1 aarch64: distributed KVStore in libmxnet.so",
+                     dist_kvstore_evidence(lib), 0.0))
+    here = importlib.util.find_spec("mxnet")
+    if here and here.submodule_search_locations:
+        lib = Path(list(here.submodule_search_locations)[0]) / "libmxnet.so"
+        if lib.exists():
+            rows.append((f"control: this machine's MXNet ({os.uname().machine})",
+                         dist_kvstore_evidence(lib), 0.0))
+    t0 = time.monotonic()
+    try:
+        install(root, "/opt/mxnet", ["--no-deps", f"{WHEELHOUSE}/{wheel.name}",
+                                     "numpy>=1.23.5,<1.24"])
+        done = chroot(root, ["/opt/mxnet/bin/python", "-c", "import mxnet"])
+        outcome = "imports" if done.returncode == 0 else f"fails: {tail(done.stderr, 1, 200)}"
+    except RuntimeError as exc:
+        outcome = f"not installed: {exc}"
+    rows.append(("mxnet==1.9.1: import mxnet in the root", outcome, time.monotonic() - t0))
+    return rows
+
+
+def remove_root(root: Path) -> None:
+    left = mounted_under(root)
+    if left:
+        log(f"NOT removing {root}: still mounted there: {', '.join(left)}")
+        return
+    shutil.rmtree(root, ignore_errors=True)
+    log(f"removed {root}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=Path("/var/tmp/edgeprof-arm64"))
+    parser.add_argument("--root", type=Path,
+                        help="the arm64 root to make or reuse, and keep (default: a new "
+                             "folder under /var/tmp, removed at the end unless --keep)")
+    parser.add_argument("--keep", action="store_true", help="keep the root made without --root")
     parser.add_argument("--torch-refused", default="2.10.0",
-                        help="a torch said to die with SIGILL on ARMv8.0 ('' to skip)")
+                        help="a torch reported to die with SIGILL on ARMv8.0 ('' to skip)")
+    parser.add_argument("--cpus", default=CPUS,
+                        help=f"QEMU CPU models for that torch's host check [{CPUS}]")
+    parser.add_argument("--engines", default="torch,torch-ddp",
+                        help="the engines of the 2-worker cells [torch,torch-ddp]")
     parser.add_argument("--skip-mxnet", action="store_true")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root: binfmt_misc, chroot and mounts")
+    root = (args.root or Path(tempfile.mkdtemp(prefix="edgeprof-arm64-", dir="/var/tmp")))
+    root = root.resolve()
+    remove = args.root is None and not args.keep
     ensure_tools()
     mounts = Mounts()
     rows: list[tuple[str, str, float]] = []
     failed = False
     try:
         ensure_binfmt(mounts)
-        took = ensure_root(args.root)
-        rows.append(("arm64 bookworm root (mmdebstrap)", "made" if took else "reused", took))
-        for target, fs in (("proc", "proc"), ("sys", "sysfs")):
-            mounts.mount(["-t", fs, fs], str(args.root / target))
-        mounts.mount(["--rbind", "/dev"], str(args.root / "dev"))  # /dev/shm for torch
-        log(f"installing edgeprof[torch] in the root under QEMU_CPU={CPU}")
-        took = install_edgeprof(args.root)
-        version = chroot(args.root, f"{VENV}/bin/python -m pip show torch | sed -n 2p").stdout
-        rows.append((f"pip install edgeprof[torch] ({version.strip()})", "ok", took))
-        answer, took = host_check(args.root, f"{VENV}/bin/python")
-        rows.append(("host check, torch", "ok" if answer.get("ok") else
-                     f"REFUSED: {answer.get('problem')}", took))
-        failed |= not answer.get("ok")
-        log(f"host check: {answer}")
-        for engine in ("torch", "torch-ddp"):
-            status, took = torch_cell(args.root, engine)
-            rows.append((f"2-worker cell, --engine {engine}", status, took))
-            failed |= not status.startswith("ok")
-            log(f"{engine}: {status} in {took:.0f} s")
+        took = ensure_root(root)
+        rows.append(("arm64 bookworm root (mmdebstrap, Debian's archive)",
+                     "made" if took else "reused", took))
+        log(f"root {root}: {'made in %.0f s' % took if took else 'reused'}")
+        mounts.mount(["-t", "proc", "proc"], root / "proc")
+        mounts.mount(["-t", "sysfs", "sysfs"], root / "sys")  # torch's cpuinfo reads it
+        mounts.mount(["--rbind", "/dev"], root / "dev")  # /dev/shm for multiprocessing
+        # Unmounting it later must not reach the host's /dev/pts on a shared /.
+        subprocess.run(["mount", "--make-rslave", str(root / "dev")], check=True)
+
+        commit = copy_edgeprof(root)
+        log(f"downloading edgeprof[torch]'s wheels (commit {commit}) under QEMU_CPU={CPU}")
+        requirement = ["edgeprof[torch]"]
+        constraints = f"{SRC}/constraints.txt"
+        try:
+            took = fetch(root, requirement, constraints)
+            rows.append(("pip download -c constraints.txt edgeprof[torch] (to the wheelhouse)",
+                         "ok", took))
+            took = install(root, VENV, requirement, constraints)
+        except RuntimeError as exc:
+            rows.append(("pip install edgeprof[torch]", f"FAILED: {exc}", 0.0))
+            failed = True
+            return 1
+        installed = versions(root, VENV, ("torch", "numpy", "psutil"))
+        rows.append(("pip install -c constraints.txt edgeprof[torch] (a new venv)",
+                     f"ok: {installed}", took))
+        log(f"installed in {took:.0f} s: {installed}")
+
+        answer, took = host_check(root, f"{VENV}/bin/python")
+        ok = bool(answer.get("ok"))
+        rows.append((f"host check, torch {answer.get('torch', '')}, QEMU_CPU={CPU}",
+                     "ok" if ok else f"FAILED: {answer.get('problem')}", took))
+        failed |= not ok
+        log(f"host check in {took:.1f} s: {answer}")
+
+        for engine in [e for e in args.engines.split(",") if e]:
+            log(f"2-worker cell, --engine {engine}")
+            status, ok, took = torch_cell(root, engine)
+            rows.append((f"2-worker cell, --engine {engine} (lenet-mlp, 320 samples)",
+                         status if ok else f"FAILED: {status}", took))
+            failed |= not ok
+            log(f"--engine {engine}: {status} in {took:.1f} s")
+
         if args.torch_refused:
-            outcome, took = refused_torch(args.root, args.torch_refused)
-            rows.append((f"host check, torch=={args.torch_refused}", outcome, took))
-            log(f"torch {args.torch_refused}: {outcome}")
+            log(f"torch=={args.torch_refused} in its own venv, checked under {args.cpus}")
+            rows += refused_torch(root, args.torch_refused,
+                                  [c for c in args.cpus.split(",") if c])
         if not args.skip_mxnet:
-            for what, outcome in mxnet_wheel(args.root):
-                rows.append((what, outcome, 0.0))
-                log(f"{what}: {outcome}")
+            log("PyPI's aarch64 mxnet==1.9.1")
+            rows += mxnet_wheel(root)
     finally:
         mounts.undo()
-    print(f"\narm64 under qemu-user, QEMU_CPU={CPU} (emulated: times are qemu's, not a "
-          "board's)")
-    for what, outcome, seconds in rows:
-        print(f"{what:<58} {seconds:>7.1f} s  {outcome}")
+        print(f"\narm64 Debian bookworm under qemu-user {qemu_version()}, QEMU_CPU={CPU} "
+              f"unless said; {os.cpu_count()} x86 cores (emulated: qemu's times, not a board's)")
+        print("| check | seconds | result |\n| --- | ---: | --- |")
+        for what, outcome, seconds in rows:
+            print(f"| {what} | {seconds:.1f} | {outcome} |")
+        if remove:
+            remove_root(root)
+        else:
+            print(f"\nthe root is kept: {root} (--root {root} reuses it)")
     return 1 if failed else 0
+
+
+def qemu_version() -> str:
+    done = run(["qemu-aarch64-static", "--version"])
+    match = re.search(r"version (\S+)", done.stdout)
+    return match.group(1) if match else "?"
 
 
 if __name__ == "__main__":
