@@ -17,7 +17,7 @@ from workloads import optim
 DEFAULT_RESNET_LAYERS = 20
 # Bumped when the fields of a cell change (its cell_id with them): a sweep of another
 # format cannot be resumed, its cells would all look new.
-CELL_FORMAT = 2
+CELL_FORMAT = 3  # 3: data_partition
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,9 @@ class CellConfig:
     max_samples: int | None = None
     dataset: str = "synthetic"
     placement: str = "master"
+    # shard: each of N workers trains its own 1/N of the training set per epoch;
+    # replicate: every worker trains the whole set (MXNet's MNIST example, the study's).
+    data_partition: str = "shard"
 
     def __post_init__(self):
         if self.lr is None and self.model in optim.DEFAULT_LR:

@@ -62,6 +62,11 @@ def grid_options(func):
                      type=click.Choice(grid.PLACEMENTS),
                      help="Parameter servers on a master node (as in the study) or "
                           "one on every worker node."),
+        click.option("--data-partition", default="shard", show_default=True,
+                     type=click.Choice(grid.DATA_PARTITIONS),
+                     help="shard: each of N workers trains its 1/N of the training set "
+                          "per epoch; replicate: every worker trains all of it (as the "
+                          "study's MNIST script did; docs/workloads.md)."),
         click.option("--cluster", "cluster_name", default="local", show_default=True,
                      help="local (processes here), emulated (Pi-class nodes, root) or "
                           "inventory (real nodes over SSH, with --inventory)."),
@@ -134,7 +139,8 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
         lr=grid.parse_float_list(kw["lr"], "--lr") if kw["lr"] is not None else None,
         momentum=kw["momentum"], wd=kw["wd"],
         lr_scaling=kw["lr_scaling"], max_samples=kw["max_samples"],
-        datasets=datasets, placement=kw["placement"])
+        datasets=datasets, placement=kw["placement"],
+        data_partition=kw["data_partition"])
     for cell in cells:
         # Sets of a known size; a fetched MNIST or CIFAR-10 is checked by its worker.
         if cell.dataset in ("synthetic", "mnist-5k", "fashion-mnist"):
@@ -224,6 +230,13 @@ def cli(verbose: bool) -> None:
 @grid_options
 @click.option("--resume", is_flag=True,
               help="Continue the sweep in --out, skipping finished cells.")
+@click.option("--profile-check", default="off", show_default=True,
+              type=click.Choice(["off", "refuse", "recalibrate"]),
+              help="Emulated cluster, a profile with board rates (pi3b-park2019): first "
+                   "measure its quotas on this host; when off by more than "
+                   "--profile-tolerance, refuse or re-calibrate them.")
+@click.option("--profile-tolerance", default=0.25, show_default=True, type=float,
+              help="How far the host's rate may be from the board's: x/÷(1 + this).")
 @_with_agent_options
 @reports_errors
 def sweep(**kw) -> None:
@@ -240,8 +253,17 @@ def sweep(**kw) -> None:
         edgeprof sweep --model resnet --layers 20,32 --batch 32,64 --devices 1,2 \\
             --sync sync,async --max-samples 2000
     """
-    resume = kw.pop("resume")
-    _run_and_print(_settings(kw, resume))
+    from .calibrate.check import check_sweep
+
+    resume, check, tolerance = kw.pop("resume"), kw.pop("profile_check"), \
+        kw.pop("profile_tolerance")
+    settings = _settings(kw, resume)
+    if check != "off" and settings.cluster != "emulated":
+        raise EdgeprofError(f"--profile-check {check} checks an emulated node profile: use "
+                            "it with --cluster emulated, or leave it out")
+    check_sweep(settings, check, tolerance,
+                report=lambda line: click.echo(f"profile check: {line}", err=True))
+    _run_and_print(settings)
 
 
 @cli.command()

@@ -1,9 +1,14 @@
-"""The study's models as hybridizable Gluon blocks: LeNet MLP, LeNet-5 CNN, CIFAR ResNet;
+"""The study's models as hybridizable Gluon blocks: LeNet MLP, LeNet-5 CNN, MXNet's
+example LeNet, CIFAR ResNet;
 their exact parameter counts, and MobileNetV2's (built in torch: ``workloads.torch_models``).
 
 - ``lenet-mlp``: flatten, dense 128 relu, dense 64 relu, dense 10 (MNIST 1x28x28).
 - ``lenet-cnn``: LeNet-5 (conv 6@5x5, max pool, conv 16@5x5, max pool, dense 120, 84,
   10) on MNIST padded 28 -> 32, as in Park, Lee & Kim 2019.
+- ``lenet-example``: the LeNet of MXNet's ``example/image-classification/symbols/
+  lenet.py`` (tag v0.9.5), which the study's ``train_mnist.py --network lenet`` built:
+  conv 20@5x5 tanh, max pool, conv 50@5x5 tanh, max pool, dense 500 tanh, dense 10, on
+  MNIST's 28x28 (431,080 parameters, 7x LeNet-5's: docs/study.md).
 - ``resnet``: He et al.'s CIFAR ResNet of depth 6n+2: a 3x3 conv, three stages of n basic
   blocks (16/32/64 channels, the first block of stages 2 and 3 strides by 2 and projects
   its shortcut with a 1x1 conv + BN, as MXNet's own examples do), global average pool,
@@ -18,7 +23,7 @@ from __future__ import annotations
 
 import functools
 
-MODELS = ("lenet-mlp", "lenet-cnn", "resnet", "mobilenetv2")
+MODELS = ("lenet-mlp", "lenet-cnn", "lenet-example", "resnet", "mobilenetv2")
 # Models with CIFAR-10's 3x32x32 input (the others take MNIST's 28x28 grey images).
 CIFAR_MODELS = ("resnet", "mobilenetv2")
 RESNET_STAGE_CHANNELS = (16, 32, 64)
@@ -27,6 +32,8 @@ MLP_HIDDEN = (128, 64)
 LENET_CONV_CHANNELS = (6, 16)
 LENET_DENSE = (120, 84)
 LENET_KERNEL = 5
+EXAMPLE_CONV_CHANNELS = (20, 50)  # MXNet's example LeNet (same 5x5 kernels, 2x2 pools)
+EXAMPLE_DENSE = 500
 # MobileNetV2 for CIFAR (torch engines only): (expansion t, channels c, repeats n, stride
 # s) per bottleneck stage as in Sandler et al. 2018, Table 2, with the second stage's
 # stride 1 instead of 2 (and the first convolution's): 32x32 input, not 224x224.
@@ -52,7 +59,8 @@ def input_shape(model: str) -> tuple[int, int, int]:
     _check(model, 8 if model == "resnet" else None)
     if model in CIFAR_MODELS:
         return (3, 32, 32)
-    return {"lenet-mlp": (1, 28, 28), "lenet-cnn": (1, 32, 32)}[model]
+    return {"lenet-mlp": (1, 28, 28), "lenet-cnn": (1, 32, 32),
+            "lenet-example": (1, 28, 28)}[model]
 
 
 def dataset_for(model: str) -> str:
@@ -88,6 +96,12 @@ def parameter_count(model: str, layers: int | None = None, classes: int = 10) ->
         sizes = (c2 * side * side, *LENET_DENSE, classes)
         return (_conv(1, c1, k, True) + _conv(c1, c2, k, True)
                 + sum(_dense(a, b) for a, b in zip(sizes, sizes[1:])))
+    if model == "lenet-example":
+        c1, c2 = EXAMPLE_CONV_CHANNELS
+        k = LENET_KERNEL
+        side = ((28 - k + 1) // 2 - k + 1) // 2  # 28 -> 24 -> 12 -> 8 -> 4
+        return (_conv(1, c1, k, True) + _conv(c1, c2, k, True)
+                + _dense(c2 * side * side, EXAMPLE_DENSE) + _dense(EXAMPLE_DENSE, classes))
     bn = 2  # gamma, beta per channel
     if model == "mobilenetv2":
         return _mobilenetv2_count(classes)
@@ -143,6 +157,12 @@ def build(model: str, layers: int | None = None, classes: int = 10):
             for units in LENET_DENSE:
                 net.add(nn.Dense(units, activation="relu"))
             net.add(nn.Dense(classes))
+        elif model == "lenet-example":
+            for channels in EXAMPLE_CONV_CHANNELS:
+                net.add(nn.Conv2D(channels, LENET_KERNEL, activation="tanh"),
+                        nn.MaxPool2D(2, 2))
+            net.add(nn.Flatten(), nn.Dense(EXAMPLE_DENSE, activation="tanh"),
+                    nn.Dense(classes))
         else:
             _add_resnet(net, blocks, classes)
     return net

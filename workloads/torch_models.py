@@ -19,7 +19,8 @@ Built deterministically from the caller's ``torch.manual_seed``.
 
 from __future__ import annotations
 
-from .models import (LENET_CONV_CHANNELS, LENET_DENSE, LENET_KERNEL, MLP_HIDDEN,
+from .models import (EXAMPLE_CONV_CHANNELS, EXAMPLE_DENSE, LENET_CONV_CHANNELS,
+                     LENET_DENSE, LENET_KERNEL, MLP_HIDDEN,
                      MOBILENETV2_FIRST, MOBILENETV2_LAST, MOBILENETV2_SETTINGS,
                      RESNET_STAGE_CHANNELS, _check, input_shape)
 
@@ -44,6 +45,15 @@ def build(model: str, layers: int | None = None, classes: int = 10):
             nn.Conv2d(1, c1, LENET_KERNEL), nn.ReLU(), nn.MaxPool2d(2, 2),
             nn.Conv2d(c1, c2, LENET_KERNEL), nn.ReLU(), nn.MaxPool2d(2, 2),
             nn.Flatten(), *_dense_relu(sizes), nn.Linear(sizes[-1], classes))
+        _init(net, he=False)
+    elif model == "lenet-example":
+        c1, c2 = EXAMPLE_CONV_CHANNELS
+        side = ((28 - LENET_KERNEL + 1) // 2 - LENET_KERNEL + 1) // 2  # 28 -> 24 -> 12 -> 8 -> 4
+        net = nn.Sequential(
+            nn.Conv2d(1, c1, LENET_KERNEL), nn.Tanh(), nn.MaxPool2d(2, 2),
+            nn.Conv2d(c1, c2, LENET_KERNEL), nn.Tanh(), nn.MaxPool2d(2, 2),
+            nn.Flatten(), nn.Linear(c2 * side * side, EXAMPLE_DENSE), nn.Tanh(),
+            nn.Linear(EXAMPLE_DENSE, classes))
         _init(net, he=False)
     elif model == "resnet":
         net = _resnet(blocks, classes)

@@ -108,6 +108,7 @@ class Calibration:
     check_samples_per_s: float | None = None
     steps: list[Measurement] = field(default_factory=list)
     dilations: dict[float, Measurement] = field(default_factory=dict)  # speedup -> found
+    board_rate: dict = field(default_factory=dict)  # the profile's board_rates entry
 
     @property
     def ratio(self) -> float:
@@ -148,7 +149,11 @@ def calibrate(profile: str, base: str, workload: Workload, target_samples_per_s:
     result = Calibration(profile=profile, base=base, workload=workload.label,
                          target_samples_per_s=target_samples_per_s,
                          quota_cores=start, samples_per_s=0.0,
-                         model=workload.model if model_quota else None)
+                         model=workload.model if model_quota else None,
+                         board_rate={"batch": workload.batch,
+                                     "samples_per_s": target_samples_per_s,
+                                     **({"layers": workload.layers} if workload.layers
+                                        else {})})
     with tempfile.TemporaryDirectory(prefix="edgeprof-calibrate-") as tmp:
         measure = _Measurer(Path(tmp), base_profile)
         found = _search(measure, workload, target_samples_per_s, start, tolerance, report)
@@ -251,15 +256,15 @@ def _next_quota(steps: list[Measurement], target: float) -> float:
 class _Measurer:
     """Runs one-device cells at a given quota, each on a freshly built one-node cluster."""
 
-    def __init__(self, work: Path, base: Profile):
-        self.work, self.base, self.count = work, base, 0
+    def __init__(self, work: Path, base: Profile, steps: int = MEASURE_STEPS):
+        self.work, self.base, self.count, self.steps = work, base, 0, steps
 
     def __call__(self, workload: Workload, quota: float, expected_rate: float) -> Measurement:
         self.count += 1
         self.work.mkdir(parents=True, exist_ok=True)
         # The rate at this quota is expected near target x quota ratio; a few steps at
         # least, about MEASURE_TRAIN_S of training at the target rate otherwise.
-        samples = max(MEASURE_STEPS * workload.batch,
+        samples = max(self.steps * workload.batch,
                       int(math.ceil(expected_rate * MEASURE_TRAIN_S)))
         name = f"calibrating-{self.count}"  # a new name: the cluster is rebuilt
         profiles = self.work / f"profiles-{self.count}.yaml"
@@ -302,7 +307,7 @@ def write_profile(result: Calibration, path: Path | None = None) -> Path:
                  f"{result.check_ratio:.2f} x its reference {result.check_target_samples_per_s:g}")
     measured = {"host": platform.node(), "date": time.strftime("%Y-%m-%d"),
                 **{k: v for k, v in asdict(result).items()
-                   if k not in ("steps", "model", "dilations")}}
+                   if k not in ("steps", "model", "dilations", "board_rate")}}
     if result.dilations:
         measured["dilations"] = {k: {"quota_cores": round(m.quota_cores, 5),
                                      "samples_per_s": m.samples_per_s}
@@ -311,7 +316,7 @@ def write_profile(result: Calibration, path: Path | None = None) -> Path:
     dilated_model = result.model or _model_of(result.workload)
     if result.model is not None:
         entry = dict((doc.get("profiles") or {}).get(result.profile) or
-                     _as_spec(_existing_profile(result.profile, path)))
+                     _existing_profile(result.profile, path).as_spec())
         entry["cpu_cores_by_model"] = {**(entry.get("cpu_cores_by_model") or {}),
                                        result.model: round(result.quota_cores, 5)}
         calibration = entry.get("calibration")
@@ -319,6 +324,8 @@ def write_profile(result: Calibration, path: Path | None = None) -> Path:
             # An older profile kept one calibration, its cpu_cores'.
             calibration = {"cpu_cores": calibration} if calibration else {}
         entry["calibration"] = {**calibration, result.model: measured}
+        entry["board_rates"] = {**(entry.get("board_rates") or {}),
+                                result.model: result.board_rate}
         if dilated:
             entry["cpu_cores_dilated"] = {**(entry.get("cpu_cores_dilated") or {}),
                                           result.model: dilated}
@@ -329,6 +336,7 @@ def write_profile(result: Calibration, path: Path | None = None) -> Path:
                  "cpu_cores": round(result.quota_cores, 5),
                  **({"board_cores": base.board_cores} if base.board_cores else {}),
                  **({"cpu_cores_dilated": {dilated_model: dilated}} if dilated else {}),
+                 "board_rates": {dilated_model: result.board_rate},
                  "calibration": {"cpu_cores": measured}}
     doc.setdefault("profiles", {})[result.profile] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -341,18 +349,6 @@ def _model_of(label: str) -> str:
     """The model family of a workload label (``resnet-32 batch 32`` -> ``resnet``)."""
     name = label.split()[0]
     return "resnet" if name.startswith("resnet") else name
-
-
-def _as_spec(profile: Profile) -> dict:
-    spec = {"description": profile.description, "link_mbit": profile.link_mbit,
-            "memory_mb": profile.memory_mb, "cpu_cores": profile.cpu_cores}
-    if profile.board_cores:
-        spec["board_cores"] = profile.board_cores
-    if profile.cpu_cores_by_model:
-        spec["cpu_cores_by_model"] = dict(profile.cpu_cores_by_model)
-    if profile.cpu_cores_dilated:
-        spec["cpu_cores_dilated"] = {m: dict(v) for m, v in profile.cpu_cores_dilated.items()}
-    return spec
 
 
 def _existing_profile(name: str, to_file: Path | None) -> Profile:

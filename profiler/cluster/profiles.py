@@ -34,7 +34,22 @@ PROFILES_ENV = "EDGEPROF_PROFILES"
 # CFS takes a quota of at least 1 ms per period and a period of at most 1 s, so the
 # smallest quota is 1 ms per second (cgroups.cfs_period_us).
 MIN_CPU_CORES = 0.001
-MODELS = ("lenet-mlp", "lenet-cnn", "resnet")  # the keys of cpu_cores_by_model
+MODELS = ("lenet-mlp", "lenet-cnn", "lenet-example", "resnet")  # keys of cpu_cores_by_model
+
+
+@dataclass(frozen=True)
+class BoardRate:
+    """A board's measured training rate: ``model`` (``layers`` for ResNet) at ``batch``."""
+
+    model: str
+    layers: int | None
+    batch: int
+    samples_per_s: float
+
+    @property
+    def workload(self) -> str:
+        """As ``edgeprof cluster calibrate --workload`` takes it: lenet-mlp, resnet-32."""
+        return self.model if self.layers is None else f"{self.model}-{self.layers}"
 
 
 @dataclass(frozen=True)
@@ -56,6 +71,11 @@ class Profile:
     # process trains less per CPU-second than at one core (docs/emulated.md).
     cpu_cores_dilated: dict[str, dict[float, float]] = field(default_factory=dict,
                                                              hash=False, compare=False)
+    # What the quotas were calibrated to: model family -> the board's training rate
+    # (``BoardRate``), which ``edgeprof study`` checks on the host it runs on
+    # (``profiler.calibrate.check``).
+    board_rates: dict[str, "BoardRate"] = field(default_factory=dict, hash=False,
+                                                compare=False)
 
     def cpu_cores_for(self, model: str, speedup: float = 1.0) -> float | None:
         """The quota a node of this profile gets while it trains ``model``, k times as
@@ -67,6 +87,23 @@ class Profile:
     def speedups(self, model: str) -> list[float]:
         """The time dilations calibrated for ``model`` (1 always)."""
         return [1.0, *sorted(self.cpu_cores_dilated.get(model, {}))]
+
+    def as_spec(self) -> dict:
+        """This profile as a profiles.yaml entry (what ``_parse_profile`` reads back)."""
+        spec = {"description": self.description, "link_mbit": self.link_mbit,
+                "memory_mb": self.memory_mb, "cpu_cores": self.cpu_cores}
+        if self.board_cores:
+            spec["board_cores"] = self.board_cores
+        if self.cpu_cores_by_model:
+            spec["cpu_cores_by_model"] = dict(self.cpu_cores_by_model)
+        if self.cpu_cores_dilated:
+            spec["cpu_cores_dilated"] = {m: dict(v) for m, v in self.cpu_cores_dilated.items()}
+        if self.board_rates:
+            spec["board_rates"] = {
+                m: {"batch": r.batch, "samples_per_s": r.samples_per_s,
+                    **({"layers": r.layers} if r.layers else {})}
+                for m, r in self.board_rates.items()}
+        return spec
 
 
 @dataclass(frozen=True)
@@ -179,7 +216,17 @@ def _parse_profile(path: Path, name: str, spec) -> Profile:
         raise ConfigError(f"{path}: profile {name}: cpu_cores_dilated must map "
                           f"{', '.join(MODELS)} to {{speedup: cores}}, e.g. "
                           "{lenet-cnn: {10: 0.3}}")
+    rates = spec.get("board_rates") or {}
+    if not isinstance(rates, dict) or not set(rates) <= set(MODELS) or not all(
+            isinstance(v, dict) and "samples_per_s" in v and "batch" in v
+            for v in rates.values()):
+        raise ConfigError(f"{path}: profile {name}: board_rates must map "
+                          f"{', '.join(MODELS)} to {{batch: B, samples_per_s: R}} (resnet "
+                          "with layers: N too)")
     try:
+        board_rates = {str(m): BoardRate(str(m), int(v["layers"]) if v.get("layers") else None,
+                                         int(v["batch"]), float(v["samples_per_s"]))
+                       for m, v in rates.items()}
         profile = Profile(name=str(name), link_mbit=float(spec["link_mbit"]),
                           memory_mb=int(spec["memory_mb"]), cpu_cores=float(spec["cpu_cores"]),
                           description=str(spec.get("description", "")),
@@ -187,11 +234,12 @@ def _parse_profile(path: Path, name: str, spec) -> Profile:
                           cpu_cores_dilated={str(m): {float(k): float(q) for k, q in v.items()}
                                              for m, v in dilated.items()},
                           board_cores=(int(spec["board_cores"])
-                                       if spec.get("board_cores") is not None else None))
+                                       if spec.get("board_cores") is not None else None),
+                          board_rates=board_rates)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{path}: profile {name}: link_mbit, memory_mb, cpu_cores, "
-                          f"cpu_cores_by_model, cpu_cores_dilated and board_cores must be "
-                          "numbers") from exc
+                          f"cpu_cores_by_model, cpu_cores_dilated, board_cores and "
+                          "board_rates must be numbers") from exc
     # Written as ``not (x >= y)`` so that .nan (which YAML reads as a float) is refused.
     quotas = [profile.cpu_cores, *profile.cpu_cores_by_model.values(),
               *(q for v in profile.cpu_cores_dilated.values() for q in v.values())]

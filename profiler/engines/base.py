@@ -26,7 +26,7 @@ from ..cluster.base import Node
 from ..cell import CellConfig
 from ..errors import ClusterError
 
-LENET_AND_RESNET = ("lenet-mlp", "lenet-cnn", "resnet")
+LENET_AND_RESNET = ("lenet-mlp", "lenet-cnn", "lenet-example", "resnet")
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,7 @@ def train_argv(cell: CellConfig, cell_dir: Path, options: TrainOptions, framewor
             "--model", cell.model, "--batch", str(cell.batch), "--epochs", str(cell.epochs),
             "--lr", repr(cell.lr), "--momentum", repr(cell.momentum), "--wd", repr(cell.wd),
             "--lr-scaling", cell.lr_scaling, "--dataset", cell.dataset,
+            "--data-partition", cell.data_partition,
             "--events-dir", str(cell_dir / "events"),
             "--threads", str(options.threads_per_process), "--seed", str(options.seed)]
     if cell.layers is not None:

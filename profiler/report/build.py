@@ -54,8 +54,11 @@ def environment(sweep: Sweep) -> dict:
     records = sweep.records
     created = sweep.settings.get("created")
     extra = sweep.settings.get("extra") or {}
-    study = ({"study": f"{extra['study']} at scale {extra.get('scale', 1):g} of its data"}
+    study = ({"study": f"{extra['study']} at scale {extra.get('scale', 1):g} of its data"
+                       + (f", method {extra['method']}" if extra.get("method") else "")}
              if extra.get("study") else {})
+    if extra.get("profile_check") is not None:
+        study["profile check"] = profile_check_said(extra["profile_check"])
     speedup = identity.get("speedup") or 1
     return {
         **study,
@@ -74,6 +77,23 @@ def environment(sweep: Sweep) -> dict:
         "cells": len(records),
         "report host": platform.node(),
     }
+
+
+def profile_check_said(checks: list[dict]) -> str:
+    """The host check of the calibrated profile (``profiler.calibrate.check``), one
+    clause per model family: its rate against the board's, and what was done."""
+    if not checks:
+        return "nothing to check (no board rate for these models)"
+    said = []
+    for c in checks:
+        what = {"recalibrated": f", re-calibrated {c['quota_cores']:.4f} -> "
+                                f"{c['new_quota_cores']:.4f} cores",
+                "none": ""}.get(c.get("action", "none"), f", {c.get('action')}")
+        at = f" at speedup {c['speedup']:g}" if c.get("speedup", 1) != 1 else ""
+        said.append(f"{c['workload']}{at} {c['ratio']:.2f} x the board's rate"
+                    f" ({'within' if c['within'] else 'outside'} x/÷"
+                    f"{1 + c['tolerance']:g}){what}")
+    return f"{checks[0]['profile']} on this host: " + "; ".join(said)
 
 
 def _versions(sweep: Sweep) -> dict:

@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import board_time
-from .study import STUDY_DATA, load_reference
+from .study import STUDY_DATA, load_reference, study_cnn
 
 TABLE, TEXT, ACCURACY = 1.25, 1.5, 1.1
 
@@ -69,9 +69,10 @@ def reproduce(records: list[dict], reference: dict | None = None) -> list[Ratio]
     cells = _Cells(records)
     rows: list[Ratio] = []
     rows += _device_table(cells, "Table 1", "lenet-mlp", ref["table1_lenet_mlp"])
-    rows += _device_table(cells, "Table 2", "lenet-cnn", ref["table2_lenet_cnn"])
-    rows += _figure3(cells, ref)
-    rows += _figure4(cells, ref)
+    cnn = study_cnn(records)
+    rows += _device_table(cells, "Table 2", cnn, ref["table2_lenet_cnn"])
+    rows += _figure3(cells, ref, cnn)
+    rows += _figure4(cells, ref, cnn)
     rows += _figure5(cells, ref)
     rows += _table3(cells, ref)
     rows += _figure6(cells, ref)
@@ -186,20 +187,20 @@ def _device_table(cells: _Cells, source: str, model: str, table: dict) -> list[R
     return rows
 
 
-def _figure3(cells: _Cells, ref: dict) -> list[Ratio]:
+def _figure3(cells: _Cells, ref: dict, cnn: str) -> list[Ratio]:
     fig = ref["figure3_sync_vs_async_10_devices"]
     rows = []
     # LeNet is the CNN: its sync time at ten devices (Table 2, 2,625 s) is the one from
     # which "1,000 s more than async" leaves a positive async time.
-    sync, asyn = cells.get("lenet-cnn", 64, 10, "sync"), cells.get("lenet-cnn", 64, 10, "async")
+    sync, asyn = cells.get(cnn, 64, 10, "sync"), cells.get(cnn, 64, 10, "async")
     if sync or asyn:
         sync_s = ref["table2_lenet_cnn"]["elapsed_s"][-1]
         lenet = fig["lenet"]
-        rows.append(Ratio("Figure 3", "time sync / async", "lenet-cnn b64, 10 devices",
+        rows.append(Ratio("Figure 3", "time sync / async", f"{cnn} b64, 10 devices",
                           sync_s / (sync_s - lenet["sync_minus_async_elapsed_s"]),
                           _div(_per_sample_s(sync), _per_sample_s(asyn)), TEXT))
         rows.append(_accuracy_ratio("Figure 3", "accuracy sync / async",
-                                    "lenet-cnn b64, 10 devices",
+                                    f"{cnn} b64, 10 devices",
                                     lenet["sync_over_async_accuracy"], sync, asyn))
     sync = cells.get("resnet", 32, 10, "sync", layers=32, epochs=1)
     asyn = cells.get("resnet", 32, 10, "async", layers=32, epochs=1)
@@ -211,14 +212,14 @@ def _figure3(cells: _Cells, ref: dict) -> list[Ratio]:
         rows.append(_accuracy_ratio("Figure 3", "accuracy sync / async",
                                     "ResNet-32 x 32, 10 devices",
                                     resnet["sync_over_async_accuracy"], sync, asyn))
-    one = cells.get("lenet-cnn", 64, 1)
+    one = cells.get(cnn, 64, 1)
     for d in (5, 10):
-        asyn = cells.get("lenet-cnn", 64, d, "async")
+        asyn = cells.get(cnn, 64, d, "async")
         if asyn is None:
             continue
         study = fig["lenet_async_accuracy"]
         rows.append(_accuracy_ratio("Figure 3b", f"async accuracy {d} / 1 devices",
-                                    "lenet-cnn b64", study[f"devices_{d}"] / study["devices_1"],
+                                    f"{cnn} b64", study[f"devices_{d}"] / study["devices_1"],
                                     asyn, one))
     return rows
 
@@ -241,12 +242,12 @@ def _resources(source: str, config: str, a: dict | None, b: dict | None,
     return rows
 
 
-def _figure4(cells: _Cells, ref: dict) -> list[Ratio]:
+def _figure4(cells: _Cells, ref: dict, cnn: str) -> list[Ratio]:
     fig = ref["figure4_lenet_cnn_resources"]
-    ten, one = cells.get("lenet-cnn", 64, 10), cells.get("lenet-cnn", 64, 1)
+    ten, one = cells.get(cnn, 64, 10), cells.get(cnn, 64, 1)
     if not (ten or one):
         return []
-    return _resources("Figure 4", "lenet-cnn b64 sync, 10 / 1 devices", ten, one,
+    return _resources("Figure 4", f"{cnn} b64 sync, 10 / 1 devices", ten, one,
                       fig["cpu_percent"]["devices_10_mean"] / fig["cpu_percent"]["devices_1"],
                       fig["memory_mb"]["devices_10"] / fig["memory_mb"]["devices_1"], TEXT)
 

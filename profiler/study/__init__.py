@@ -1,10 +1,11 @@
 """Published studies as preset sweeps: ``edgeprof study park2019``.
 
 ``plan`` turns the study's settings into a sweep (cells, data, validation set, the
-estimate), checking everything first and touching nothing; ``run`` runs that sweep like
-any other (resumable, every cell kept) and ends in its report, whose "Reproducing the
-study" section sets every ratio the cells allow beside the study's
-(``profiler.report.ratios``).
+estimate), checking everything first and touching nothing; ``run`` checks the
+emulated cluster's calibrated profile on this host (``profiler.calibrate.check``:
+re-calibrated or refused when it drifted), runs that sweep like any other (resumable,
+every cell kept) and ends in its report, whose "Reproducing the study" section sets
+every ratio the cells allow beside the study's (``profiler.report.ratios``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ class StudySettings:
     profile: str | None = None  # emulated: pi3b-park2019 unless given
     speedup: float = 1.0
     engine: str = "mxnet"
+    method: str = "scripts"  # park2019.METHODS
+    profile_check: str = "recalibrate"  # calibrate.check.MODES (emulated cluster only)
+    profile_tolerance: float = 0.25
     data_dir: Path | None = None
     inventory: Path | None = None
     out_dir: Path | None = None
@@ -45,6 +49,9 @@ class StudyPlan:
     val_samples: int
     estimate_s: float
     notes: list[str] = field(default_factory=list)
+    method: str = "scripts"
+    profile_check: str = "off"
+    profile_tolerance: float = 0.25
 
     def describe(self) -> str:
         """What will run, in a few lines (printed before the study starts)."""
@@ -59,8 +66,8 @@ class StudyPlan:
         how = [p for p in (self.sweep.profile, self.sweep.speedup != 1 and
                            f"up to speedup {self.sweep.speedup:g}") if p]
         where = self.sweep.cluster + " cluster" + (f" ({', '.join(how)})" if how else "")
-        lines = [f"study park2019: {len(cells)} cells on the {where}; {data}; "
-                 f"{self.val_samples:,} validation samples",
+        lines = [f"study park2019 ({self.method}): {len(cells)} cells on the {where}; "
+                 f"{data}; {self.val_samples:,} validation samples",
                  f"estimated time: about {estimate.shown(self.estimate_s)}"]
         return "\n".join(lines + self.notes)
 
@@ -73,8 +80,9 @@ def plan(settings: StudySettings) -> StudyPlan:
     from ..report.study import load_reference
     from ..sweep.sweep import SweepSettings
 
-    found = park2019.experiments(settings.parts, settings.devices)
-    samples = park2019.train_samples(found, settings.scale)
+    how = park2019.method(settings.method)
+    found = park2019.experiments(settings.parts, settings.devices, how)
+    samples = park2019.train_samples(found, settings.scale, how)
     available = {}
     for name in ("mnist", "mnist-5k", "fashion-mnist", "cifar10"):
         try:
@@ -83,7 +91,7 @@ def plan(settings: StudySettings) -> StudyPlan:
         except DataError:
             available[name] = False
     datasets = park2019.choose_datasets({e.model for e in found}, samples, available)
-    cells = park2019.cells(found, samples, datasets, settings.engine)
+    cells = park2019.cells(found, samples, datasets, settings.engine, how)
     val = park2019.val_samples(settings.scale, datasets)
     profile = settings.profile
     if settings.cluster == "emulated" and profile is None:
@@ -106,15 +114,31 @@ def plan(settings: StudySettings) -> StudyPlan:
         data_dir=settings.data_dir, timeout_s=settings.timeout_s, resume=settings.resume,
         interval_s=settings.interval_s, val_samples=val, ship_target=settings.ship_target,
         inventory=settings.inventory, speedup=settings.speedup,
-        extra={"study": "park2019", "scale": settings.scale})
-    return StudyPlan(sweep, samples, datasets, val, seconds, notes)
+        extra={"study": "park2019", "scale": settings.scale, "method": how.name})
+    check = settings.profile_check if settings.cluster == "emulated" else "off"
+    if check != "off":
+        notes.append(f"first the profile {profile} is checked on this host ({check} if "
+                     f"off by more than {settings.profile_tolerance:.0%}; about a minute)")
+    return StudyPlan(sweep, samples, datasets, val, seconds, notes, how.name, check,
+                     settings.profile_tolerance)
 
 
 def run(study: StudyPlan, *, progress: bool = True,
         on_start: Callable[[Path], None] | None = None):
-    """Run the study's sweep, then write its report; returns (outcome, report path)."""
+    """Check the profile, run the study's sweep, then write its report; returns
+    (outcome, report path)."""
+    from ..calibrate.check import check_sweep
     from ..report.build import build_report
     from ..sweep.sweep import run_sweep
 
+    check_sweep(study.sweep, study.profile_check, study.profile_tolerance,
+                report=_say if progress else None)
     outcome = run_sweep(study.sweep, progress=progress, on_start=on_start)
     return outcome, build_report(outcome.sweep_dir)
+
+
+
+def _say(line: str) -> None:
+    import click
+
+    click.echo(f"profile check: {line}", err=True)

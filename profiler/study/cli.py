@@ -46,6 +46,20 @@ def study() -> None:
               type=click.Choice(list(ENGINES)),
               help="The study's MXNet KVStore, or another engine (an engine without "
                    "async runs the sync cells only).")
+@click.option("--method", default="scripts", show_default=True,
+              type=click.Choice(["scripts", "sharded"]),
+              help="scripts: as MXNet 0.9.5's example scripts ran the study (LeNet: every "
+                   "worker the whole set, MXNet's example LeNet, lr 0.05; ResNet sharded; "
+                   "a server beside every worker); sharded: every worker a 1/N shard, "
+                   "LeNet-5, one master server (docs/study.md).")
+@click.option("--profile-check", default="recalibrate", show_default=True,
+              type=click.Choice(["off", "refuse", "recalibrate"]),
+              help="Emulated cluster: first measure the profile's quotas against its "
+                   "board rates on this host; when off by more than --profile-tolerance, "
+                   "re-calibrate them (written to ~/.config/edgeprof/profiles.yaml) or "
+                   "refuse.")
+@click.option("--profile-tolerance", default=0.25, show_default=True, type=float,
+              help="How far the host's rate may be from the board's: within x/÷(1 + this).")
 @click.option("--data-dir", default=None, type=click.Path(path_type=Path),
               help="Folder with the study's MNIST and CIFAR-10 (`edgeprof data fetch`).")
 @click.option("--inventory", default=None, type=click.Path(path_type=Path),
@@ -58,8 +72,9 @@ def study() -> None:
 @click.option("--estimate", "estimate_only", is_flag=True,
               help="Print the cells, data and estimated time, and run nothing.")
 @reports_errors
-def park2019(scale, parts, devices, cluster_name, profile, speedup, engine, data_dir,
-             inventory, timeout, out, resume, estimate_only) -> None:
+def park2019(scale, parts, devices, cluster_name, profile, speedup, engine, method,
+             profile_check, profile_tolerance, data_dir, inventory, timeout, out, resume,
+             estimate_only) -> None:
     """Park, Lee & Kim (2019): Tables 1-4 and Figures 3-7 as one sweep, then its report.
 
     Prints the grid and an estimate of its time before it starts; the sweep is
@@ -89,6 +104,7 @@ def park2019(scale, parts, devices, cluster_name, profile, speedup, engine, data
     settings = StudySettings(
         scale=scale, parts=chosen, devices=_int_list(devices, "--devices"),
         cluster=cluster_name, profile=profile, speedup=speedup, engine=engine,
+        method=method, profile_check=profile_check, profile_tolerance=profile_tolerance,
         data_dir=data_dir, inventory=inventory, out_dir=out, resume=resume,
         timeout_s=timeout)
     study_plan = plan(settings)

@@ -57,7 +57,8 @@ def device_factor(cell: CellConfig, reference: dict) -> float:
     """How the study's time for the same data changed from one device to ``devices``."""
     if cell.devices == 1:
         return 1.0
-    table = {"lenet-mlp": "table1_lenet_mlp", "lenet-cnn": "table2_lenet_cnn"}.get(cell.model)
+    table = {"lenet-mlp": "table1_lenet_mlp", "lenet-cnn": "table2_lenet_cnn",
+             "lenet-example": "table2_lenet_cnn"}.get(cell.model)
     if table is None:
         return 1.0 / cell.devices
     rows = reference[table]

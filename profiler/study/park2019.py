@@ -15,6 +15,15 @@ run once.
 - ``figure6``: ResNet-32 x 32 on 1..10 devices; ``figure7``: ResNet-110 x 64 on 1..10.
 - ``table4``: ResNet-32 x 32 on ten devices, 5 epochs.
 
+Method (``METHODS``): how the study's cells are read. ``scripts`` (the default) runs
+them as MXNet 0.9.5's example scripts did, which the study ran "without any
+modification": ``train_mnist.py`` gives every worker the whole MNIST training set each
+epoch (``replicate``, lr 0.05) and its "LeNet" is the example's (``lenet-example``);
+``train_cifar10.py`` gives each worker its 1/N part (``shard``); ``tools/launch.py``
+starts a server beside every worker (``colocated``). ``sharded`` is edgeprof's reading
+before (every worker a 1/N shard, LeNet-5 as the CNN, one server on a master node),
+kept for comparison. docs/study.md gives the evidence.
+
 Scale. The study trained each cell on the whole training set (60,000 MNIST, 50,000
 CIFAR-10 images) for hours to days on its boards. ``scale`` takes that fraction of the
 data, but never less than ``MIN_STEPS`` steps per worker (else a cell would time little
@@ -36,19 +45,53 @@ from ..errors import ConfigError
 from ..sweep.grid import validate
 
 PARTS = ("table1", "table2", "figure3", "figure5", "figure6", "figure7", "table4")
+METHODS = ("scripts", "sharded")
 ALL_DEVICES = tuple(range(1, 11))
 MAX_DEVICES = 30  # three times the study's cluster: past that a grid is no longer the study's
 MIN_STEPS = 3  # the first pays one-off costs: two or more steady ones to time
 # The study's training sets and its validation set (10,000 images either way).
-FULL_TRAIN = {"lenet-mlp": 60000, "lenet-cnn": 60000, "resnet": 50000}
+FULL_TRAIN = {"lenet-mlp": 60000, "lenet-cnn": 60000, "lenet-example": 60000,
+              "resnet": 50000}
 FULL_VAL = 10000
 MIN_VAL = 200  # a ResNet-110 on a Pi-speed node validates about 2 samples/s
 # The study's one-device training rates, samples/s (Tables 1-2; Figure 5's longest
 # times for ResNet, whose batch "does not affect the training time").
 STUDY_RATES = {("lenet-mlp", None): 60000 / 105, ("lenet-cnn", None): 60000 / 1079,
+               ("lenet-example", None): 60000 / 1079,
                ("resnet", 32): 50000 / 20000, ("resnet", 80): 50000 / 50000,
                ("resnet", 110): 50000 / 80000}
 EXPECTED_OOM = {("resnet", 110, 128)}
+
+
+@dataclass(frozen=True)
+class Method:
+    """How the study's cells are set up (module doc)."""
+
+    name: str
+    cnn: str  # the model of the study's "LeNet (CNN)"
+    lenet_partition: str
+    placement: str
+    lenet_lr: float | None  # None: the model's default (workloads.optim)
+
+    def partition(self, model: str) -> str:
+        return "shard" if model == "resnet" else self.lenet_partition
+
+    def lr(self, model: str) -> float | None:
+        return None if model == "resnet" else self.lenet_lr
+
+
+# train_mnist.py's lr (v0.9.5); momentum 0.9 and wd 1e-4 (common/fit.py) are edgeprof's
+# defaults, and train_cifar10.py's lr 0.05 is ResNet's.
+SCRIPT_LENET_LR = 0.05
+METHOD = {"scripts": Method("scripts", "lenet-example", "replicate", "colocated",
+                            SCRIPT_LENET_LR),
+          "sharded": Method("sharded", "lenet-cnn", "shard", "master", None)}
+
+
+def method(name: str) -> Method:
+    if name not in METHOD:
+        raise ConfigError(f"--method {name}: use {' or '.join(METHODS)} (docs/study.md)")
+    return METHOD[name]
 
 
 @dataclass(frozen=True)
@@ -69,9 +112,10 @@ class Experiment:
 
 
 def experiments(parts: tuple[str, ...] = PARTS,
-                devices: tuple[int, ...] = ALL_DEVICES) -> list[Experiment]:
+                devices: tuple[int, ...] = ALL_DEVICES,
+                how: Method = METHOD["scripts"]) -> list[Experiment]:
     """The parts' experiments, device counts limited to ``devices`` (1 is always kept:
-    it is every ratio's baseline)."""
+    it is every ratio's baseline); the CNN is ``how.cnn``."""
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         raise ConfigError(f"unknown part {', '.join(unknown)}: use {', '.join(PARTS)} "
@@ -91,10 +135,10 @@ def experiments(parts: tuple[str, ...] = PARTS,
         if part == "table1":
             found.append(Experiment(part, "lenet-mlp", None, 64, wanted))
         elif part == "table2":
-            found.append(Experiment(part, "lenet-cnn", None, 64, wanted))
+            found.append(Experiment(part, how.cnn, None, 64, wanted))
         elif part == "figure3":
-            found.append(Experiment(part, "lenet-cnn", None, 64, (1, ten), ("sync", "async")))
-            found.append(Experiment(part, "lenet-cnn", None, 64, some(5), ("async",)))
+            found.append(Experiment(part, how.cnn, None, 64, (1, ten), ("sync", "async")))
+            found.append(Experiment(part, how.cnn, None, 64, some(5), ("async",)))
             found.append(Experiment(part, "resnet", 32, 32, (ten,), ("sync", "async")))
         elif part == "figure5":
             for layers in (32, 80, 110):
@@ -109,15 +153,18 @@ def experiments(parts: tuple[str, ...] = PARTS,
     return [e for e in found if e.devices]
 
 
-def train_samples(found: list[Experiment], scale: float) -> dict[tuple, int]:
-    """Training samples per (model, layers, batch, devices); see the module doc."""
+def train_samples(found: list[Experiment], scale: float,
+                  how: Method = METHOD["scripts"]) -> dict[tuple, int]:
+    """Training samples per (model, layers, batch, devices); see the module doc. A
+    replicated cell's workers each train all of them, a sharded cell's share them."""
     if not 0 < scale <= 1:
         raise ConfigError(f"--scale {scale:g}: give the fraction of the study's data to "
                           "train on, from 0 (exclusive) to 1, e.g. 0.05")
     samples: dict[tuple, int] = {}
     for e in found:
         for devices in e.devices:
-            floor = devices * e.batch * MIN_STEPS
+            workers = devices if how.partition(e.model) == "shard" else 1
+            floor = workers * e.batch * MIN_STEPS
             samples[(*e.key, devices)] = max(round(FULL_TRAIN[e.model] * scale), floor)
     return samples
 
@@ -158,7 +205,7 @@ def choose_datasets(models: set[str], samples: dict[tuple, int],
 
 
 def cells(found: list[Experiment], samples: dict[tuple, int], datasets: dict[str, str],
-          engine: str = "mxnet") -> list[CellConfig]:
+          engine: str = "mxnet", how: Method = METHOD["scripts"]) -> list[CellConfig]:
     """The grid's cells, each once, in the parts' order."""
     out: dict[str, CellConfig] = {}
     for e in found:
@@ -169,6 +216,8 @@ def cells(found: list[Experiment], samples: dict[tuple, int], datasets: dict[str
                 cell = validate(CellConfig(
                     engine=engine, model=e.model, layers=e.layers, batch=e.batch,
                     devices=devices, sync=sync, epochs=e.epochs,
-                    max_samples=samples[(*e.key, devices)], dataset=datasets[e.model]))
+                    max_samples=samples[(*e.key, devices)], dataset=datasets[e.model],
+                    lr=how.lr(e.model), placement=how.placement,
+                    data_partition=how.partition(e.model)))
                 out.setdefault(cell.cell_id, cell)
     return list(out.values())

@@ -105,7 +105,10 @@ def _steady_s_per_sample(rank0_epochs: list[dict], start0: dict) -> float | None
     steps = start0.get("steps_per_epoch") or 0
     if "first_step_s" not in first or steps < 2:
         return None
-    workers = start0.get("num_workers") or 1
+    # Samples of the training set, so that a replicated cell (each worker passes over
+    # the whole set) compares with a sharded one (the workers share one pass).
+    workers = (start0.get("num_workers") or 1
+               if start0.get("data_partition", "shard") == "shard" else 1)
     samples = (steps - 1) * (start0.get("batch") or 0) * workers
     steady_s = first["epoch_s"] - first["first_step_s"]
     return round(steady_s / samples, 9) if samples > 0 and steady_s > 0 else None

@@ -20,6 +20,7 @@ from ..errors import ConfigError
 MODELS = all_models()
 SYNC_MODES = ("sync", "async")
 PLACEMENTS = ("master", "colocated")
+DATA_PARTITIONS = ("shard", "replicate")
 RESNET_MIN_DEPTH = 8
 
 
@@ -47,6 +48,9 @@ def validate(cell: CellConfig) -> CellConfig:
                           f"not on {engine.name}: use --engine {','.join(others)}")
     if cell.placement not in PLACEMENTS:
         raise ConfigError(f"unknown placement {cell.placement!r}: use master or colocated")
+    if cell.data_partition not in DATA_PARTITIONS:
+        raise ConfigError(f"unknown data partition {cell.data_partition!r}: use shard or "
+                          "replicate")
     if cell.model == "resnet":
         if cell.layers is None or cell.layers < RESNET_MIN_DEPTH or (cell.layers - 2) % 6:
             depths = ", ".join(map(str, resnet_depths(56)))
@@ -85,14 +89,16 @@ def check_shards(cell: CellConfig, train_samples: int, source: str = "--max-samp
     """Raise ``ConfigError`` unless every worker gets at least one full batch.
 
     ``train_samples`` is the training set before it is split among ``cell.devices``
-    workers (each gets the same share, the remainder is dropped); ``source`` names where
+    workers (each gets the same share, the remainder is dropped; with ``replicate``
+    every worker gets all of it); ``source`` names where
     the number comes from: ``--max-samples``, or a dataset (e.g. ``the synthetic set``),
     whose size cannot be raised.
     """
-    share = train_samples // cell.devices
+    workers = cell.devices if cell.data_partition == "shard" else 1
+    share = train_samples // workers
     if share >= cell.batch:
         return
-    need = cell.batch * cell.devices
+    need = cell.batch * workers
     fix = (f"give --max-samples {need} or more (batch x devices), or a smaller --batch "
            "or --devices" if source == "--max-samples" else
            f"use a --batch and --devices whose product is at most {train_samples}")
@@ -109,7 +115,7 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
            momentum: float = CellConfig.momentum, wd: float = CellConfig.wd,
            lr_scaling: str = "none", max_samples: int | None = None,
            datasets: dict[str, str] | None = None,
-           placement: str = "master") -> list[CellConfig]:
+           placement: str = "master", data_partition: str = "shard") -> list[CellConfig]:
     """The validated cartesian product, in a stable order, without duplicates.
 
     ``layers`` applies to ResNet only; LeNet cells get ``layers=None`` (so a sweep over
@@ -145,7 +151,7 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
                                    momentum=momentum, wd=wd, lr_scaling=lr_scaling,
                                    max_samples=max_samples,
                                    dataset=datasets.get(model, "synthetic"),
-                                   placement=placement))
+                                   placement=placement, data_partition=data_partition))
         if cell.cell_id not in seen:
             seen.add(cell.cell_id)
             cells.append(cell)

@@ -101,6 +101,8 @@ def test_grid_knows_the_torch_engines():
 TWO_WORKERS = {name: _cell(epochs=2, **kw) for name, kw in {
     "ps-sync": dict(), "ps-async": dict(sync="async"),
     "ps-sync-colocated": dict(placement="colocated"), "ddp": dict(engine="torch-ddp")}.items()}
+# Every worker the whole set (the study's MNIST script), beside the sharded cells above.
+REPLICATED = _cell(engine="torch-ddp", data_partition="replicate")
 
 
 @pytest.fixture(scope="module")
@@ -110,11 +112,12 @@ def two_workers(tmp_path_factory):
     from profiler.sweep.sweep import SweepSettings, run_sweep
 
     out = tmp_path_factory.mktemp("torch") / "sweep"
-    outcome = run_sweep(SweepSettings(cells=list(TWO_WORKERS.values()), out_dir=out,
+    cells = {**TWO_WORKERS, "ddp-replicate": REPLICATED}
+    outcome = run_sweep(SweepSettings(cells=list(cells.values()), out_dir=out,
                                       interval_s=None, val_samples=300), progress=False)
     by_id = {r["cell_id"]: r for r in outcome.records}
     return {name: (by_id[cell.cell_id], out / "cells" / cell.cell_id / "attempt-1")
-            for name, cell in TWO_WORKERS.items()}
+            for name, cell in cells.items()}
 
 
 @pytest.mark.parametrize("name", list(TWO_WORKERS))
@@ -151,6 +154,25 @@ def test_parameter_server_and_allreduce_make_the_same_update(two_workers):
     for name, values in losses.items():
         assert values == pytest.approx(losses["ps-sync"], rel=1e-5), (name, losses)
     assert two_workers["ps-async"][0]["train_loss_per_epoch"] != losses["ps-sync"]
+
+
+def test_replicate_gives_every_worker_the_whole_set(two_workers):
+    rec, cell_dir = two_workers["ddp-replicate"]
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["data_partition"] == "replicate"
+    starts = [_events(cell_dir, rank)[0] for rank in (0, 1)]
+    # Both workers hold all 640 samples, the same ones (in their own order): 20 steps an
+    # epoch each, as one device takes, where the sharded cell's workers take 10.
+    assert [(e["worker_samples"], e["train_samples"]) for e in starts] == [(640, 640)] * 2
+    assert starts[0]["data_digest"] == starts[1]["data_digest"]
+    assert rec["syncs_per_worker"] == 20
+    sharded = [_events(two_workers["ddp"][1], rank)[0] for rank in (0, 1)]
+    assert [e["worker_samples"] for e in sharded] == [320, 320]
+    assert sharded[0]["data_digest"] != sharded[1]["data_digest"]
+    # Times per sample count the training set once: per worker's sample when replicated.
+    epoch = _events(cell_dir, 0)[2]
+    steady = (epoch["epoch_s"] - epoch["first_step_s"]) / (19 * 32)
+    assert rec["steady_s_per_sample"] == pytest.approx(steady, rel=1e-3)
 
 
 def test_one_device_trains_alone(tmp_path):

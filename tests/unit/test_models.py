@@ -23,7 +23,8 @@ def _built(model, layers):
 
 
 @pytest.mark.parametrize("model,layers", [("lenet-mlp", None), ("lenet-cnn", None),
-                                          ("resnet", 8), ("resnet", 20), ("resnet", 32)])
+                                          ("lenet-example", None), ("resnet", 8),
+                                          ("resnet", 20), ("resnet", 32)])
 def test_output_shape_and_exact_parameter_count(model, layers):
     shape, trainable = _built(model, layers)
     assert shape == (2, 10)
@@ -37,11 +38,14 @@ def test_known_sizes():
     # LeNet-5: 156 + 2,416 + 48,120 + 10,164 + 850.
     assert models.parameter_count("lenet-cnn") == 61_706
     assert models.parameter_count("lenet-mlp") == 784 * 128 + 128 + 128 * 64 + 64 + 650
+    # MXNet's example LeNet (v0.9.5 symbols/lenet.py): 520 + 25,050 + 400,500 + 5,010.
+    assert models.parameter_count("lenet-example") == 431_080
 
 
 def test_input_shapes():
     assert models.input_shape("lenet-mlp") == (1, 28, 28)
     assert models.input_shape("lenet-cnn") == (1, 32, 32)
+    assert models.input_shape("lenet-example") == (1, 28, 28)
     assert models.input_shape("resnet") == (3, 32, 32)
 
 
@@ -52,7 +56,7 @@ def test_invalid_resnet_depth_names_valid_depths(layers):
 
 
 def test_unknown_model():
-    with pytest.raises(ValueError, match="lenet-mlp, lenet-cnn, resnet"):
+    with pytest.raises(ValueError, match="lenet-mlp, lenet-cnn, lenet-example, resnet"):
         models.parameter_count("vgg")
 
 

@@ -218,3 +218,18 @@ def test_engines_side_by_side_set_the_same_cell_of_each_engine_in_one_row():
     # mxnet first (10 s an epoch), torch second (mean of 4 and 6 s), then torch/mxnet.
     assert cells[1] == "10.0" and cells[4] == "5.000" and cells[-1] == "0.500"
     assert "id='engines'" not in _page([_record(engine="torch")])  # one engine: no section
+
+
+def test_environment_names_the_profile_check_of_a_study():
+    check = {"profile": "pi3b-park2019", "model": "lenet-mlp", "workload": "lenet-mlp batch 64",
+             "speedup": 1.0, "quota_cores": 0.0694, "board_samples_per_s": 571.4,
+             "samples_per_s": 1190.0, "tolerance": 0.25, "action": "recalibrated",
+             "new_quota_cores": 0.0331, "ratio": 2.0826, "within": False}
+    settings = {"versions": RECORDED, "identity": {"cluster": "emulated"},
+                "extra": {"study": "park2019", "scale": 0.01, "method": "scripts",
+                          "profile_check": [check]}}
+    rows = dict(_rows(_page([_record()], settings), "<h2>Environment</h2>"))
+    assert rows["study"] == "park2019 at scale 0.01 of its data, method scripts"
+    assert rows["profile check"] == (
+        "pi3b-park2019 on this host: lenet-mlp batch 64 2.08 x the board's rate (outside "
+        "x/÷1.25), re-calibrated 0.0694 -> 0.0331 cores")

@@ -12,17 +12,17 @@ from profiler.study import StudySettings, estimate, park2019, plan
 def test_every_part_is_in_the_grid_and_shared_cells_run_once():
     found = park2019.experiments()
     samples = park2019.train_samples(found, 0.02)
-    cells = park2019.cells(found, samples, {"lenet-mlp": "mnist", "lenet-cnn": "mnist",
+    cells = park2019.cells(found, samples, {"lenet-mlp": "mnist", "lenet-example": "mnist",
                                             "resnet": "synthetic"})
     assert len({c.cell_id for c in cells}) == len(cells)
     labels = {(c.model, c.layers, c.batch, c.devices, c.sync, c.epochs) for c in cells}
-    # Tables 1-2: LeNet batch 64 sync on 1..10 devices.
-    for model in ("lenet-mlp", "lenet-cnn"):
+    # Tables 1-2: LeNet batch 64 sync on 1..10 devices (the CNN: MXNet's example LeNet).
+    for model in ("lenet-mlp", "lenet-example"):
         assert {d for m, _, b, d, s, _ in labels if m == model and s == "sync"} == \
             set(range(1, 11))
     # Figure 3: async beside sync on ten devices; Figure 3b: async on five.
-    assert ("lenet-cnn", None, 64, 10, "async", 1) in labels
-    assert ("lenet-cnn", None, 64, 5, "async", 1) in labels
+    assert ("lenet-example", None, 64, 10, "async", 1) in labels
+    assert ("lenet-example", None, 64, 5, "async", 1) in labels
     assert ("resnet", 32, 32, 10, "async", 1) in labels
     # Figure 5: 3 depths x 3 batches on 1 and 10 devices (110 x 128 included: its OOM
     # is a finding); Table 4: five epochs on ten devices.
@@ -36,11 +36,40 @@ def test_every_part_is_in_the_grid_and_shared_cells_run_once():
     assert not any(d == 1 and s == "async" for *_, d, s, _e in labels)
 
 
+def test_each_part_is_partitioned_placed_and_stepped_as_the_studys_scripts():
+    scripts, sharded = park2019.METHOD["scripts"], park2019.METHOD["sharded"]
+    data = {"lenet-mlp": "mnist", "lenet-example": "mnist", "lenet-cnn": "mnist",
+            "resnet": "synthetic"}
+    for part in park2019.PARTS:
+        found = park2019.experiments((part,), (1, 2, 10), scripts)
+        for cell in park2019.cells(found, park2019.train_samples(found, 0.01), data):
+            # train_mnist.py: every worker the whole set, lr 0.05; train_cifar10.py: a
+            # 1/N part each, lr 0.05 (ResNet's default); tools/launch.py: a server per
+            # worker.
+            want = ("shard", 0.05) if cell.model == "resnet" else ("replicate", 0.05)
+            assert (cell.data_partition, cell.lr) == want, (part, cell.label)
+            assert cell.placement == "colocated" and cell.model != "lenet-cnn"
+        found = park2019.experiments((part,), (1, 2, 10), sharded)
+        for cell in park2019.cells(found, park2019.train_samples(found, 0.01, sharded),
+                                   data, how=sharded):
+            assert (cell.data_partition, cell.placement) == ("shard", "master")
+            assert cell.model != "lenet-example"
+            assert cell.lr == (0.05 if cell.model == "resnet" else 0.02)
+    # Replicated, ten devices train as many samples a worker as one: the floor is one
+    # worker's 3 steps; sharded, ten workers need 3 steps each.
+    for how, ten in ((scripts, 600), (sharded, 10 * 64 * park2019.MIN_STEPS)):
+        found = park2019.experiments(("table1",), (1, 10), how)
+        samples = park2019.train_samples(found, 0.01, how)
+        assert samples[("lenet-mlp", None, 64, 10)] == ten
+    with pytest.raises(ConfigError, match="--method usual: use scripts or sharded"):
+        park2019.method("usual")
+
+
 def test_scale_keeps_a_few_steps_per_worker():
     found = park2019.experiments(("table1", "figure5"))
     samples = park2019.train_samples(found, 0.05)
     assert samples[("lenet-mlp", None, 64, 1)] == 3000  # 5% of 60,000
-    assert samples[("lenet-mlp", None, 64, 10)] == 3000  # 4.7 steps a worker: enough
+    assert samples[("lenet-mlp", None, 64, 10)] == 3000  # replicated: 47 steps a worker
     assert samples[("resnet", 32, 32, 10)] == 2500  # 5% of 50,000
     assert samples[("resnet", 110, 128, 1)] == 2500
     assert samples[("resnet", 110, 128, 10)] == 10 * 128 * park2019.MIN_STEPS  # floored

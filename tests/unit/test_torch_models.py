@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import need
 from workloads import models
 
-GLUON_MODELS = [("lenet-mlp", None), ("lenet-cnn", None), ("resnet", 8), ("resnet", 20),
+GLUON_MODELS = [("lenet-mlp", None), ("lenet-cnn", None), ("lenet-example", None), ("resnet", 8), ("resnet", 20),
                 ("resnet", 32)]
 
 
