@@ -202,21 +202,27 @@ class QuotaOutOfReach(ClusterError):
 class NotSettled(ClusterError):
     """The measured rate kept missing the target (a busy host)."""
 
+    def __init__(self, message: str, steps: list | None = None):
+        super().__init__(message)
+        self.steps = steps or []
+
 
 def _search(measure: "_Measurer", workload: Workload, target: float, quota: float,
             tolerance: float, report: Callable[[str], None],
-            most_cores: float | None = None) -> list[Measurement]:
+            most_cores: float | None = None,
+            first: Measurement | None = None) -> list[Measurement]:
     """Find the quota at which the rate is within ``tolerance`` of ``target``.
 
     Scales the quota by target / measured until two measurements bracket the target,
     then interpolates between the closest two on either side (the rate grows with the
     quota, not quite in proportion, and measurements are noisy: scaling alone can swing
-    back and forth across the target).
+    back and forth across the target). ``first``: a measurement at ``quota`` already
+    made. ``NotSettled`` carries the steps made.
     """
     most = most_cores or float(len(os.sched_getaffinity(0)))
     steps: list[Measurement] = []
     for _ in range(MAX_STEPS):
-        step = measure(workload, quota, target)
+        step = first if first is not None and not steps else measure(workload, quota, target)
         steps.append(step)
         report(f"{workload.label}: {step.samples_per_s:.2f} samples/s at {quota:.4f} "
                f"cores (target {target:g}, ratio {step.samples_per_s / target:.3f})")
@@ -234,8 +240,8 @@ def _search(measure: "_Measurer", workload: Workload, target: float, quota: floa
                 f"more than a node may have ({most:g}): calibrate on a faster host or a "
                 "lighter workload")
     raise NotSettled(f"the rate did not settle within {tolerance:.0%} of {target:g} in "
-                       f"{MAX_STEPS} steps (the host is too busy?): run it again on a "
-                       "quieter machine")
+                     f"{MAX_STEPS} steps (the host is too busy?): run it again on a "
+                     "quieter machine", steps)
 
 
 def _next_quota(steps: list[Measurement], target: float) -> float:

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import re
 import subprocess
 import sys
 
 import pytest
+import yaml
 
 from tests.conftest import ROOT, assert_one_line, need_binary, need_root
 
@@ -122,3 +125,37 @@ def test_the_calibrated_study_on_the_emulated_cluster_gives_each_model_its_quota
                 assert f"rate {int(park.link_mbit * speedup)}Mbit" in shown, shown
     finally:
         emulated.down()
+
+
+def test_a_profile_twice_as_fast_as_its_board_is_refused_before_the_grid_runs(tmp_path):
+    """The host check (profiler.calibrate.check): one real measurement of the profile's
+    quota on this host, here against a board rate set to half what that quota trains
+    (measured first, the same way): the study stops in one line before any cell."""
+    need_root()
+    from profiler.calibrate import Workload, _Measurer
+    from profiler.cluster import emulated
+    from profiler.cluster.profiles import load_catalog
+
+    for binary in emulated.REQUIRED_BINARIES:
+        need_binary(binary)
+    park = load_catalog().profiles["pi3b-park2019"]
+    quota = park.cpu_cores_for("lenet-mlp")
+    measured = _Measurer(tmp_path / "measure", park, steps=6)(
+        Workload("lenet-mlp", None, 64), quota, 571.4).samples_per_s
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(yaml.safe_dump({"profiles": {"pi3b-2x": {
+        "link_mbit": 100, "memory_mb": 1024, "cpu_cores": quota, "board_cores": 4,
+        "board_rates": {"lenet-mlp": {"batch": 64, "samples_per_s": measured / 2}}}}}))
+    out = tmp_path / "study"
+    done = subprocess.run(
+        [*EDGEPROF, "study", "park2019", "--parts", "table1", "--devices", "2", "--scale",
+         "0.005", "--profile", "pi3b-2x", "--profile-check", "refuse", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "EDGEPROF_PROFILES": str(profiles)})
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("edgeprof: error: pi3b-2x: lenet-mlp batch 64 trains at"), last
+    assert "--profile-check recalibrate" in last and "edgeprof cluster calibrate" in last
+    ratio = float(re.search(r"([0-9.]+) x the board's", last).group(1))
+    assert 1.5 < ratio < 2.7, last  # 2 within a short measurement's noise
+    assert not (out / "results.jsonl").exists()  # no cell ran
