@@ -2,23 +2,22 @@
 
 A profile's CPU quotas were found on one host (``edgeprof cluster calibrate``); the rate
 a quota buys depends on the host's cores and on how busy they are. On another host the
-shipped ``pi3b-park2019`` trained LeNet-MLP at 1.5-2.2 x the study's rate: every ratio
+shipped ``pi3b-park2019`` trained LeNet-MLP at 1.5-2.3 x the study's rate: every ratio
 with one device as its denominator was then off by that factor. So before a study (and
-on request before any sweep on the emulated cluster) each model family of the grid is
-measured once, as the calibration measures it (a one-device cell on a one-node
-cluster, steady rate), at the quota its one-device cells will get: at the time dilation
-the profile has for it up to ``--speedup`` (what ``profiles.dilation`` gives a one-node
-cell; the dilations of bigger cells are not checked). The ratio to the board's rate
-(``board_rates`` in the profile) must lie within the tolerance.
+on request before any sweep on the emulated cluster) every quota the grid's cells will
+train at is measured once, as the calibration measures it (a one-device cell on a
+one-node cluster, steady rate): each model family with a board rate (``board_rates``
+in the profile), at each time dilation its cells will get (``profiles.dilation``: with
+``--speedup`` a one-device cell and a ten-device one get different quotas). The ratio
+to k times the board's rate must lie within x/÷(1 + tolerance).
 
 When it does not, ``refuse`` stops with one line naming the drift and the command
-that fixes it; ``recalibrate`` searches the quota at that dilation again (as
-``calibrate`` does) and multiplies every quota of the family, undilated and dilated,
-by the same factor (the host's speed changed, not the shape of the curve: approximate
-for the dilations not measured), writes the profile to the user's profiles file
-(``~/.config/edgeprof/profiles.yaml``, which overrides the shipped one of the same name)
-and goes on. The checks are returned for the sweep to record (``sweep.json``,
-``profile_check``) and the report to name.
+that fixes it; ``recalibrate`` searches that quota again (as ``calibrate`` does,
+starting from the check's measurement), writes the profile to the user's profiles file
+(``~/.config/edgeprof/profiles.yaml``, which overrides the shipped one of the same
+name), looks again at which dilations the cells now get (a smaller quota can let a
+bigger cell dilate further) and goes on. The checks are returned for the sweep to
+record (``sweep.json``, ``profile_check``) and the report to name.
 """
 
 from __future__ import annotations
@@ -83,17 +82,28 @@ class Check:
                 f"cores; tolerance x/÷{1 + self.tolerance:g})")
 
 
-def families(models: set[str]) -> list[str]:
-    """The model families (profile keys) of the grid's models, in a stable order."""
-    return sorted(models)
+def dilations_used(profile: Profile, cells, speedup: float, host_cores: float
+                   ) -> set[tuple[str, float]]:
+    """``(model family, k)`` for every dilation k the ``cells`` will get on nodes of
+    ``profile`` (what ``EmulatedCluster.prepare`` chooses: ``profiles.dilation``)."""
+    from ..engines import get_engine
+
+    used = set()
+    for cell in cells:
+        nodes = get_engine(cell.engine).nodes_needed(cell)
+        options = {k: [profile.cpu_cores_for(cell.model, k)] * nodes
+                   for k in profile.speedups(cell.model)}
+        used.add((cell.model, dilation(options, host_cores, speedup)))
+    return used
 
 
-def check_profile(profile_name: str, models: set[str], *, mode: str = "refuse",
+def check_profile(profile_name: str, cells, *, mode: str = "refuse",
                   speedup: float = 1.0, tolerance: float = CHECK_TOLERANCE,
                   to_file: Path | None = None,
                   report: Callable[[str], None] = lambda line: None) -> list[Check]:
-    """Measure each family of ``models`` the profile has a board rate for; see the module
-    doc. Raises ``ConfigError`` (one line) with ``mode="refuse"`` on drift."""
+    """Measure every quota the ``cells`` will train at (each model family with a board
+    rate, at each dilation its cells get); see the module doc. Raises ``ConfigError``
+    (one line) with ``mode="refuse"`` on drift."""
     if mode not in MODES:
         raise ConfigError(f"--profile-check {mode!r}: use one of {', '.join(MODES)}")
     if mode == "off":
@@ -104,44 +114,62 @@ def check_profile(profile_name: str, models: set[str], *, mode: str = "refuse",
     if profile_name not in catalog.profiles:
         return []  # a mix, or a profile of no board: nothing to check against
     profile = catalog.profiles[profile_name]
-    wanted = [m for m in families(models) if m in profile.board_rates]
-    if not wanted:
+    models = {c.model for c in cells}
+    if not models & set(profile.board_rates):
         report(f"{profile_name} has no board rate for {', '.join(sorted(models))}: not "
                "checked (calibrate it with `edgeprof cluster calibrate`)")
         return []
     _refuse_a_running_cluster()
+    host_cores = float(len(os.sched_getaffinity(0)))
     checks: list[Check] = []
+    done: set[tuple[str, float]] = set()
     with tempfile.TemporaryDirectory(prefix="edgeprof-profile-check-") as tmp:
         measure = _Measurer(Path(tmp), profile, steps=CHECK_STEPS)
-        for model in wanted:
-            rate = profile.board_rates[model]
-            k = _one_node_speedup(profile, model, speedup)
-            quota = profile.cpu_cores_for(model, k)
-            workload = Workload(rate.model, rate.layers, rate.batch)
-            step = measure(workload, quota, rate.samples_per_s * k)
-            check = Check(profile_name, model, workload.label, k, quota, rate.samples_per_s,
-                          step.samples_per_s, tolerance)
+        while True:
+            # A re-calibrated quota can change the dilation a cell gets: look again.
+            todo = sorted((m, k) for m, k in dilations_used(profile, cells, speedup,
+                                                             host_cores)
+                          if m in profile.board_rates and (m, k) not in done)
+            if not todo:
+                return checks
+            model, k = todo[0]
+            done.add((model, k))
+            check, profile = _check_one(profile, model, k, measure, mode, tolerance,
+                                        to_file, report)
             checks.append(check)
-            report(("ok: " if check.within else "off: ") + check.line())
-            if check.within:
-                continue
-            if mode == "refuse":
-                check.action = "refused"
-                raise ConfigError(
-                    f"{check.line()}: re-calibrate it for this host with --profile-check "
-                    f"recalibrate, or `sudo edgeprof cluster calibrate --profile "
-                    f"{profile_name} --model-quota --workload {rate.workload} --batch "
-                    f"{rate.batch} --samples-per-s {rate.samples_per_s:g}`")
-            new_quota = _recalibrate(measure, workload, rate.samples_per_s * k, quota, step,
-                                     tolerance, report)
-            check.action, check.new_quota_cores = "recalibrated", new_quota
-            profile = scaled(profile, model, new_quota / quota)
-            path = write_user_profile(profile, to_file)
-            report(f"{profile_name}: {model}'s quotas x {new_quota / quota:.3f} "
-                   f"({quota:.4f} -> {new_quota:.4f} cores at speedup {k:g}), "
-                   f"written to {path}")
             measure.base = profile
-    return checks
+
+
+def _check_one(profile: Profile, model: str, k: float, measure, mode: str,
+               tolerance: float, to_file: Path | None, report: Callable[[str], None]
+               ) -> tuple[Check, Profile]:
+    """Measure ``model``'s quota at dilation ``k``; re-calibrate it (a new profile) or
+    refuse when it is off."""
+    rate = profile.board_rates[model]
+    quota = profile.cpu_cores_for(model, k)
+    workload = Workload(rate.model, rate.layers, rate.batch)
+    step = measure(workload, quota, rate.samples_per_s * k)
+    check = Check(profile.name, model, workload.label, k, quota, rate.samples_per_s,
+                  step.samples_per_s, tolerance)
+    report(("ok: " if check.within else "off: ") + check.line())
+    if check.within:
+        return check, profile
+    if mode == "refuse":
+        check.action = "refused"
+        raise ConfigError(
+            f"{check.line()}: re-calibrate it for this host with --profile-check "
+            f"recalibrate, or `sudo edgeprof cluster calibrate --profile {profile.name} "
+            f"--model-quota --workload {rate.workload} --batch {rate.batch} "
+            f"--samples-per-s {rate.samples_per_s:g}" + (f" --dilations {k:g}" if k != 1
+                                                        else "") + "`")
+    new_quota = _recalibrate(measure, workload, rate.samples_per_s * k, quota, step,
+                             tolerance, report)
+    check.action, check.new_quota_cores = "recalibrated", new_quota
+    profile = with_quota(profile, model, k, new_quota)
+    path = write_user_profile(profile, to_file)
+    report(f"{profile.name}: {model} at speedup {k:g}: {quota:.4f} -> {new_quota:.4f} "
+           f"cores, written to {path}")
+    return check, profile
 
 
 def check_sweep(sweep, mode: str, tolerance: float = CHECK_TOLERANCE,
@@ -151,7 +179,7 @@ def check_sweep(sweep, mode: str, tolerance: float = CHECK_TOLERANCE,
     the emulated cluster, or on a resumed sweep (checked when it started)."""
     if mode == "off" or sweep.cluster != "emulated" or sweep.resume or not sweep.profile:
         return
-    checks = check_profile(sweep.profile, {c.model for c in sweep.cells}, mode=mode,
+    checks = check_profile(sweep.profile, sweep.cells, mode=mode,
                            speedup=sweep.speedup, tolerance=tolerance,
                            report=report or (lambda line: None))
     sweep.extra["profile_check"] = [c.as_record() for c in checks]
@@ -174,23 +202,16 @@ def _recalibrate(measure, workload: Workload, target: float, quota: float, first
         return best.quota_cores
 
 
-def _one_node_speedup(profile: Profile, model: str, speedup: float) -> float:
-    """The dilation a one-device cell of ``model`` gets (``profiles.dilation``)."""
-    options = {k: [profile.cpu_cores_for(model, k)] for k in profile.speedups(model)}
-    return dilation(options, float(len(os.sched_getaffinity(0))), speedup)
-
-
-def scaled(profile: Profile, model: str, factor: float) -> Profile:
-    """``profile`` with every quota of ``model``'s family multiplied by ``factor``."""
+def with_quota(profile: Profile, model: str, speedup: float, quota: float) -> Profile:
+    """``profile`` with ``model``'s quota at dilation ``speedup`` set to ``quota``."""
     from dataclasses import replace
 
-    by_model = {**profile.cpu_cores_by_model,
-                model: round(profile.cpu_cores_for(model) * factor, 5)}
-    dilated = dict(profile.cpu_cores_dilated)
-    if model in dilated:
-        dilated[model] = {k: round(min(q * factor, MAX_NODE_CORES), 5)
-                          for k, q in dilated[model].items()}
-    return replace(profile, cpu_cores_by_model=by_model, cpu_cores_dilated=dilated)
+    if speedup == 1:
+        return replace(profile, cpu_cores_by_model={**profile.cpu_cores_by_model,
+                                                    model: round(quota, 5)})
+    dilated = {m: dict(v) for m, v in profile.cpu_cores_dilated.items()}
+    dilated.setdefault(model, {})[float(speedup)] = round(min(quota, MAX_NODE_CORES), 5)
+    return replace(profile, cpu_cores_dilated=dilated)
 
 
 def write_user_profile(profile: Profile, path: Path | None = None) -> Path:
