@@ -86,9 +86,12 @@ def profile_check_said(checks: list[dict]) -> str:
         return "nothing to check (no board rate for these models)"
     said = []
     for c in checks:
-        what = {"recalibrated": f", re-calibrated {c['quota_cores']:.4f} -> "
-                                f"{c['new_quota_cores']:.4f} cores",
-                "none": ""}.get(c.get("action", "none"), f", {c.get('action')}")
+        action = c.get("action", "none")
+        if action == "recalibrated":
+            what = (f", re-calibrated {c['quota_cores']:.4f} -> "
+                    f"{c['new_quota_cores']:.4f} cores")
+        else:
+            what = "" if action == "none" else f", {action}"
         at = f" at speedup {c['speedup']:g}" if c.get("speedup", 1) != 1 else ""
         said.append(f"{c['workload']}{at} {c['ratio']:.2f} x the board's rate"
                     f" ({'within' if c['within'] else 'outside'} x/÷"

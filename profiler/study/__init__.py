@@ -118,7 +118,8 @@ def plan(settings: StudySettings) -> StudyPlan:
     check = settings.profile_check if settings.cluster == "emulated" else "off"
     if check != "off":
         notes.append(f"first the profile {profile} is checked on this host ({check} if "
-                     f"off by more than {settings.profile_tolerance:.0%}; about a minute)")
+                     f"off by more than {settings.profile_tolerance:.0%}; a minute, a few "
+                     "more if it re-calibrates)")
     return StudyPlan(sweep, samples, datasets, val, seconds, notes, how.name, check,
                      settings.profile_tolerance)
 
