@@ -300,12 +300,7 @@ def write_profile(result: Calibration, path: Path | None = None) -> Path:
     file); a fresh ``cpu_cores`` makes a new profile from the base's link and memory.
     """
     path = Path(path or USER_PROFILES).expanduser()
-    doc: dict = {}
-    if path.exists():
-        doc = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(doc, dict):
-            raise ConfigError(f"{path} is not a profiles file (no mapping at the top): "
-                              "give another --to FILE")
+    doc = read_profiles_file(path, "give another --to FILE")
     note = (f"{result.workload} at {result.samples_per_s:.1f} samples/s (target "
             f"{result.target_samples_per_s:g})")
     if result.check_ratio is not None:
@@ -345,10 +340,26 @@ def write_profile(result: Calibration, path: Path | None = None) -> Path:
                  "board_rates": {dilated_model: result.board_rate},
                  "calibration": {"cpu_cores": measured}}
     doc.setdefault("profiles", {})[result.profile] = entry
+    save_profiles_file(path, doc)
+    return path
+
+
+def read_profiles_file(path: Path, fix: str) -> dict:
+    """The profiles file at ``path`` as a mapping ({} if there is none yet); ``fix``
+    ends the one line that refuses a file that is not one."""
+    if not path.exists():
+        return {}
+    doc = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path} is not a profiles file (no mapping at the top): {fix}")
+    return doc
+
+
+def save_profiles_file(path: Path, doc: dict) -> None:
+    """Write ``doc`` to ``path`` atomically; it must read back as profiles."""
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False))
     load_catalog()  # the file just written must read back (raises one line if not)
-    return path
 
 
 def _model_of(label: str) -> str:

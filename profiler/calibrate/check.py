@@ -28,13 +28,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-import yaml
-
 from ..cluster.profiles import (MAX_NODE_CORES, USER_PROFILES, Profile, dilation,
                                 load_catalog)
 from ..errors import ConfigError
-from ..fsutil import atomic_write_text
-from . import NotSettled, Workload, _Measurer, _refuse_a_running_cluster, _search
+from . import (NotSettled, Workload, _Measurer, _refuse_a_running_cluster, _search,
+               read_profiles_file, save_profiles_file)
 
 MODES = ("off", "refuse", "recalibrate")
 # Within x/÷(1 + tolerance) of the board's rate: 1.25 is the band of the study's tables
@@ -217,14 +215,7 @@ def with_quota(profile: Profile, model: str, speedup: float, quota: float) -> Pr
 def write_user_profile(profile: Profile, path: Path | None = None) -> Path:
     """Write ``profile`` whole into the user's profiles file (replacing one of its name)."""
     path = Path(path or USER_PROFILES).expanduser()
-    doc: dict = {}
-    if path.exists():
-        doc = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(doc, dict):
-            raise ConfigError(f"{path} is not a profiles file (no mapping at the top): "
-                              "move it away or fix it")
+    doc = read_profiles_file(path, "move it away or fix it")
     doc.setdefault("profiles", {})[profile.name] = profile.as_spec()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False))
-    load_catalog()  # must read back (one line if not)
+    save_profiles_file(path, doc)
     return path
