@@ -148,7 +148,13 @@ def test_the_cfs_period_gives_one_millisecond_a_period():
 
 def test_the_calibrated_study_profile_gives_each_model_family_a_quota():
     park = load_catalog([PACKAGED_PROFILES]).profiles["pi3b-park2019"]
-    assert set(park.cpu_cores_by_model) == {"lenet-cnn", "resnet"}
+    assert set(park.cpu_cores_by_model) == {"lenet-cnn", "lenet-example", "resnet"}
+    # What the quotas were calibrated to, for the host check (profiler.calibrate.check).
+    assert {m: (r.batch, r.samples_per_s) for m, r in park.board_rates.items()} == {
+        "lenet-mlp": (64, 571.4), "lenet-cnn": (64, 55.6), "lenet-example": (64, 55.6),
+        "resnet": (32, 2.5)}
+    assert park.board_rates["resnet"].workload == "resnet-32"
+    assert load_catalog([PACKAGED_PROFILES]).profiles["pi3b"].board_rates == {}
     # The study's boards trained LeNet-CNN ten times slower than LeNet-MLP; MXNet 1.9.1
     # on x86 only about five: the CNN must get a smaller quota than the MLP.
     assert park.cpu_cores_for("lenet-cnn") < park.cpu_cores_for("lenet-mlp")
