@@ -159,3 +159,17 @@ def test_the_calibrated_study_profile_gives_each_model_family_a_quota():
     # on x86 only about five: the CNN must get a smaller quota than the MLP.
     assert park.cpu_cores_for("lenet-cnn") < park.cpu_cores_for("lenet-mlp")
     assert park.board_cores == 4
+
+
+def test_a_recalibrated_quota_is_written_whole_and_reads_back(tmp_path):
+    from profiler.calibrate.check import with_quota, write_user_profile
+
+    park = load_catalog([PACKAGED_PROFILES]).profiles["pi3b-park2019"]
+    changed = with_quota(with_quota(park, "lenet-mlp", 4, 0.1), "resnet", 1, 0.02)
+    path = write_user_profile(changed, tmp_path / "profiles.yaml")
+    back = load_catalog([path]).profiles["pi3b-park2019"]
+    assert back.cpu_cores_for("lenet-mlp", 4) == 0.1 and back.cpu_cores_for("resnet") == 0.02
+    # Everything else as it was: the other quotas, dilations and board rates.
+    assert back.cpu_cores_for("lenet-mlp", 8) == park.cpu_cores_for("lenet-mlp", 8)
+    assert back.cpu_cores_for("lenet-example") == park.cpu_cores_for("lenet-example")
+    assert back.board_rates == park.board_rates and back.link_mbit == park.link_mbit
