@@ -26,7 +26,7 @@ EDGEPROF = [sys.executable, "-m", "profiler.cli"]
     (["--model", "lenet-mlp", "--layers", "32"], ["--layers", "lenet-mlp", "drop --layers"]),
     (["--batch", "0"], ["--batch 0", "at least 1"]),
     (["--devices", "0"], ["--devices 0"]),
-    (["--model", "alexnet"], ["alexnet", "lenet-mlp, lenet-cnn, resnet"]),
+    (["--model", "alexnet"], ["alexnet", "lenet-mlp, lenet-cnn, lenet-example, resnet"]),
     (["--sync", "eventual"], ["eventual", "sync"]),
     (["--engine", "horovod", "--sync", "async", "--devices", "2"], ["horovod trains sync only"]),
     (["--data-dir", "/nonexistent/data"], ["/nonexistent/data", "edgeprof data fetch"]),

@@ -79,7 +79,7 @@ CASES = [
     # --- grid options: lists and choices
     bad("batch-not-a-number", "sweep --batch 32,x", "--batch 'x'", "32,64"),
     bad("devices-empty-list", "sweep --devices ,", "--devices ','", "at least one value"),
-    bad("model-unknown", "sweep --model alexnet", "alexnet", "lenet-mlp, lenet-cnn, resnet"),
+    bad("model-unknown", "sweep --model alexnet", "alexnet", "lenet-mlp, lenet-cnn, lenet-example, resnet"),
     bad("engine-unknown", "sweep --engine tensorflow", "tensorflow", "mxnet, horovod"),
     bad("sync-unknown", "sweep --sync eventual", "eventual", "sync, async"),
     bad("placement-unknown", "sweep --placement everywhere", "'--placement'", "everywhere"),
