@@ -86,6 +86,9 @@ def test_calibrate_finds_the_quota_of_a_rate_and_writes_the_profile(no_cluster, 
         profile["cpu_cores"]
     assert board.cpu_cores_for("lenet-cnn", 2.0) == doubled and board.speedups("lenet-cnn") \
         == [1.0, 2.0]
+    # What each quota was calibrated to, for the host check (profiler.calibrate.check).
+    assert {m: (r.batch, r.samples_per_s) for m, r in board.board_rates.items()} == {
+        "lenet-mlp": (32, target), "lenet-cnn": (32, cnn_target)}
 
 
 def done_rate(stderr: str, prefix: str) -> float:
