@@ -32,7 +32,6 @@ from . import optim
 FRAMEWORKS = ("mxnet", "torch")
 COMMS = ("local", "ps-sync", "ps-async", "allreduce")
 ROLES = ("worker", "server")
-PARTITIONS = ("shard", "replicate")
 # What the engines put in the environment of a distributed process, by framework.
 RENDEZVOUS_VARIABLES = {
     ("mxnet", "ps"): ("DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT",
@@ -45,6 +44,7 @@ EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_OOM = 0, 1, 2, 3
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from . import datasets
     from .models import MODELS
 
     parser = argparse.ArgumentParser(prog="python -m workloads.train",
@@ -74,7 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="data folder (see workloads.datasets)")
     parser.add_argument("--dataset", default="auto",
                         help="auto or a name of workloads.datasets.NAMES")
-    parser.add_argument("--data-partition", choices=PARTITIONS, default="shard",
+    parser.add_argument("--data-partition", choices=datasets.PARTITIONS, default="shard",
                         help="shard: this worker trains its 1/N of the training set; "
                              "replicate: all of it")
     parser.add_argument("--val-samples", type=int, default=None,

@@ -39,7 +39,7 @@ import yaml
 from ..cell import CellConfig
 from ..cluster import emulated
 from ..cluster.profiles import (MAX_NODE_CORES, MAX_SPEEDUP, MIN_CPU_CORES, PROFILES_ENV,
-                                USER_PROFILES, Profile, load_catalog)
+                                USER_PROFILES, BoardRate, Profile, load_catalog)
 from ..errors import ClusterError, ConfigError
 from ..fsutil import atomic_write_text
 from ..sweep.grid import validate
@@ -108,7 +108,7 @@ class Calibration:
     check_samples_per_s: float | None = None
     steps: list[Measurement] = field(default_factory=list)
     dilations: dict[float, Measurement] = field(default_factory=dict)  # speedup -> found
-    board_rate: dict = field(default_factory=dict)  # the profile's board_rates entry
+    board_rate: BoardRate | None = None  # what the quota is calibrated to
 
     @property
     def ratio(self) -> float:
@@ -150,10 +150,8 @@ def calibrate(profile: str, base: str, workload: Workload, target_samples_per_s:
                          target_samples_per_s=target_samples_per_s,
                          quota_cores=start, samples_per_s=0.0,
                          model=workload.model if model_quota else None,
-                         board_rate={"batch": workload.batch,
-                                     "samples_per_s": target_samples_per_s,
-                                     **({"layers": workload.layers} if workload.layers
-                                        else {})})
+                         board_rate=BoardRate(workload.model, workload.layers,
+                                              workload.batch, target_samples_per_s))
     with tempfile.TemporaryDirectory(prefix="edgeprof-calibrate-") as tmp:
         measure = _Measurer(Path(tmp), base_profile)
         found = _search(measure, workload, target_samples_per_s, start, tolerance, report)
@@ -326,7 +324,7 @@ def write_profile(result: Calibration, path: Path | None = None) -> Path:
             calibration = {"cpu_cores": calibration} if calibration else {}
         entry["calibration"] = {**calibration, result.model: measured}
         entry["board_rates"] = {**(entry.get("board_rates") or {}),
-                                result.model: result.board_rate}
+                                result.model: result.board_rate.as_spec()}
         if dilated:
             entry["cpu_cores_dilated"] = {**(entry.get("cpu_cores_dilated") or {}),
                                           result.model: dilated}
@@ -337,7 +335,7 @@ def write_profile(result: Calibration, path: Path | None = None) -> Path:
                  "cpu_cores": round(result.quota_cores, 5),
                  **({"board_cores": base.board_cores} if base.board_cores else {}),
                  **({"cpu_cores_dilated": {dilated_model: dilated}} if dilated else {}),
-                 "board_rates": {dilated_model: result.board_rate},
+                 "board_rates": {dilated_model: result.board_rate.as_spec()},
                  "calibration": {"cpu_cores": measured}}
     doc.setdefault("profiles", {})[result.profile] = entry
     save_profiles_file(path, doc)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -46,6 +46,11 @@ CHECK_STEPS = 6  # steps per check measurement (the first is left out of the rat
 RECALIBRATE_TOLERANCE = 0.08
 
 
+def within(ratio: float, tolerance: float) -> bool:
+    """``ratio`` lies within x/÷(1 + ``tolerance``) of 1."""
+    return 1 / (1 + tolerance) <= ratio <= 1 + tolerance
+
+
 @dataclass
 class Check:
     """One model family's measurement against its board's rate."""
@@ -58,7 +63,7 @@ class Check:
     board_samples_per_s: float
     samples_per_s: float
     tolerance: float
-    action: str = "none"  # none, refused, recalibrated
+    action: str = "none"  # none, or recalibrated
     new_quota_cores: float | None = None
 
     @property
@@ -67,7 +72,7 @@ class Check:
 
     @property
     def within(self) -> bool:
-        return 1 / (1 + self.tolerance) <= self.ratio <= 1 + self.tolerance
+        return within(self.ratio, self.tolerance)
 
     def as_record(self) -> dict:
         return {**asdict(self), "ratio": round(self.ratio, 4), "within": self.within}
@@ -102,10 +107,8 @@ def check_profile(profile_name: str, cells, *, mode: str = "refuse",
     """Measure every quota the ``cells`` will train at (each model family with a board
     rate, at each dilation its cells get); see the module doc. Raises ``ConfigError``
     (one line) with ``mode="refuse"`` on drift."""
-    if mode not in MODES:
-        raise ConfigError(f"--profile-check {mode!r}: use one of {', '.join(MODES)}")
-    if mode == "off":
-        return []
+    if mode not in MODES[1:]:
+        raise ConfigError(f"--profile-check {mode!r}: use refuse or recalibrate here")
     if not 0 < tolerance < 1:
         raise ConfigError(f"--profile-tolerance {tolerance}: give a fraction such as 0.25")
     catalog = load_catalog()
@@ -153,7 +156,6 @@ def _check_one(profile: Profile, model: str, k: float, measure, mode: str,
     if check.within:
         return check, profile
     if mode == "refuse":
-        check.action = "refused"
         raise ConfigError(
             f"{check.line()}: re-calibrate it for this host with --profile-check "
             f"recalibrate, or `sudo edgeprof cluster calibrate --profile {profile.name} "
@@ -192,7 +194,7 @@ def _recalibrate(measure, workload: Workload, target: float, quota: float, first
     except NotSettled as exc:
         best = min(exc.steps, key=lambda s: abs(s.samples_per_s / target - 1))
         ratio = best.samples_per_s / target
-        if not 1 / (1 + tolerance) <= ratio <= 1 + tolerance:
+        if not within(ratio, tolerance):
             raise
         report(f"{workload.label}: not within {RECALIBRATE_TOLERANCE:.0%} in "
                f"{len(exc.steps)} measurements; the closest, {best.quota_cores:.4f} cores "
@@ -202,8 +204,6 @@ def _recalibrate(measure, workload: Workload, target: float, quota: float, first
 
 def with_quota(profile: Profile, model: str, speedup: float, quota: float) -> Profile:
     """``profile`` with ``model``'s quota at dilation ``speedup`` set to ``quota``."""
-    from dataclasses import replace
-
     if speedup == 1:
         return replace(profile, cpu_cores_by_model={**profile.cpu_cores_by_model,
                                                     model: round(quota, 5)})

@@ -51,6 +51,11 @@ class BoardRate:
         """As ``edgeprof cluster calibrate --workload`` takes it: lenet-mlp, resnet-32."""
         return self.model if self.layers is None else f"{self.model}-{self.layers}"
 
+    def as_spec(self) -> dict:
+        """As a profile's ``board_rates`` entry holds it."""
+        return {"batch": self.batch, "samples_per_s": self.samples_per_s,
+                **({"layers": self.layers} if self.layers else {})}
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -99,10 +104,7 @@ class Profile:
         if self.cpu_cores_dilated:
             spec["cpu_cores_dilated"] = {m: dict(v) for m, v in self.cpu_cores_dilated.items()}
         if self.board_rates:
-            spec["board_rates"] = {
-                m: {"batch": r.batch, "samples_per_s": r.samples_per_s,
-                    **({"layers": r.layers} if r.layers else {})}
-                for m, r in self.board_rates.items()}
+            spec["board_rates"] = {m: r.as_spec() for m, r in self.board_rates.items()}
         return spec
 
 

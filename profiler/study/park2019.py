@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workloads.datasets import catalog
+from workloads.datasets import catalog, parts
 
 from ..cell import CellConfig
 from ..engines import get_engine
@@ -163,8 +163,7 @@ def train_samples(found: list[Experiment], scale: float,
     samples: dict[tuple, int] = {}
     for e in found:
         for devices in e.devices:
-            workers = devices if how.partition(e.model) == "shard" else 1
-            floor = workers * e.batch * MIN_STEPS
+            floor = parts(how.partition(e.model), devices) * e.batch * MIN_STEPS
             samples[(*e.key, devices)] = max(round(FULL_TRAIN[e.model] * scale), floor)
     return samples
 

@@ -11,6 +11,7 @@ import itertools
 import math
 from typing import Iterable, Sequence
 
+from workloads import datasets
 from workloads.optim import LR_SCALINGS
 
 from ..cell import DEFAULT_RESNET_LAYERS, CellConfig
@@ -20,7 +21,7 @@ from ..errors import ConfigError
 MODELS = all_models()
 SYNC_MODES = ("sync", "async")
 PLACEMENTS = ("master", "colocated")
-DATA_PARTITIONS = ("shard", "replicate")
+DATA_PARTITIONS = datasets.PARTITIONS
 RESNET_MIN_DEPTH = 8
 
 
@@ -94,11 +95,11 @@ def check_shards(cell: CellConfig, train_samples: int, source: str = "--max-samp
     the number comes from: ``--max-samples``, or a dataset (e.g. ``the synthetic set``),
     whose size cannot be raised.
     """
-    workers = cell.devices if cell.data_partition == "shard" else 1
-    share = train_samples // workers
+    parts = datasets.parts(cell.data_partition, cell.devices)
+    share = train_samples // parts
     if share >= cell.batch:
         return
-    need = cell.batch * workers
+    need = cell.batch * parts
     fix = (f"give --max-samples {need} or more (batch x devices), or a smaller --batch "
            "or --devices" if source == "--max-samples" else
            f"use a --batch and --devices whose product is at most {train_samples}")

