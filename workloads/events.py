@@ -17,6 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+# The controller's name of the node a process runs on (profiler.sweep.runner sets it):
+# the start event carries it, so a cell's results name nodes, not only ranks.
+NODE_ENV = "EDGEPROF_NODE"
+
 
 def events_path(events_dir: str | Path, rank: int) -> Path:
     return Path(events_dir) / f"worker-{rank}.jsonl"

@@ -22,14 +22,19 @@ Async: the server receives from whichever worker pushes (``recv`` without ``src`
 returns the sender), steps at once and answers that worker alone, until every announced
 push has arrived. Why not ``reduce``/``broadcast``: Gloo runs them as a ring and a tree,
 and the traffic would no longer be a parameter server's.
+
+Each server times its rounds (``workloads.steps``: receiving, updating, sending) into
+``steps-server-<rank>.jsonl`` unless ``--breakdown off``.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 
 from . import optim
 from .node_limits import join_cpu_limit
+from .steps import StepLog
 from .torch_worker import TorchWorker, env_int, init_gloo, set_threads
 
 SERVERS_ENV = "EDGEPROF_PS_SERVERS"
@@ -138,39 +143,58 @@ def serve(args: argparse.Namespace) -> None:
         return  # more servers than parameters: this one holds nothing
     for worker in workers:
         dist.send(weights.detach(), dst=worker, tag=TAG_WEIGHTS)
-    if args.comm == "ps-sync":
-        if len(set(pushes.values())) != 1:
-            raise RuntimeError(f"sync workers announced different step counts: {pushes}")
-        _serve_sync(weights, optimizer, list(workers), next(iter(pushes.values())))
-    else:
-        _serve_async(weights, optimizer, sum(pushes.values()))
+    log = StepLog(args.events_dir, "server", rank, enabled=args.breakdown == "on")
+    try:
+        if args.comm == "ps-sync":
+            if len(set(pushes.values())) != 1:
+                raise RuntimeError(f"sync workers announced different step counts: {pushes}")
+            _serve_sync(weights, optimizer, list(workers), next(iter(pushes.values())), log)
+        else:
+            _serve_async(weights, optimizer, sum(pushes.values()), servers, log)
+    finally:
+        log.flush()
 
 
-def _serve_sync(weights, optimizer, workers: list[int], rounds: int) -> None:
+def _serve_sync(weights, optimizer, workers: list[int], rounds: int, log: StepLog) -> None:
     import torch
     import torch.distributed as dist
 
+    clock = time.perf_counter
     received = torch.zeros((len(workers), weights.numel()))
-    for _ in range(rounds):
+    for round_ in range(rounds):
+        t_ready = clock()
         requests = [dist.irecv(received[i], src=worker, tag=TAG_GRADIENT)
                     for i, worker in enumerate(workers)]
         for request in requests:
             request.wait()
+        t_received = clock()
         weights.grad = received.mean(dim=0)
         optimizer.step()
+        t_updated = clock()
         answers = [dist.isend(weights.detach(), dst=worker, tag=TAG_WEIGHTS)
                    for worker in workers]
         for answer in answers:
             answer.wait()
+        if log.enabled:
+            log.add(round=round_, t=log.wall(t_ready), recv_s=t_received - t_ready,
+                    update_s=t_updated - t_received, send_s=clock() - t_updated)
 
 
-def _serve_async(weights, optimizer, pushes: int) -> None:
+def _serve_async(weights, optimizer, pushes: int, servers: int, log: StepLog) -> None:
     import torch
     import torch.distributed as dist
 
+    clock = time.perf_counter
     gradient = torch.zeros(weights.numel())
-    for _ in range(pushes):
+    for round_ in range(pushes):
+        t_ready = clock()
         sender = dist.recv(gradient, tag=TAG_GRADIENT)  # from whichever worker pushed
+        t_received = clock()
         weights.grad = gradient
         optimizer.step()
+        t_updated = clock()
         dist.send(weights.detach(), dst=sender, tag=TAG_WEIGHTS)
+        if log.enabled:
+            log.add(round=round_, t=log.wall(t_ready), recv_s=t_received - t_ready,
+                    update_s=t_updated - t_received, send_s=clock() - t_updated,
+                    worker=sender - servers)

@@ -15,6 +15,7 @@ thread. The loss is summed as a tensor and read once per epoch, as MXNet's loop 
 from __future__ import annotations
 
 import os
+import time
 from datetime import timedelta
 
 from . import optim
@@ -86,25 +87,46 @@ class TorchWorker(Worker):
         self.model.train()
         loss_sum = torch.zeros(())
         tail_sum = torch.zeros(())
+        log, clock = self.step_log, time.perf_counter
+        # torch on a CPU is synchronous: every phase has ended when its call returns, so
+        # every step is timed. A step runs from the previous one's end (the batch is
+        # prepared in the loop's header) to the end of its update.
+        t_begin = clock()
         for step, images, labels in self.batches(epoch):
             data = torch.from_numpy(images)
             label = torch.from_numpy(labels.astype("int64", copy=False))
+            t_data = clock()
             self.zero_grad()
             loss = self.loss_fn(self.net(data), label)
             loss.backward()
+            t_backward = clock()
             self.communicate()
+            t_exchanged = clock()
             self.update()
             detached = loss.detach()
             loss_sum += detached
             if step >= self.tail_start:
                 tail_sum += detached
             self.syncs += 1
+            t_end = clock()
+            if log.enabled:
+                exposed = self.exposed_exchange_s(t_backward)
+                log.add(epoch=epoch, step=step, t=log.wall(t_begin), data_s=t_data - t_begin,
+                        compute_s=(t_backward - t_data - exposed) + (t_end - t_exchanged),
+                        exchange_s=exposed + (t_exchanged - t_backward),
+                        step_s=t_end - t_begin)
             if on_first_step is not None:
                 on_first_step()  # torch on CPU is synchronous: the update has finished
                 on_first_step = None
+            t_begin = clock()
         # The loss is the batch mean; the events report means per sample.
         return (float(loss_sum) / self.steps_per_epoch,
                 float(tail_sum) / (self.steps_per_epoch - self.tail_start))
+
+    def exposed_exchange_s(self, t_backward: float) -> float:
+        """Communication that backward waited for after its own compute (DDP's allreduce
+        of the last buckets); 0 where nothing communicates inside backward."""
+        return 0.0
 
     def accuracy(self) -> float:
         import torch

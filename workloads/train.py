@@ -27,7 +27,7 @@ import traceback
 
 from profiler.errors import ConfigError, EdgeprofError
 
-from . import optim
+from . import optim, steps
 
 FRAMEWORKS = ("mxnet", "torch")
 COMMS = ("local", "ps-sync", "ps-async", "allreduce")
@@ -79,6 +79,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "replicate: all of it")
     parser.add_argument("--val-samples", type=int, default=None,
                         help="cap the test set used for validation accuracy")
+    parser.add_argument("--breakdown", choices=steps.BREAKDOWNS, default="on",
+                        help="time each step's phases into steps-*.jsonl "
+                             "(workloads.steps)")
     args = parser.parse_args(argv)
     if args.model == "resnet" and args.layers is None:
         args.layers = 20
@@ -134,7 +137,9 @@ def _one_line(exc: BaseException) -> str:
     return reason if reason.startswith(name) else f"{name}: {reason}"
 
 
-def _leave(events, kind: str, message: str, code: int) -> None:
+def _leave(events, kind: str, message: str, code: int, worker=None) -> None:
+    if worker is not None:
+        worker.step_log.flush()  # the steps timed before the error
     if events is not None:
         events.emit("error", kind=kind, message=message)
     sys.stdout.flush()
@@ -164,12 +169,12 @@ def main(argv: list[str] | None = None) -> int:
         worker.run(events)
     except EdgeprofError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        _leave(events, "data", str(exc), EXIT_CONFIG)
+        _leave(events, "data", str(exc), EXIT_CONFIG, worker)
     except Exception as exc:  # noqa: BLE001 - every failure must reach the events
         traceback.print_exc()
         oom = isinstance(exc, MemoryError) or (worker is not None and worker.is_oom(exc))
         kind, code = ("oom", EXIT_OOM) if oom else ("error", EXIT_ERROR)
-        _leave(events, kind, _one_line(exc), code)
+        _leave(events, kind, _one_line(exc), code, worker)
     events.close()
     if not worker.teardown:
         _leave(None, "", "", EXIT_OK)  # every event is written: skip the teardown

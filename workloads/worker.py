@@ -18,11 +18,16 @@ N x ``--batch``, so N x the samples of a sharded epoch. Images are uint8, normal
 one batch at a time. Rank 0 measures validation accuracy after every epoch. Each epoch
 event carries the training loss (the epoch's mean, and the mean over its last quarter of
 steps, which the controller uses to tell a run that learns from one that diverged).
+
+Where each step's time goes (``--breakdown on``, the default): the framework's loop
+times its steps into ``self.step_log`` (``workloads.steps`` says what is measured and
+how), written at the end of every epoch.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -30,6 +35,8 @@ import numpy as np
 from profiler.errors import ConfigError
 
 from .node_limits import join_cpu_limit
+from .events import NODE_ENV
+from .steps import StepLog
 
 # Phrases frameworks use for a failed allocation (MXNet's std::bad_alloc and CPU storage
 # manager, torch's DefaultCPUAllocator).
@@ -50,6 +57,7 @@ class Worker:
         self.rank, self.num_workers = 0, 1
         self.syncs = 0  # communication rounds: KVStore push/pull, PS round, allreduce step
         self.lr_applied = args.lr
+        self.step_log = StepLog(None, "worker", 0, enabled=False)  # set by ``run``
 
     # -- what a framework fills in -------------------------------------------------
     def join(self) -> None:
@@ -131,7 +139,10 @@ class Worker:
         # Start-up is over: from here on the node's CPU quota applies (emulated cluster).
         join_cpu_limit()
         started = time.time()
+        self.step_log = StepLog(args.events_dir, "worker", self.rank,
+                                enabled=args.breakdown == "on")
         events.emit("start", num_workers=self.num_workers, framework=self.framework,
+                    node=os.environ.get(NODE_ENV), breakdown=args.breakdown,
                     comm=args.comm, model=args.model, layers=args.layers, batch=args.batch,
                     dataset=self.data.name, train_samples=self.data.train_total,
                     data_partition=args.data_partition,
@@ -151,6 +162,7 @@ class Worker:
             t0, cpu0 = time.perf_counter(), time.process_time()
             loss, loss_end = self.train_epoch(epoch, first_step if epoch == 1 else None)
             epoch_s = time.perf_counter() - t0
+            self.step_log.flush()
             # The first step pays one-off costs (MKL-DNN's set-up, the first round with
             # the servers): what a cut-down cell's steady rate is measured without.
             first = {"first_step_s": first_done[0] - t0} if epoch == 1 and first_done else {}

@@ -54,6 +54,7 @@ class TrainOptions:
     threads_per_process: int = 1
     seed: int = 42
     val_samples: int | None = None
+    breakdown: bool = True  # time each step's phases (workloads.steps)
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,8 @@ def train_argv(cell: CellConfig, cell_dir: Path, options: TrainOptions, framewor
         argv += ["--data-dir", str(options.data_dir)]
     if options.val_samples is not None:
         argv += ["--val-samples", str(options.val_samples)]
+    if not options.breakdown:
+        argv += ["--breakdown", "off"]
     return argv
 
 

@@ -1,0 +1,1 @@
+"""Where the time of each step went: per-step breakdowns, cell summaries and traces."""

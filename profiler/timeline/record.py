@@ -1,0 +1,60 @@
+"""The step breakdown's share of a cell's results record, and the cell's trace file.
+
+Called by the cell runner once a cell's processes are reaped (and, on real nodes, their
+files fetched): reads the step lines (``profiler.timeline.steps``), summarizes them into
+results columns and writes ``trace.json`` beside the cell's events
+(``profiler.timeline.trace``). A cell whose processes timed nothing (``--breakdown off``,
+or killed before their first epoch ended) gets empty columns and no trace.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from . import steps as step_lines
+from . import trace
+
+TRACE_FILE = "trace.json"
+
+
+def node_of_ranks(events, specs: Sequence, role: str) -> dict[int, str]:
+    """``rank -> node name`` of a role's processes: the workers' start events say where
+    each rank ran (MXNet's KVStore hands ranks out in its own order); the engine's plan
+    says it for servers."""
+    out = {spec.rank: spec.node.name for spec in specs if spec.role == role}
+    if role == "worker":
+        for e in events.of("start"):
+            if e.get("node") and isinstance(e.get("rank"), int):
+                out[e["rank"]] = e["node"]
+    return out
+
+
+def breakdown_columns(cell, cell_dir: Path, events, specs: Sequence,
+                      offsets_s: dict[str, float] | None = None) -> dict:
+    """Results columns of the breakdown, plus ``trace_file`` when a trace was written.
+
+    ``events`` is the cell's ``profiler.sweep.events.CellEvents``; ``specs`` its
+    processes as the engine planned them."""
+    worker_nodes = node_of_ranks(events, specs, "worker")
+    loaded = step_lines.load_cell_steps(
+        cell_dir / "events", sync=cell.sync == "sync", worker_nodes=worker_nodes,
+        server_nodes=node_of_ranks(events, specs, "server"), offsets_s=offsets_s)
+    start0 = next((e for e in events.by_rank.get(0, []) if e.get("event") == "start"), {})
+    columns = step_lines.summarize(loaded, events.epochs_by_rank(),
+                                   start0.get("steps_per_epoch"), cell.sync == "sync")
+    columns["clock_offsets_s"] = offsets_s or None
+    columns["trace_file"] = None
+    if loaded.workers:
+        path = cell_dir / TRACE_FILE
+        trace.write_trace(path, trace.build_trace(loaded, events, cell.label))
+        columns["trace_file"] = _relative_to_sweep(path)
+    return columns
+
+
+def _relative_to_sweep(path: Path) -> str:
+    """``cells/<cell_id>/attempt-N/trace.json`` inside a sweep folder, else the path."""
+    parts = path.parts
+    if len(parts) >= 4 and parts[-4] == "cells":
+        return "/".join(parts[-4:])
+    return str(path)

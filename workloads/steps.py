@@ -1,0 +1,122 @@
+"""Where each step's time goes: per-step phase times of a worker or a parameter server.
+
+Every training process of a cell writes ``EVENTS_DIR/steps-<role>-<rank>.jsonl``
+(``worker`` ranks are the workers' 0..N-1, ``server`` ranks the torch parameter
+servers' 0..S-1), one JSON object a line, beside its ``worker-<rank>.jsonl`` events.
+Times are seconds; ``t`` is a ``time.time()`` stamp (the node's clock: the controller
+aligns nodes with the offsets it measured when the cell started).
+
+A worker's line, one per measured step::
+
+    {"epoch": 1, "step": 5, "t": 1764000000.1, "data_s": 0.0004, "compute_s": 0.031,
+     "exchange_s": 0.012, "step_s": 0.0436}
+
+- ``step`` counts from 0 in each epoch; ``t`` is when the step began (its batch was
+  being prepared).
+- ``data_s``: the batch's preparation (indexing, normalizing, conversion).
+- ``compute_s``: forward and backward, and the optimizer step where it runs locally.
+- ``exchange_s``: time blocked in communication after the compute (push and pull, an
+  allreduce, DDP's allreduce still running when backward's compute has ended). The
+  controller splits it into communicating and waiting (``profiler.timeline.steps``):
+  the wait for the slowest worker comes from the workers' arrival times at the same
+  step, the wait for the server from the server's own lines.
+- ``step_s``: the whole step, its first to its last instant.
+- ``drain_s`` (sampled steps of an asynchronous engine only): the time to finish the
+  previous steps' pending work before this step was timed alone.
+
+A torch parameter server's line, one per round (sync: a push from every worker and one
+update; async: one push)::
+
+    {"round": 12, "t": 1764000000.2, "recv_s": 0.020, "update_s": 0.002, "send_s": 0.006,
+     "worker": 3}
+
+``recv_s`` is the time from being ready to receive to the last push of the round
+(waiting for the slowest worker included), ``update_s`` the optimizer step, ``send_s``
+answering the workers; ``worker`` (async only) is the rank that pushed.
+
+Cost: lines are kept in memory and written every ``FLUSH_EVERY`` lines and at the end
+of each epoch (a killed worker loses at most its current epoch's last lines; its events
+are written at once, ``workloads.events``). MXNet's engine runs asynchronously, so its
+steps are timed on a sample (``SAMPLE_EVERY``, ``workloads.mxnet_worker``); a torch
+process on a CPU is synchronous and every step is timed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+FLUSH_EVERY = 256
+# MXNet: time every SAMPLE_EVERY-th step of an epoch, starting at its second (the first
+# step of a run pays one-off costs): draining the engine before a timed step stops it
+# overlapping that step with the previous one's communication.
+SAMPLE_EVERY = 10
+BREAKDOWNS = ("on", "off")
+
+
+def steps_path(events_dir: str | Path, role: str, rank: int) -> Path:
+    return Path(events_dir) / f"steps-{role}-{rank}.jsonl"
+
+
+def sampled(step: int) -> bool:
+    """Whether an asynchronous engine times ``step`` (0-based in its epoch)."""
+    return step % SAMPLE_EVERY == 1
+
+
+class StepLog:
+    """Buffered writer of one process's step lines; a disabled log writes nothing."""
+
+    def __init__(self, events_dir: str | Path | None, role: str, rank: int,
+                 enabled: bool = True):
+        self.enabled = enabled and events_dir is not None
+        self.path = steps_path(events_dir, role, rank) if self.enabled else None
+        self._lines: list[str] = []
+        # Durations come from perf_counter (monotonic); one anchor turns its instants
+        # into wall-clock stamps comparable with the events' ``t``.
+        self._wall_minus_perf = time.time() - time.perf_counter()
+
+    def wall(self, perf_t: float) -> float:
+        """The ``time.time()`` stamp of a ``time.perf_counter()`` instant."""
+        return self._wall_minus_perf + perf_t
+
+    def add(self, **fields) -> None:
+        if not self.enabled:
+            return
+        self._lines.append(json.dumps(
+            {k: (round(v, 7) if isinstance(v, float) else v) for k, v in fields.items()}))
+        if len(self._lines) >= FLUSH_EVERY:
+            self.flush()
+
+    def worker_step(self, epoch: int, step: int, t0: float, t_data: float,
+                    t_compute: float, t_end: float, **extra) -> None:
+        """A worker's step from its perf_counter instants: begun, batch ready, compute
+        done, step done (communication ends it)."""
+        self.add(epoch=epoch, step=step, t=self.wall(t0), data_s=t_data - t0,
+                 compute_s=t_compute - t_data, exchange_s=t_end - t_compute,
+                 step_s=t_end - t0, **extra)
+
+    def flush(self) -> None:
+        if not self._lines or self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as out:
+            out.write("\n".join(self._lines) + "\n")
+        self._lines.clear()
+
+
+def read_steps(path: str | Path) -> list[dict]:
+    """Every complete line of a steps file; a torn last line is skipped."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
