@@ -34,9 +34,10 @@ update; async: one push)::
 (waiting for the slowest worker included), ``update_s`` the optimizer step, ``send_s``
 answering the workers; ``worker`` (async only) is the rank that pushed.
 
-Cost: lines are kept in memory and written every ``FLUSH_EVERY`` lines and at the end
-of each epoch (a killed worker loses at most its current epoch's last lines; its events
-are written at once, ``workloads.events``). MXNet's engine runs asynchronously, so its
+Cost: lines are kept in memory as they are (no formatting in the hot loop) and written
+at the end of each epoch, outside its timing, or every ``FLUSH_EVERY`` lines within a
+long one (a killed worker loses at most its current epoch's last lines; its events are
+written at once, ``workloads.events``). MXNet's engine runs asynchronously, so its
 steps are timed on a sample (``SAMPLE_EVERY``, ``workloads.mxnet_worker``); a torch
 process on a CPU is synchronous and every step is timed.
 """
@@ -47,7 +48,7 @@ import json
 import time
 from pathlib import Path
 
-FLUSH_EVERY = 256
+FLUSH_EVERY = 4096
 # MXNet: time every SAMPLE_EVERY-th step of an epoch, starting at its second (the first
 # step of a run pays one-off costs): draining the engine before a timed step stops it
 # overlapping that step with the previous one's communication.
@@ -71,7 +72,7 @@ class StepLog:
                  enabled: bool = True):
         self.enabled = enabled and events_dir is not None
         self.path = steps_path(events_dir, role, rank) if self.enabled else None
-        self._lines: list[str] = []
+        self._lines: list[dict] = []
         # Durations come from perf_counter (monotonic); one anchor turns its instants
         # into wall-clock stamps comparable with the events' ``t``.
         self._wall_minus_perf = time.time() - time.perf_counter()
@@ -83,25 +84,19 @@ class StepLog:
     def add(self, **fields) -> None:
         if not self.enabled:
             return
-        self._lines.append(json.dumps(
-            {k: (round(v, 7) if isinstance(v, float) else v) for k, v in fields.items()}))
+        self._lines.append(fields)
         if len(self._lines) >= FLUSH_EVERY:
             self.flush()
-
-    def worker_step(self, epoch: int, step: int, t0: float, t_data: float,
-                    t_compute: float, t_end: float, **extra) -> None:
-        """A worker's step from its perf_counter instants: begun, batch ready, compute
-        done, step done (communication ends it)."""
-        self.add(epoch=epoch, step=step, t=self.wall(t0), data_s=t_data - t0,
-                 compute_s=t_compute - t_data, exchange_s=t_end - t_compute,
-                 step_s=t_end - t0, **extra)
 
     def flush(self) -> None:
         if not self._lines or self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        text = "".join(json.dumps({k: (round(v, 7) if isinstance(v, float) else v)
+                                   for k, v in fields.items()}) + "\n"
+                       for fields in self._lines)
         with open(self.path, "a", encoding="utf-8") as out:
-            out.write("\n".join(self._lines) + "\n")
+            out.write(text)
         self._lines.clear()
 
 
