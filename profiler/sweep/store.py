@@ -24,6 +24,15 @@ RESULT_COLUMNS = [
     "status", "reason", "elapsed_s", "train_s", "first_step_s", "epoch_s", "val_accuracy",
     "val_accuracy_per_epoch", "diverged", "train_loss_per_epoch", "lr_applied",
     "samples_per_s", "syncs_per_worker", "train_samples", "steady_s_per_sample", "speedup",
+    # Unequal nodes (profiler.sweep.stragglers): the node slowed, and each node's profile.
+    "straggler_node", "straggler_factor", "straggler_after_s", "straggler_started_s",
+    "node_profiles",
+    # Where a step's time went (profiler.timeline.steps), ms per step.
+    "breakdown", "step_ms_mean", "steady_step_ms", "breakdown_vs_step", "data_ms_mean",
+    "compute_ms_mean", "compute_ms_p50", "compute_ms_p95", "comm_ms_mean", "comm_ms_p50",
+    "comm_ms_p95", "wait_ms_mean", "wait_ms_p50", "wait_ms_p95", "slowest_worker",
+    "wait_ms_by_worker", "server_recv_ms_mean", "server_update_ms_mean",
+    "server_send_ms_mean", "trace_file",
 ]
 ID_COLUMNS = ["sweep_id", "cell_id", "cluster", "attempt"]
 # Statuses that a resumed sweep does not run again; ``failed`` cells are retried
@@ -96,11 +105,14 @@ def _repair_tail(fh) -> None:
 
 
 def _cell_text(value) -> str:
-    """Lists become ``a;b;c`` (one CSV cell), None empty, booleans ``true``/``false``."""
+    """Lists become ``a;b;c`` (one CSV cell), mappings JSON, None empty, booleans
+    ``true``/``false``."""
     if value is None:
         return ""
     if isinstance(value, (list, tuple)):
         return ";".join(_cell_text(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)  # e.g. node_profiles: {"n1": "pi4"}
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):

@@ -156,6 +156,44 @@ def test_parameter_server_and_allreduce_make_the_same_update(two_workers):
     assert two_workers["ps-async"][0]["train_loss_per_epoch"] != losses["ps-sync"]
 
 
+@pytest.mark.parametrize("name", list(TWO_WORKERS))
+def test_every_step_is_broken_down_and_traced(two_workers, name):
+    """torch times every step: 2 workers x 20 steps, the run's first step out; the
+    phases add up to the step time measured from the epochs (the loop's own few lines
+    and the epoch's end are all they miss), the exchange is split into comm and wait,
+    the servers timed every round, and the cell has a valid trace."""
+    from profiler.timeline.trace import check_trace
+    from workloads.steps import read_steps
+
+    rec, cell_dir = two_workers[name]
+    cell = TWO_WORKERS[name]
+    assert rec["breakdown"] == "every step" and rec["breakdown_steps"] == 2 * 20 - 2
+    parts = sum(rec[f"{phase}_ms_mean"] for phase in ("data", "compute", "comm", "wait"))
+    assert parts == pytest.approx(rec["steady_step_ms"], rel=0.15)
+    assert 0.85 < rec["breakdown_vs_step"] <= 1.05
+    assert rec["compute_ms_mean"] > 0 and rec["comm_ms_mean"] > 0
+    assert set(rec["worker_nodes"]) == {"0", "1"}
+    assert rec["slowest_worker"] in rec["worker_nodes"].values()
+    assert set(rec["wait_ms_by_worker"]) == {"0", "1"}
+    lines = read_steps(cell_dir / "events" / "steps-worker-1.jsonl")
+    assert [(line["epoch"], line["step"]) for line in lines] == [
+        (e, s) for e in (1, 2) for s in range(10)]
+    for line in lines:
+        assert line["data_s"] + line["compute_s"] + line["exchange_s"] == pytest.approx(
+            line["step_s"], rel=0.05, abs=2e-4)
+    servers = sorted((cell_dir / "events").glob("steps-server-*.jsonl"))
+    if cell.engine == "torch-ddp":
+        assert servers == [] and rec["server_update_ms_mean"] is None
+    else:
+        rounds = [len(read_steps(path)) for path in servers]
+        # sync: one round per step; async: one per push, every worker's.
+        assert rounds == [20 if cell.sync == "sync" else 40] * len(servers)
+        assert rec["server_update_ms_mean"] > 0
+    trace = json.loads((cell_dir / "trace.json").read_text())
+    assert rec["trace_file"].endswith("trace.json")
+    assert check_trace(trace) == []
+
+
 def test_replicate_gives_every_worker_the_whole_set(two_workers):
     rec, cell_dir = two_workers["ddp-replicate"]
     assert rec["status"] == "ok", rec["reason"]

@@ -1,0 +1,171 @@
+"""A cell's timeline in the Trace Event Format: opens in chrome://tracing and ui.perfetto.dev.
+
+One process (``pid``) per node, named after it; in it one track (``tid``) per worker
+rank and per parameter server. On a worker's track each timed step is a span with its
+phases as child spans, in the order they happened: ``data``, ``compute``, then the
+exchange: ``wait`` first (a sync worker waits for the slowest one before its round's
+transfer can end), then ``comm``. Epochs are spans on a track of their own per worker
+(``epochs``: an epoch event's ``t`` is its end, ``epoch_s`` its length), the cell's
+events (start, first step, end, error) are instant markers on the worker's track. A
+server's rounds are spans with ``recv``, ``update`` and ``send`` inside.
+
+Times are microseconds from the cell's earliest stamp, on the controller's clock (the
+step lines are already aligned, ``profiler.timeline.steps``); ``args`` carry the
+numbers in ms. ``check_trace`` validates a document against the format's rules that
+viewers rely on; the tests run it on every trace they make.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..fsutil import atomic_write_text
+
+# Track ids: + the rank.
+WORKER_TID, EPOCH_TID, SERVER_TID = 1000, 1500, 2000
+MARKERS = ("start", "first_step", "end", "error")
+
+
+def build_trace(steps, events, label: str) -> dict:
+    """The trace of one cell attempt from its ``CellSteps`` and ``CellEvents``."""
+    stamps = [line["t"] for lines in (*steps.workers.values(), *steps.servers.values())
+              for line in lines]
+    stamps += [e["t"] - (e.get("epoch_s") or 0.0) for evs in events.by_rank.values()
+               for e in evs if isinstance(e.get("t"), (int, float))]
+    origin = min(stamps, default=0.0)
+    nodes = sorted({*steps.worker_nodes.values(), *steps.server_nodes.values()})
+    pids = {node: i + 1 for i, node in enumerate(nodes)}
+    out: list[dict] = []
+
+    def us(t: float) -> float:
+        return round((t - origin) * 1e6, 1)
+
+    def meta(pid: int, tid: int | None, value: str, sort: int) -> None:
+        """Names a node's process (``tid`` None) or a track, and its place."""
+        what = "process" if tid is None else "thread"
+        out.append({"ph": "M", "name": f"{what}_name", "pid": pid, "tid": tid or 0,
+                    "args": {"name": value}})
+        out.append({"ph": "M", "name": f"{what}_sort_index", "pid": pid, "tid": tid or 0,
+                    "args": {"sort_index": sort}})
+
+    def span(name: str, pid: int, tid: int, start: float, dur_s: float, **args) -> None:
+        out.append({"ph": "X", "name": name, "cat": "step", "pid": pid, "tid": tid,
+                    "ts": us(start), "dur": round(max(0.0, dur_s) * 1e6, 1),
+                    **({"args": args} if args else {})})
+
+    for node, pid in pids.items():
+        meta(pid, None, node, pid)
+    for rank in sorted(set(steps.workers) | set(events.by_rank)):
+        pid = pids.get(steps.worker_nodes.get(rank), 0)
+        if pid == 0:
+            pid = pids.setdefault(f"rank {rank}", len(pids) + 1)
+            meta(pid, None, f"worker {rank}", pid)
+        meta(pid, WORKER_TID + rank, f"worker {rank}", WORKER_TID + rank)
+        meta(pid, EPOCH_TID + rank, f"worker {rank} epochs", EPOCH_TID + rank)
+        for line in steps.workers.get(rank, []):
+            _worker_step(span, pid, WORKER_TID + rank, line)
+        for e in events.by_rank.get(rank, []):
+            kind = e.get("event")
+            if kind == "epoch" and isinstance(e.get("epoch_s"), (int, float)):
+                span(f"epoch {e.get('epoch')}", pid, EPOCH_TID + rank, e["t"] - e["epoch_s"],
+                     e["epoch_s"], epoch_s=e["epoch_s"], train_loss=e.get("train_loss"),
+                     val_accuracy=e.get("val_accuracy"))
+            elif kind in MARKERS:
+                out.append({"ph": "i", "s": "t", "name": kind, "cat": "event", "pid": pid,
+                            "tid": WORKER_TID + rank, "ts": us(e["t"]),
+                            "args": {k: v for k, v in e.items()
+                                     if k not in ("event", "t") and _plain(v)}})
+    for rank, lines in sorted(steps.servers.items()):
+        pid = pids.get(steps.server_nodes.get(rank), 0)
+        if pid == 0:
+            pid = pids.setdefault(f"server {rank}", len(pids) + 1)
+            meta(pid, None, f"server {rank}", pid)
+        meta(pid, SERVER_TID + rank, f"server {rank}", SERVER_TID + rank)
+        for line in lines:
+            at = line["t"]
+            phases = [(p, line.get(f"{p}_s", 0.0)) for p in ("recv", "update", "send")]
+            total = sum(d for _, d in phases)
+            span(f"round {line.get('round')}", pid, SERVER_TID + rank, at, total,
+                 **{f"{p}_ms": round(d * 1e3, 3) for p, d in phases},
+                 **({"worker": line["worker"]} if "worker" in line else {}))
+            for phase, dur in phases:
+                span(phase, pid, SERVER_TID + rank, at, dur)
+                at += dur
+    return {"traceEvents": out, "displayTimeUnit": "ms",
+            "otherData": {"cell": label, "origin_unix_s": origin,
+                          "breakdown": "1 in 10 steps" if steps.sampled else "every step"}}
+
+
+def _worker_step(span, pid: int, tid: int, line: dict) -> None:
+    at = line["t"]
+    phases = [(p, line.get(f"{p}_s", 0.0)) for p in ("data", "compute", "wait", "comm")]
+    total = max(line.get("step_s", 0.0), sum(d for _, d in phases))
+    span(f"step {line.get('epoch')}.{line.get('step')}", pid, tid, at, total,
+         **{f"{p}_ms": round(d * 1e3, 3) for p, d in phases},
+         **({"drain_ms": round(line["drain_s"] * 1e3, 3)} if "drain_s" in line else {}))
+    for phase, dur in phases:
+        span(phase, pid, tid, at, dur)
+        at += max(0.0, dur)
+
+
+def _plain(value) -> bool:
+    return isinstance(value, (str, int, float, bool)) or value is None
+
+
+def write_trace(path: Path, doc: dict) -> None:
+    atomic_write_text(Path(path), json.dumps(doc, separators=(",", ":")))
+
+
+REQUIRED = {"X": ("name", "ts", "dur", "pid", "tid"), "i": ("name", "ts", "pid", "tid"),
+            "M": ("name", "pid", "args")}
+METADATA = ("process_name", "thread_name", "process_sort_index", "thread_sort_index")
+SLACK_US = 1.0  # rounding to 0.1 us may push a child a hair past its parent
+
+
+def check_trace(doc) -> list[str]:
+    """Problems that keep ``doc`` from being a Trace Event Format document viewers read
+    as meant: required keys per phase, numbers where numbers go, metadata names, and
+    complete events on one track either nested or apart, never half-overlapping (the
+    viewers draw such spans wrongly). An empty list: none found."""
+    problems: list[str] = []
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        return ["not an object with a traceEvents list"]
+    try:
+        json.dumps(doc)
+    except (TypeError, ValueError) as exc:
+        problems.append(f"not JSON-serializable: {exc}")
+    tracks: dict[tuple, list[tuple[float, float, str]]] = {}
+    for i, e in enumerate(doc["traceEvents"]):
+        ph = e.get("ph") if isinstance(e, dict) else None
+        if ph not in REQUIRED:
+            problems.append(f"event {i}: phase {ph!r} is not one of {sorted(REQUIRED)}")
+            continue
+        missing = [k for k in REQUIRED[ph] if k not in e]
+        if missing:
+            problems.append(f"event {i} ({ph}): missing {', '.join(missing)}")
+            continue
+        if not all(isinstance(e.get(k), int) for k in ("pid", "tid") if k in e):
+            problems.append(f"event {i}: pid and tid must be integers")
+        if ph == "M":
+            if e["name"] not in METADATA:
+                problems.append(f"event {i}: unknown metadata {e['name']!r}")
+            continue
+        for key in ("ts", "dur") if ph == "X" else ("ts",):
+            if not isinstance(e[key], (int, float)) or e[key] < 0:
+                problems.append(f"event {i}: {key} must be a number >= 0, is {e[key]!r}")
+        if ph == "i" and e.get("s", "t") not in ("g", "p", "t"):
+            problems.append(f"event {i}: instant scope {e.get('s')!r}")
+        if ph == "X" and all(isinstance(e[k], (int, float)) for k in ("ts", "dur")):
+            tracks.setdefault((e["pid"], e["tid"]), []).append(
+                (e["ts"], e["ts"] + e["dur"], e["name"]))
+    for (pid, tid), spans in tracks.items():
+        open_: list[tuple[float, float, str]] = []
+        for start, end, name in sorted(spans, key=lambda s: (s[0], -s[1])):
+            while open_ and open_[-1][1] <= start + SLACK_US:
+                open_.pop()
+            if open_ and end > open_[-1][1] + SLACK_US:
+                problems.append(f"track {pid}/{tid}: {name!r} at {start} overlaps "
+                                f"{open_[-1][2]!r} without nesting in it")
+            open_.append((start, end, name))
+    return problems
