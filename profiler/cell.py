@@ -17,7 +17,7 @@ from workloads import optim
 DEFAULT_RESNET_LAYERS = 20
 # Bumped when the fields of a cell change (its cell_id with them): a sweep of another
 # format cannot be resumed, its cells would all look new.
-CELL_FORMAT = 3  # 3: data_partition
+CELL_FORMAT = 4  # 3: data_partition; 4: straggler
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,9 @@ class CellConfig:
     # shard: each of N workers trains its own 1/N of the training set per epoch;
     # replicate: every worker trains the whole set (MXNet's MNIST example, the study's).
     data_partition: str = "shard"
+    # One node of the cell slowed (its CPU) by a factor: "none", "0.5" (from the start),
+    # "0.5@30" (from 30 s after the cell's launch); profiler.sweep.stragglers.
+    straggler: str = "none"
 
     def __post_init__(self):
         if self.lr is None and self.model in optim.DEFAULT_LR:

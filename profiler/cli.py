@@ -67,6 +67,11 @@ def grid_options(func):
                      help="shard: each of N workers trains its 1/N of the training set "
                           "per epoch; replicate: every worker trains all of it (as the "
                           "study's MNIST script did; docs/workloads.md)."),
+        click.option("--straggler", default="none", show_default=True,
+                     help="One node slowed: none, F (the node of the last worker at F x its "
+                          "CPU, 0 < F <= 1, from the start) or F@T (from T s after the "
+                          "cell's launch); comma-separated for a sweep. Emulated cluster, "
+                          "or real nodes with cgroup v2 (docs/emulated.md)."),
         click.option("--cluster", "cluster_name", default="local", show_default=True,
                      help="local (processes here), emulated (Pi-class nodes, root) or "
                           "inventory (real nodes over SSH, with --inventory)."),
@@ -90,6 +95,9 @@ def grid_options(func):
                      help="Sweep folder [default: runs/<sweep_id>]."),
         click.option("--no-agent", is_flag=True,
                      help="Do not sample CPU, memory and network beside the cells."),
+        click.option("--no-breakdown", is_flag=True,
+                     help="Do not time each step's compute, communication and wait "
+                          "(docs/timeline.md)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -114,6 +122,7 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
 
     from .agent.options import target_from_options
     from .sweep.preflight import preflight
+    from .sweep.stragglers import parse_list as parse_stragglers
     from .sweep.sweep import SweepSettings
 
     if kw["data_dir"] is not None and not kw["data_dir"].is_dir():
@@ -140,7 +149,8 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
         momentum=kw["momentum"], wd=kw["wd"],
         lr_scaling=kw["lr_scaling"], max_samples=kw["max_samples"],
         datasets=datasets, placement=kw["placement"],
-        data_partition=kw["data_partition"])
+        data_partition=kw["data_partition"],
+        stragglers=parse_stragglers(kw["straggler"]))
     for cell in cells:
         # Sets of a known size; a fetched MNIST or CIFAR-10 is checked by its worker.
         if cell.dataset in ("synthetic", "mnist-5k", "fashion-mnist"):
@@ -164,7 +174,8 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
         data_dir=kw["data_dir"], timeout_s=kw["timeout"], resume=resume,
         interval_s=None if kw["no_agent"] else kw["interval"],
         threads_per_process=kw["threads"], val_samples=kw["val_samples"],
-        ship_target=target, inventory=kw["inventory"], speedup=kw["speedup"])
+        ship_target=target, inventory=kw["inventory"], speedup=kw["speedup"],
+        breakdown=not kw["no_breakdown"])
     preflight(settings)
     return settings
 

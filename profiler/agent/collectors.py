@@ -278,7 +278,9 @@ class PiThrottling:
 
     FIELDS = {"throttle.flags": "the raw get_throttled word (int)",
               "throttle.<flag>": "one bit of it (bool): " + ", ".join(THROTTLE_BITS)}
-    VCGENCMD_EVERY_S = 10.0  # spawning vcgencmd costs more CPU than a whole tick
+    # Spawning vcgencmd costs more CPU than a whole tick; the sticky *_occurred bits
+    # keep what happened between two readings (agent.summary.throttled_during).
+    VCGENCMD_EVERY_S = 5.0
     VCGENCMD_TIMEOUT_S = 5.0
 
     def __init__(self):

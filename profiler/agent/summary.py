@@ -18,6 +18,18 @@ last worker end):
 
 Each column is then the mean over the worker nodes that have data (None if none).
 
+Over every node of the cell with a spool (servers' too: a slow server paces everyone):
+
+- ``throttled_nodes``: the nodes whose Raspberry Pi firmware reported under-voltage,
+  frequency capping, throttling or the soft temperature limit during the window: a
+  current bit set in a sample of the window, or a sticky ``*_occurred`` bit that was
+  clear in the last sample before it (``vcgencmd`` is read every few seconds; the sticky
+  bits catch what happened between readings). ``throttle_flags_by_node`` says which.
+  Empty when the nodes reported and none throttled, None when none reported (not Pis);
+- ``cpu_mhz_min``: the lowest CPU frequency sampled in the window (``cpu_freq``), over
+  all nodes, and ``cpu_mhz_min_by_node`` per node (on the local and emulated clusters the
+  host's, every node alike).
+
 The live shipper's own traffic is not training traffic: when it ships to a loopback
 address and a node counts ``lo`` (the local cluster), the bytes it recorded in the
 sweep's ``shipper-traffic.jsonl`` (passed as ``traffic_file``) during the window are
@@ -44,8 +56,13 @@ SUMMARY_COLUMNS = [
     "net_sent_kb_per_s", "net_recv_kb_per_s", "net_sent_packets_per_s",
     "net_recv_packets_per_s",
     "node_cores",
-    "metrics_nodes",  # last: not a mean over nodes
+    # Not means: over every node of the cell (see the module doc).
+    "throttled_nodes", "throttle_flags_by_node", "cpu_mhz_min", "cpu_mhz_min_by_node",
+    "metrics_nodes",
 ]
+_MEAN_COLUMNS = SUMMARY_COLUMNS[:SUMMARY_COLUMNS.index("throttled_nodes")]
+# The firmware's current conditions; each has a sticky ``<name>_occurred`` bit too.
+THROTTLE_CONDITIONS = ("under_voltage", "freq_capped", "throttled", "soft_temp_limit")
 PACKETS_PER_REQUEST = 4
 _COUNTERS = ("sent_bytes", "recv_bytes", "sent_packets", "recv_packets")
 
@@ -61,12 +78,24 @@ def summarize_cell(cell_dir: Path, worker_nodes: list[str], t_start: float,
     cell_dir = Path(cell_dir)
     start_ms, end_ms = int(t_start * 1000), int(t_end * 1000)
     shipper = _shipper_traffic(traffic_file, start_ms, end_ms)
-    per_node = [_node(cell_dir / "metrics" / name, start_ms, end_ms, shipper)
-                for name in worker_nodes]
-    per_node = [node for node in per_node if node]
+    metrics = cell_dir / "metrics"
+    spools = sorted(p.name for p in metrics.iterdir() if p.is_dir()) if metrics.is_dir() else []
+    by_name = {name: _node(metrics / name, start_ms, end_ms, shipper)
+               for name in dict.fromkeys([*worker_nodes, *spools])}
+    per_node = [by_name[name] for name in worker_nodes if by_name[name]]
     row: dict = {column: None for column in SUMMARY_COLUMNS}
     row["metrics_nodes"] = len(per_node)
-    for column in SUMMARY_COLUMNS[:-1]:
+    flags = {name: node["throttle_flags"] for name, node in by_name.items()
+             if "throttle_flags" in node}
+    if flags:
+        row["throttled_nodes"] = sorted(name for name, found in flags.items() if found)
+        row["throttle_flags_by_node"] = {n: f for n, f in sorted(flags.items()) if f}
+    mhz = {name: node["cpu_mhz_min"] for name, node in by_name.items()
+           if "cpu_mhz_min" in node}
+    if mhz:
+        row["cpu_mhz_min"] = min(mhz.values())
+        row["cpu_mhz_min_by_node"] = dict(sorted(mhz.items()))
+    for column in _MEAN_COLUMNS:
         values = [node[column] for node in per_node if node.get(column) is not None]
         if values:
             mean = fmean(values)
@@ -80,13 +109,20 @@ def _node(spool_dir: Path, start_ms: int, end_ms: int, shipper: dict) -> dict:
     mem: list[tuple[int, float]] = []
     rss_by_time: dict[int, float] = {}
     counters: dict[str, list[tuple[int, dict]]] = {}
+    throttle: list[tuple[int, int]] = []
+    mhz: list[tuple[int, float]] = []
     for _base, point in read_points(spool_dir):
         if point.measurement == "net":
             # Counters are interpolated at the window's edges: keep the samples around it.
             counters.setdefault(point.tags.get("interface", ""), []).append(
                 (point.time_ms, point.fields))
+        elif point.measurement == "throttle" and "flags" in point.fields:
+            # The sample before the window is the sticky bits' baseline: keep it too.
+            throttle.append((point.time_ms, int(point.fields["flags"])))
         elif point.time_ms < start_ms:
             continue
+        elif point.measurement == "cpu_freq" and "freq_mhz" in point.fields:
+            mhz.append((point.time_ms, float(point.fields["freq_mhz"])))
         elif point.measurement == "cpu" and "cpu_percent" in point.fields:
             cpu.append((point.time_ms, point.fields["cpu_percent"]))
             if "cores" in point.fields:
@@ -114,7 +150,31 @@ def _node(spool_dir: Path, start_ms: int, end_ms: int, shipper: dict) -> dict:
         out.update(rss_mb_mean=fmean(rss_values), rss_mb_peak=max(rss_values))
     if counters:
         out.update(_net(counters, start_ms, end_ms, shipper))
+    mhz_values = _in_window(mhz, end_ms)
+    if mhz_values:
+        out["cpu_mhz_min"] = round(min(mhz_values), 1)
+    if throttle:
+        out["throttle_flags"] = throttled_during(throttle, start_ms, end_ms)
     return out
+
+
+def throttled_during(samples: list[tuple[int, int]], start_ms: int, end_ms: int) -> list[str]:
+    """The conditions (``THROTTLE_CONDITIONS``) a node's ``get_throttled`` words show
+    during [start_ms, end_ms]: set in a sample of the window, or newly set in its sticky
+    ``_occurred`` bit since the last sample before the window."""
+    from .collectors import THROTTLE_BITS
+
+    before = [flags for t, flags in samples if t < start_ms]
+    inside = _in_window([(t, flags) for t, flags in samples if t >= start_ms], end_ms)
+    baseline = before[-1] if before else None
+    found = set()
+    for flags in inside:
+        for name in THROTTLE_CONDITIONS:
+            sticky = THROTTLE_BITS[f"{name}_occurred"]
+            if flags >> THROTTLE_BITS[name] & 1 or (
+                    baseline is not None and flags >> sticky & 1 and not baseline >> sticky & 1):
+                found.add(name)
+    return [name for name in THROTTLE_CONDITIONS if name in found]
 
 
 def _in_window(samples: list[tuple[int, float]], end_ms: int) -> list[float]:

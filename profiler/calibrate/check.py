@@ -112,8 +112,12 @@ def check_profile(profile_name: str, cells, *, mode: str = "refuse",
     if not 0 < tolerance < 1:
         raise ConfigError(f"--profile-tolerance {tolerance}: give a fraction such as 0.25")
     catalog = load_catalog()
+    if profile_name in catalog.mixes:
+        report(f"{profile_name} is a mix: its profiles are not checked (check one with "
+               "`edgeprof sweep --cluster emulated --profile NAME --profile-check refuse`)")
+        return []
     if profile_name not in catalog.profiles:
-        return []  # a mix, or a profile of no board: nothing to check against
+        return []  # a profile of no board: nothing to check against
     profile = catalog.profiles[profile_name]
     models = {c.model for c in cells}
     if not models & set(profile.board_rates):

@@ -43,6 +43,22 @@ def check_speedup(name: str, speedup: float) -> None:
                           "--cluster emulated")
 
 
+# Providers that can slow one node of a cell (``slow_node``/``restore_node``):
+# ``--straggler`` is refused on the others before anything runs.
+STRAGGLER_CLUSTERS = ("emulated", "inventory")
+
+
+def check_straggler(name: str, cells) -> None:
+    """Refuse a ``--straggler`` on a cluster whose nodes have no CPU of their own to slow
+    (real nodes are checked for cgroup v2 with their hosts, ``inventory.check_hosts``)."""
+    slowed = sorted({c.straggler for c in cells if c.straggler != "none"})
+    if slowed and name not in STRAGGLER_CLUSTERS:
+        raise ConfigError(f"--straggler {','.join(slowed)} slows one node's CPU, and the "
+                          f"{name} cluster's nodes share this host's: use --cluster emulated "
+                          "(or real nodes with cgroup v2: --cluster inventory), or drop "
+                          "--straggler")
+
+
 def teardown(name: str) -> None:
     """Take down a cluster that ``open_cluster`` created (nothing to do for ``local``)."""
     if name == "emulated":

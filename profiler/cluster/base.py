@@ -87,6 +87,10 @@ class Cluster(Protocol):
     # Optional: ``collect(cell_dir, nodes) -> list[str]`` brings what the cell's processes
     # wrote on the nodes back into ``cell_dir`` (providers whose nodes have their own
     # disks); the runner calls it after reaping and returns problems in the reason.
+    # Optional: ``slow_node(node, factor, *, cell_dir, processes, threads)`` and
+    # ``restore_node(node, *, cell_dir)`` make a node a cell's straggler and undo it
+    # (emulated: its CPU quota; inventory: cgroup v2 ``cpu.max``); ``sweep.stragglers``
+    # calls them, and ``cluster.STRAGGLER_CLUSTERS`` names the providers that have them.
 
 
 # Secrets a process gets only if it ships metrics itself (see docs/metrics.md): never

@@ -124,8 +124,7 @@ class NodeCgroup:
 
     def set_cpu(self, cpu_cores: float) -> None:
         """Apply the CFS quota of ``cpu_cores`` (quota / period), also to running processes."""
-        period_us = cfs_period_us(cpu_cores)
-        quota_us = max(MIN_QUOTA_US, int(round(cpu_cores * period_us)))
+        quota_us, period_us = cfs_quota_us(cpu_cores)
         if self.version == 1:
             # The kernel checks each write alone: lift the quota first, so that no
             # intermediate quota/period pair falls outside its limits.
@@ -134,6 +133,23 @@ class NodeCgroup:
             _write(self.cpu_dir / "cpu.cfs_quota_us", str(quota_us))
         else:
             _write(self.cpu_dir / "cpu.max", f"{quota_us} {period_us}")
+
+    def cpu_quota_us(self) -> tuple[int, int] | None:
+        """The CFS quota and period in force, in µs, as the kernel reports them (None: no
+        quota, or the group is gone)."""
+        if self.version == 1:
+            quota, period = (_read(self.cpu_dir / name).strip()
+                             for name in ("cpu.cfs_quota_us", "cpu.cfs_period_us"))
+        else:
+            quota, _, period = _read(self.cpu_dir / "cpu.max").strip().partition(" ")
+        if not quota.lstrip("-").isdigit() or not period.isdigit() or int(quota) < 0:
+            return None
+        return int(quota), int(period)
+
+    def has_cpu(self, cpu_cores: float) -> bool:
+        """Whether the quota in force is the one ``set_cpu(cpu_cores)`` writes (read back:
+        a controller killed while a node was slowed leaves another one behind)."""
+        return self.cpu_quota_us() == cfs_quota_us(cpu_cores)
 
     def oom_kills(self) -> int:
         """Processes killed by this node's memory limit so far."""
@@ -185,6 +201,13 @@ def cfs_period_us(cpu_cores: float) -> int:
     if cpu_cores <= 0:
         return MAX_CFS_PERIOD_US
     return min(MAX_CFS_PERIOD_US, max(MIN_CFS_PERIOD_US, math.ceil(MIN_QUOTA_US / cpu_cores)))
+
+
+def cfs_quota_us(cpu_cores: float) -> tuple[int, int]:
+    """The (quota, period) in µs that give ``cpu_cores`` (``cfs_period_us`` says which
+    period; the kernel takes at least 1 ms of quota)."""
+    period_us = cfs_period_us(cpu_cores)
+    return max(MIN_QUOTA_US, int(round(cpu_cores * period_us))), period_us
 
 
 def node_cgroup(layout: CgroupLayout, node_name: str) -> NodeCgroup:

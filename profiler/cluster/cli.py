@@ -160,4 +160,6 @@ def _print_status(info: dict) -> None:
         click.echo(f"{n['name']:<5} {n['address']:<12} {n['profile']:<8} {n['link_mbit']:>6g} "
                    f"{n['cpu_cores']:>6g} {n['memory_mb']:>7} {n['processes']:>5} "
                    f"{n['cpu_used_s']:>8.1f} {n['mem_used_mb']:>8.1f} {n['oom_kills']:>4} "
-                   f"{n['rx_bytes'] / 1024:>9.1f} {n['tx_bytes'] / 1024:>9.1f}")
+                   f"{n['rx_bytes'] / 1024:>9.1f} {n['tx_bytes'] / 1024:>9.1f}"
+                   + (f"  straggler: x{n['straggler']['factor']:g}, "
+                      f"{n['straggler']['cpu_cores']:g} cores" if n.get("straggler") else ""))

@@ -21,6 +21,11 @@ rate, so the cell trains k times faster with the same balance of computation and
 communication. k is the largest calibrated one this host can give the cell, up to
 ``max_speedup`` (``profiles.dilation``), recorded with the cell so that its times can be
 read back in the board's time (``docs/emulated.md``).
+
+``slow_node(node, factor)`` makes a node a straggler for one cell (its quota x factor,
+``profiler.sweep.stragglers``) and ``restore_node`` gives its quota back; ``prepare``
+reads each node's quota back from its cgroup, so a node left slowed by a killed sweep is
+set right before the next cell.
 """
 
 from __future__ import annotations
@@ -43,7 +48,8 @@ from ..fsutil import atomic_write_text
 from . import cgroups, netns
 from .base import MemoryPressure, Node, popen_in_group
 from .netns import TBF_LATENCY_MS
-from .profiles import MODELS, Profile, cpu_scale, dilation, load_catalog, quota_cores
+from .profiles import (MIN_CPU_CORES, MODELS, Profile, cpu_scale, dilation, load_catalog,
+                       quota_cores)
 
 STATE_DIR = Path(os.environ.get("EDGEPROF_RUN_DIR", "/run/edgeprof"))
 STATE_FILE = STATE_DIR / "cluster.json"
@@ -124,11 +130,15 @@ class EmulatedCluster:
             quota = _node_quotas_at(rec, cell.model)[speedup]
             link_mbit = rec["link_mbit"] * speedup
             link_now = rec.get("link_mbit_now", rec["link_mbit"])
-            if quota == node.cpu_cores and link_mbit == link_now:
+            group = _node_cgroup(node)
+            # The quota is read back, not taken from the state: a node left slowed (a
+            # straggler whose sweep was killed) gets its own again.
+            cpu_set = quota == node.cpu_cores and group.has_cpu(quota)
+            if cpu_set and link_mbit == link_now and "straggler" not in rec:
                 continue
             try:
-                if quota != node.cpu_cores:
-                    _node_cgroup(node).set_cpu(quota)
+                if not cpu_set:
+                    group.set_cpu(quota)
                 if link_mbit != link_now:
                     netns.shape_link(node.name, link_mbit, TBF_LATENCY_MS / speedup)
             except OSError as exc:
@@ -137,12 +147,45 @@ class EmulatedCluster:
                                    "again") from exc
             self._nodes[self._nodes.index(node)] = dataclasses.replace(node, cpu_cores=quota)
             rec["cpu_cores"], rec["link_mbit_now"] = quota, link_mbit
+            rec.pop("straggler", None)
             changed = True
         if changed:
             # `cluster status` shows the quotas and links in force.
             with _locked():
                 _write_state(self._state)
         return speedup
+
+    def slow_node(self, node: Node, factor: float, **_context) -> None:
+        """Run ``node`` at ``factor`` x the quota ``prepare`` gave it (a straggler), until
+        ``restore_node``; its link is left as it is (a slow board, not a slow wire)."""
+        rec = self._record(node)
+        quota = max(MIN_CPU_CORES, rec["cpu_cores"] * factor)
+        self._set_cpu(node, quota)
+        rec["straggler"] = {"factor": factor, "cpu_cores": round(quota, 6)}
+        with _locked():
+            _write_state(self._state)  # `cluster status` shows the node slowed
+
+    def restore_node(self, node: Node, **_context) -> None:
+        """Give a slowed node its quota back (``prepare`` also would, before a cell)."""
+        rec = self._record(node)
+        self._set_cpu(node, rec["cpu_cores"])
+        if rec.pop("straggler", None) is not None:
+            with _locked():
+                _write_state(self._state)
+
+    def _record(self, node: Node) -> dict:
+        for rec in self._state["nodes"]:
+            if rec["name"] == node.name:
+                return rec
+        raise ClusterError(f"node {node.name} is not in the emulated cluster that is up")
+
+    def _set_cpu(self, node: Node, cpu_cores: float) -> None:
+        try:
+            _node_cgroup(node).set_cpu(cpu_cores)
+        except OSError as exc:
+            raise ClusterError(f"cannot set the CPU quota of node {node.name} "
+                               f"({exc.strerror}): `edgeprof cluster down` and up "
+                               "again") from exc
 
     def busy(self) -> bool:
         """Whether any process runs on any node (then the cluster must not be rebuilt)."""
@@ -352,6 +395,8 @@ def status() -> dict:
         nodes.append({"name": node.name, "address": node.address, "profile": node.profile,
                       "link_mbit": recorded.get("link_mbit_now", recorded["link_mbit"]),
                       "cpu_cores": node.cpu_cores,
+                      **({"straggler": recorded["straggler"]} if "straggler" in recorded
+                         else {}),
                       "memory_mb": node.memory_mb, "processes": len(group.pids()),
                       "cpu_used_s": round(group.cpu_usage_s(), 2),
                       "mem_used_mb": round(group.memory_used_mb(), 1),

@@ -129,7 +129,8 @@ class Catalog:
             if nodes > len(members):
                 raise ConfigError(
                     f"mix {name} has {len(members)} nodes, {nodes} asked: use --nodes "
-                    f"{len(members)} or define a larger mix in profiles.yaml")
+                    f"{len(members)} (or fewer --devices) or define a larger mix in "
+                    "profiles.yaml")
             return [self.profiles[m] for m in members[:nodes]]
         raise ConfigError(f"unknown profile {name!r}: use one of {', '.join(self.names())} "
                           f"or add it to {USER_PROFILES} or ${PROFILES_ENV}")

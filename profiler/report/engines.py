@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 # Every cell setting but the engine: what makes two cells "the same cell".
 SAME_CELL = ("model", "layers", "batch", "devices", "sync", "epochs", "lr", "momentum", "wd",
-             "lr_scaling", "max_samples", "dataset", "placement")
+             "lr_scaling", "max_samples", "dataset", "placement", "straggler")
 MEASURES = (("epoch_s_mean", "s/epoch"), ("samples_per_s", "samples/s"),
             ("val_accuracy", "val acc"))
 

@@ -110,6 +110,8 @@ class _Cells:
                 continue
             if status is not None and r.get("status") != status:
                 continue
+            if r.get("straggler", "none") != "none":
+                continue  # the study's boards were alike
             return r
         return None
 

@@ -112,7 +112,9 @@ def _time_and_accuracy(source: str, r: dict, study_s: float, study_acc: float,
 
 
 def _finished(records: list[dict]) -> list[dict]:
-    return [r for r in records if r.get("status") == "ok"]
+    # The study's boards were alike: a cell with a straggler is not its cell.
+    return [r for r in records if r.get("status") == "ok"
+            and r.get("straggler", "none") == "none"]
 
 
 def _model(r: dict) -> str:

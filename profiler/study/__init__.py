@@ -116,7 +116,10 @@ def plan(settings: StudySettings) -> StudyPlan:
         inventory=settings.inventory, speedup=settings.speedup,
         extra={"study": "park2019", "scale": settings.scale, "method": how.name})
     check = settings.profile_check if settings.cluster == "emulated" else "off"
-    if check != "off":
+    if check != "off" and profile in catalog.mixes:
+        notes.append(f"{profile} is a mix of profiles: not checked on this host (check "
+                     "each with `edgeprof sweep --profile NAME --profile-check refuse`)")
+    elif check != "off":
         notes.append(f"first the profile {profile} is checked on this host ({check} if "
                      f"off by more than {settings.profile_tolerance:.0%}; a minute, a few "
                      "more if it re-calibrates)")

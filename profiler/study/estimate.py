@@ -80,7 +80,8 @@ def node_rate(cell: CellConfig, cluster: str, profile: str | None, catalog: Cata
     options = {k: [node.cpu_cores_for(cell.model, k) for node in nodes]
                for k in {k for node in nodes for k in node.speedups(cell.model)}}
     dilated = dilation(options, float(len(os.sched_getaffinity(0))), speedup)
-    return rate * dilated * nodes[0].cpu_cores_for(cell.model) / \
+    # A mix trains at its slowest node's pace (in sync: every worker waits for it).
+    return rate * dilated * min(node.cpu_cores_for(cell.model) for node in nodes) / \
         calibrated.cpu_cores_for(cell.model)
 
 

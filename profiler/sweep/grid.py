@@ -17,6 +17,7 @@ from workloads.optim import LR_SCALINGS
 from ..cell import DEFAULT_RESNET_LAYERS, CellConfig
 from ..engines import ENGINES, all_models, get_engine
 from ..errors import ConfigError
+from . import stragglers as straggler_settings
 
 MODELS = all_models()
 SYNC_MODES = ("sync", "async")
@@ -52,6 +53,7 @@ def validate(cell: CellConfig) -> CellConfig:
     if cell.data_partition not in DATA_PARTITIONS:
         raise ConfigError(f"unknown data partition {cell.data_partition!r}: use shard or "
                           "replicate")
+    straggler_settings.parse(cell.straggler)  # none, F or F@T: else one line
     if cell.model == "resnet":
         if cell.layers is None or cell.layers < RESNET_MIN_DEPTH or (cell.layers - 2) % 6:
             depths = ", ".join(map(str, resnet_depths(56)))
@@ -116,7 +118,8 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
            momentum: float = CellConfig.momentum, wd: float = CellConfig.wd,
            lr_scaling: str = "none", max_samples: int | None = None,
            datasets: dict[str, str] | None = None,
-           placement: str = "master", data_partition: str = "shard") -> list[CellConfig]:
+           placement: str = "master", data_partition: str = "shard",
+           stragglers: Sequence[str] = (straggler_settings.NONE,)) -> list[CellConfig]:
     """The validated cartesian product, in a stable order, without duplicates.
 
     ``layers`` applies to ResNet only; LeNet cells get ``layers=None`` (so a sweep over
@@ -127,14 +130,16 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
     sync,async`` runs Horovod's sync cells), and is an error otherwise.
     ``datasets`` maps a model to the dataset it reads (default: ``synthetic``).
     ``lr`` (one value or a list) None gives each model its default learning rate
-    (``workloads.optim``).
+    (``workloads.optim``). ``stragglers``: ``none``, ``F`` or ``F@T`` settings
+    (``sweep.stragglers``); a one-device cell with a straggler has its only node slowed.
     """
     datasets = datasets or {}
     rates = list(lr) if isinstance(lr, (list, tuple)) else [lr]
     cells: list[CellConfig] = []
     seen: set[str] = set()
-    for engine, model, depth, batch, ndev, sync, rate in itertools.product(
-            engines, models, layers or [None], batches, devices, syncs, rates):
+    slowed = [straggler_settings.canonical(s) for s in stragglers]
+    for engine, model, depth, batch, ndev, sync, rate, straggler in itertools.product(
+            engines, models, layers or [None], batches, devices, syncs, rates, slowed):
         if model != "resnet":
             depth = None
         elif depth is None:
@@ -152,7 +157,8 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
                                    momentum=momentum, wd=wd, lr_scaling=lr_scaling,
                                    max_samples=max_samples,
                                    dataset=datasets.get(model, "synthetic"),
-                                   placement=placement, data_partition=data_partition))
+                                   placement=placement, data_partition=data_partition,
+                                   straggler=straggler))
         if cell.cell_id not in seen:
             seen.add(cell.cell_id)
             cells.append(cell)

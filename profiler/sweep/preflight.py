@@ -8,7 +8,7 @@ before they say anything, so that bad input never leaves half a sweep behind.
 
 from __future__ import annotations
 
-from ..cluster import CLUSTERS, check_speedup
+from ..cluster import CLUSTERS, check_speedup, check_straggler
 from ..engines import get_engine
 from ..errors import ConfigError
 from .sweep import SweepSettings, check_sweep_dir
@@ -32,6 +32,7 @@ def preflight(settings: SweepSettings) -> None:
         from ..cluster.profiles import load_catalog
         load_catalog().node_profiles(settings.profile, 1)  # unknown, broken YAML: one line
     check_speedup(settings.cluster, settings.speedup)
+    check_straggler(settings.cluster, cells)
     if settings.cluster == "emulated":
         from ..cluster.emulated import DEFAULT_PROFILE, check_request
         check_request(needed, settings.profile or DEFAULT_PROFILE)

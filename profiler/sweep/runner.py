@@ -16,14 +16,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from workloads.events import NODE_ENV
+
 from ..cell import CellConfig
 from ..cluster.base import Cluster, kill_groups
 from ..engines.base import Engine, ProcessSpec, TrainOptions
 from ..errors import ClusterError
 from ..fsutil import atomic_write_text
+from ..timeline.record import breakdown_columns
 from .events import CellEvents, epochs_done, read_cell_events
 from .interrupts import StopRequest
 from .monitoring import CellMonitor
+from .stragglers import Straggler
 from .thrashing import ThrashWatch
 
 POLL_S = 0.05
@@ -75,12 +79,15 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
 
     monitor = None
     launched: list[Launched] = []
+    specs: list[ProcessSpec] = []
+    offsets_s = _clock_offsets(cluster, nodes)
     t_launch, t_launch_mono = time.time(), time.monotonic()
     outcome, culprit, error = "failed", None, ""
     oom_before: dict[str, int] = {}
     # Providers that limit a node's memory can tell when it thrashes at the limit.
     read_memory = getattr(cluster, "memory_pressure", None)
     thrash_watch = ThrashWatch(nodes if read_memory else [], read_memory)
+    straggler = Straggler(cell, cluster)  # one node slowed (profiler.sweep.stragglers)
     try:
         specs = engine.plan(cell, nodes, cell_dir, options)
         oom_before = {n.name: cluster.oom_killed(n) for n in nodes}
@@ -91,9 +98,12 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
         for spec in specs:
             if stop.requested:
                 break
-            proc = cluster.start(spec.node, spec.argv, spec.env,
+            # The start event names the node (MXNet's ranks are the KVStore's own).
+            proc = cluster.start(spec.node, spec.argv, {**spec.env, NODE_ENV: spec.node.name},
                                  cell_dir / "logs" / f"{spec.name}.log", role=spec.role)
             launched.append(Launched(spec, proc))
+        straggler.start(specs, t_launch_mono, cell_dir=cell_dir,
+                        threads=options.threads_per_process)
         if monitor:
             monitor.track(_pids_by_node(launched), nodes)
         if stop.requested:
@@ -106,6 +116,7 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
         outcome, error = "error", f"{type(exc).__name__}: {exc}"
     finally:
         _reap(launched, stop)
+        straggler.stop()  # restores the node, whatever happened
         if monitor:
             monitor.stop(stop)
     t_reaped = time.time()
@@ -124,11 +135,17 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
     if fetch_problems:
         reason = "; ".join(r for r in (reason, "could not fetch from " +
                                        ", ".join(fetch_problems)) if r)
+    try:
+        breakdown = breakdown_columns(cell, cell_dir, events, specs, offsets_s)
+    except (OSError, ValueError) as exc:  # a broken steps file must not lose the result
+        breakdown = {}
+        reason = "; ".join(r for r in (reason, f"no step breakdown: {exc}") if r)
     record = {**asdict(cell), "cell_id": cell.cell_id, "sweep_id": sweep_id,
               "cluster": cluster.name, "attempt": attempt, "status": status, "reason": reason,
               "launched_at": t_launch, "reaped_at": t_reaped, "timeout_s": timeout_s,
               "speedup": speedup,
-              **events.columns(t_launch)}
+              **events.columns(t_launch), **breakdown}
+    straggler.finish(record, nodes)
     # Divergence does not change the status (the run was measured like any other) but
     # must never pass unseen: its reason leads the record's.
     divergence_reason = record.pop("divergence")
@@ -261,6 +278,18 @@ def _last_line(log: Path, limit: int = 200) -> str:
     except OSError:
         return "(no log)"
     return (lines[-1] if lines else "(empty log)")[:limit]
+
+
+def _clock_offsets(cluster: Cluster, nodes) -> dict[str, float]:
+    """Each node's clock minus this host's, for providers whose nodes have their own
+    clocks (measured as the cell starts: clocks drift over a sweep of hours)."""
+    measure = getattr(cluster, "clock_offsets", None)
+    if measure is None:
+        return {}
+    try:
+        return measure(nodes)
+    except (OSError, ClusterError):
+        return {}  # the steps keep the nodes' own clocks; the cell itself may still run
 
 
 def _pids_by_node(launched: list[Launched]) -> dict[str, dict[str, list[int]]]:

@@ -53,6 +53,7 @@ class SweepSettings:
     ship_target: object | None = None  # profiler.agent.options target, or None
     inventory: Path | None = None  # the Ansible inventory of --cluster inventory
     speedup: float = 1.0  # emulated cluster: the most time dilation a cell may get
+    breakdown: bool = True  # workers time each step's phases (profiler.timeline)
     extra: dict = field(default_factory=dict)  # kept in sweep.json (e.g. the study's scale)
 
     def identity(self) -> dict:
@@ -230,7 +231,8 @@ def _run_sweep(settings: SweepSettings, stop: StopRequest, progress: bool,
     previous = store.latest()
     options = TrainOptions(data_dir=settings.data_dir,
                            threads_per_process=settings.threads_per_process,
-                           seed=settings.seed, val_samples=settings.val_samples)
+                           seed=settings.seed, val_samples=settings.val_samples,
+                           breakdown=settings.breakdown)
 
     cluster, created = open_cluster(settings.cluster, nodes_needed, settings.profile,
                                     inventory=settings.inventory,

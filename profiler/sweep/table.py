@@ -32,15 +32,23 @@ def status_counts(records: list[dict]) -> dict[str, int]:
 def format_table(records: list[dict]) -> str:
     """Aligned columns, one row per cell, ``-`` for a missing value; a diverged cell's
     status reads ``ok,diverged`` and its accuracy ends in ``!``."""
-    rows = [[h for h, _, _ in COLUMNS]]
+    columns = list(COLUMNS)
+    if any(rec.get("straggler", "none") != "none" for rec in records):
+        # Which node was slowed, and how: "n4 0.5@30" (only in sweeps that slow one).
+        columns.insert(STATUS, ("straggler", "straggler", "{}"))
+    keys = [key for _, key, _ in columns]
+    status, accuracy = keys.index("status"), keys.index("val_accuracy")
+    rows = [[h for h, _, _ in columns]]
     for rec in records:
-        row = [_fmt(rec.get(key), fmt) for _, key, fmt in COLUMNS]
-        row[STATUS] = status_label(rec)
+        row = [_fmt(rec.get(key), fmt) for _, key, fmt in columns]
+        row[status] = status_label(rec)
         if rec.get("diverged"):
             # The run was measured (status ok), but its accuracy means nothing.
-            row[ACCURACY] = f"{row[ACCURACY]}!"
+            row[accuracy] = f"{row[accuracy]}!"
+        if "straggler" in keys and rec.get("straggler_node"):
+            row[keys.index("straggler")] = f"{rec['straggler_node']} {rec['straggler']}"
         rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(columns))]
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)

@@ -23,7 +23,7 @@ import pytest
 
 from profiler.cluster import netns
 from profiler.testing.sshd import SSHD
-from tests.conftest import ROOT, sshd_nodes
+from tests.conftest import ROOT, assert_one_line, sshd_nodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 EDGEPROF = [sys.executable, "-m", "profiler.cli"]
@@ -180,6 +180,27 @@ def test_torch_cells_over_ssh(hosts, tmp_path):
         servers = ["server-0.log"] if rec["engine"] == "torch" else []
         assert logs == servers + ["worker-0.log", "worker-1.log"], logs
     assert _wait_gone(hosts, str(out), "remote-n") == []
+
+
+def test_a_straggler_needs_cgroup_v2_on_the_hosts(hosts, tmp_path):
+    """These hosts (this machine: cgroup v1 only) cannot slow a cell's processes with
+    cpu.max: the sweep is refused in one line when its hosts are checked, before anything
+    runs, and the node's own command (run over SSH) refuses too. The cgroup v2 path
+    itself is tested against a folder laid out like v2 (tests/unit/test_stragglers.py)."""
+    from profiler.cluster.inventory import InventoryCluster, read_inventory
+    from profiler.errors import ClusterError
+
+    out = tmp_path / "sweep"
+    done = _sweep(hosts, out, "--engine", "torch", "--devices", "2", "--max-samples", "256",
+                  "--straggler", "0.5", timeout=120)
+    assert_one_line(done, "host n0 has no cgroup v2", "drop --straggler")
+    assert not out.exists()
+    cluster = InventoryCluster(read_inventory(hosts["inventory"]))
+    node = cluster.nodes()[2]
+    cell_dir = out / "cells" / "0123456789ab" / "attempt-1"
+    with pytest.raises(ClusterError, match="node n2 has no cgroup v2 with the cpu controller"):
+        cluster.slow_node(node, 0.5, cell_dir=cell_dir, processes=1)
+    cluster.restore_node(node, cell_dir=cell_dir)  # nothing to undo: no error
 
 
 def test_timeout_stops_the_processes_on_every_host(hosts, tmp_path):

@@ -103,3 +103,49 @@ def test_malformed_pids_file_means_no_roles_with_one_warning(tmp_path, caplog, c
     points = [p for _, p in read_points(tmp_path / "spool")]
     assert {p.tags["role"] for p in points if p.measurement == "cpu"} == {"none", "worker"}
     assert any(p.measurement == "proc" and p.tags["proc"] == "worker-0" for p in points)
+
+
+def test_a_throttled_board_is_named_in_the_cell_summary(tmp_path, monkeypatch):
+    """Two nodes' agents sample a Pi's throttling word and CPU frequency; the cell's
+    summary names the node whose firmware throttled during the cell.
+
+    No Raspberry Pi here: a ``vcgencmd`` script on PATH stands in for the firmware,
+    answering ``get_throttled`` with the word a test file holds (throttled, then
+    recovered, between two readings: only the sticky bit 18 still shows it).
+    """
+    from profiler.agent.summary import summarize_cell
+
+    word = tmp_path / "throttled-word"
+    word.write_text("0x0")
+    _vcgencmd(tmp_path, monkeypatch, f'echo "throttled=$(cat {word})"')
+    monkeypatch.setattr(c.PiThrottling, "VCGENCMD_EVERY_S", 0.0)
+    metrics = tmp_path / "cell" / "metrics"
+    samplers = {name: Sampler(AgentConfig(node=name, spool_dir=metrics / name,
+                                          interval_s=0.1, interfaces=["lo"]))
+                for name in ("n1", "n2")}
+    for sampler in samplers.values():
+        sampler.tick()  # before the cell: the sticky bits' baseline
+    time.sleep(0.05)
+    t_start = time.time()
+    time.sleep(0.05)
+    word.write_text("0x40000")  # n1 was throttled since the last reading, and recovered
+    samplers["n1"].tick()
+    word.write_text("0x0")
+    samplers["n2"].tick()
+    t_end = time.time()
+    for sampler in samplers.values():
+        sampler.spool.close()
+    row = summarize_cell(tmp_path / "cell", ["n1", "n2"], t_start, t_end)
+    assert row["throttled_nodes"] == ["n1"]
+    assert row["throttle_flags_by_node"] == {"n1": ["throttled"]}
+    if any(isinstance(x, c.CpuFreq) for x in samplers["n1"].collectors):
+        assert row["cpu_mhz_min"] > 0 and set(row["cpu_mhz_min_by_node"]) == {"n1", "n2"}
+    # Nodes that report no throttling word at all (not Pis): unknown, not "none".
+    monkeypatch.setenv("PATH", os.environ["PATH"].split(os.pathsep, 1)[1])
+    plain = Sampler(AgentConfig(node="n3", spool_dir=tmp_path / "plain" / "metrics" / "n3",
+                                interval_s=0.1, interfaces=["lo"]))
+    assert not any(isinstance(x, c.PiThrottling) for x in plain.collectors)
+    plain.tick()
+    plain.spool.close()
+    row = summarize_cell(tmp_path / "plain", ["n3"], t_start, time.time())
+    assert row["throttled_nodes"] is None and row["throttle_flags_by_node"] is None

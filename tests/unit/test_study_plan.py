@@ -211,3 +211,30 @@ def test_dilation_takes_the_largest_calibrated_speedup_that_fits():
     assert dilation(one, 2.0, 20) == 10  # the cap
     assert dilation({1.0: [0.05], 3.0: [None]}, 2.0, 100) == 1  # not calibrated for 3
     assert dilation(one, 2.0, 1) == 1
+
+
+def test_the_study_plans_on_a_mix_paced_by_its_slowest_node():
+    """``--profile mix-2pi4-8pi3b-park2019``: Pi 4 class nodes beside the calibrated Pi 3Bs.
+    Its cells run as on ``pi3b-park2019`` (the mix is not a grid setting), the estimate
+    follows the slowest node the cell uses (sync waits for it), and the host check is
+    said to skip a mix."""
+    from profiler.cluster.profiles import load_catalog
+
+    catalog = load_catalog()
+    pi4, pi3b = (catalog.profiles[n] for n in ("pi4-park2019", "pi3b-park2019"))
+    assert catalog.mixes["mix-2pi4-8pi3b-park2019"] == ("pi4-park2019",) * 2 + \
+        ("pi3b-park2019",) * 8
+    for model in ("lenet-mlp", "lenet-cnn", "lenet-example", "resnet"):
+        assert pi4.cpu_cores_for(model) == pytest.approx(pi3b.cpu_cores_for(model) * 7 / 3,
+                                                         abs=1e-4)
+    settings = dict(scale=0.01, parts=("table1",), devices=(1, 2, 4))
+    mix = plan(StudySettings(profile="mix-2pi4-8pi3b-park2019", **settings))
+    uniform = plan(StudySettings(**settings))
+    assert mix.sweep.profile == "mix-2pi4-8pi3b-park2019"
+    assert [c.cell_id for c in mix.sweep.cells] == [c.cell_id for c in uniform.sweep.cells]
+    # One and two devices (colocated: nodes 0-1) run on Pi 4s, four reach the Pi 3Bs.
+    rate = {c.devices: estimate.node_rate(c, "emulated", "mix-2pi4-8pi3b-park2019", catalog)
+            for c in mix.sweep.cells}
+    assert rate[2] == pytest.approx(rate[1]) and rate[4] == pytest.approx(rate[1] * 3 / 7,
+                                                                         rel=1e-3)
+    assert any("is a mix of profiles: not checked" in note for note in mix.notes)
