@@ -9,7 +9,16 @@ tables and its ratios all read dilated cells through here.
 
 from __future__ import annotations
 
-TIME_COLUMNS = ("train_s", "elapsed_s", "steady_s_per_sample")
+TIME_COLUMNS = ("train_s", "elapsed_s", "steady_s_per_sample", "steady_step_ms",
+                "step_ms_mean")
+# The step breakdown's ms per step (profiler.timeline.steps): per phase, and per worker.
+STEP_SUFFIXES = ("_ms_mean", "_ms_p50", "_ms_p95")
+BY_WORKER_SUFFIX = "_ms_by_worker"
+
+
+def is_time(column: str) -> bool:
+    """Whether a numeric column holds a time (k times too short when dilated)."""
+    return column in TIME_COLUMNS or column.endswith(STEP_SUFFIXES)
 
 
 def speedup(r: dict) -> float:
@@ -22,7 +31,7 @@ def value(r: dict | None, column: str) -> float | None:
     raw = (r or {}).get(column)
     if not isinstance(raw, (int, float)):
         return None
-    if column in TIME_COLUMNS:
+    if is_time(column):
         return float(raw) * speedup(r)
     if column.endswith("_per_s"):
         return float(raw) / speedup(r)
@@ -31,8 +40,13 @@ def value(r: dict | None, column: str) -> float | None:
 
 def record(r: dict) -> dict:
     """A copy of the record with every time and rate in the board's time."""
-    if speedup(r) == 1:
+    k = speedup(r)
+    if k == 1:
         return r
-    return {**r, **{column: value(r, column) for column in r
-                    if (column in TIME_COLUMNS or column.endswith("_per_s"))
-                    and isinstance(r[column], (int, float))}}
+    by_worker = {column: {rank: ms * k for rank, ms in r[column].items()
+                          if isinstance(ms, (int, float))}
+                 for column in r
+                 if column.endswith(BY_WORKER_SUFFIX) and isinstance(r[column], dict)}
+    return {**r, **by_worker, **{column: value(r, column) for column in r
+                                 if (is_time(column) or column.endswith("_per_s"))
+                                 and isinstance(r[column], (int, float))}}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 from importlib import metadata
@@ -37,7 +38,7 @@ def build_report(sweep_dir: Path, out: Path | None = None) -> Path:
     page = render(title=f"edgeprof sweep {sweep.sweep_id}", environment=environment(sweep),
                   records=sweep.records, config_of=_config, figures=drawn,
                   cell_figures=cell_figures, matches=matches(sweep.records),
-                  ratios=reproduce(sweep.records))
+                  ratios=reproduce(sweep.records), traces=_trace_links(sweep, out))
     try:
         figures_dir.mkdir(parents=True, exist_ok=True)
         for figure in [f for f in drawn if isinstance(f, figs.Figure)] + cell_figures:
@@ -47,6 +48,16 @@ def build_report(sweep_dir: Path, out: Path | None = None) -> Path:
         raise ConfigError(f"cannot write the report to {out} ({exc.strerror}): give "
                           "--out FILE in a writable folder") from None
     return out
+
+
+def _trace_links(sweep: Sweep, out: Path) -> dict[str, str]:
+    """``cell_id -> link`` to each cell's trace, relative to the report's page."""
+    links = {}
+    for r in sweep.records:
+        if r.get("trace_file") and (sweep.path / r["trace_file"]).exists():
+            links[r["cell_id"]] = os.path.relpath((sweep.path / r["trace_file"]).resolve(),
+                                                  out.parent.resolve())
+    return links
 
 
 def environment(sweep: Sweep) -> dict:

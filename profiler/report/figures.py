@@ -206,9 +206,94 @@ def accuracy_over_epochs(records):
                   "study's Table 4.", _png(fig))
 
 
+PHASE_COLOURS = (("data", "#bbbbbb"), ("compute", "#4c72b0"), ("comm", "#dd8452"),
+                 ("wait", "#c44e52"))
+PANELS_PER_ROW = 3
+
+
+def _broken_down(records) -> list[dict]:
+    return [r for r in _ok(records) if r.get("compute_ms_mean") is not None]
+
+
+def step_breakdown_vs_devices(records):
+    """Stacked ms per step (data, compute, comm, wait) against devices, one panel per
+    model and configuration, sync cells: the figure that explains the study's Table 1."""
+    title = "Where a step's time goes"
+    series: dict[str, list[dict]] = defaultdict(list)
+    for r in _broken_down(records):
+        if r["sync"] == "sync" and (r.get("straggler") or "none") == "none":
+            series[_series_label(r, without=("devices", "sync"))].append(r)
+    if not series:
+        return Skipped(title, "no sync cell timed its steps (--no-breakdown, or none ok)")
+    labels = sorted(series)
+    rows = (len(labels) + PANELS_PER_ROW - 1) // PANELS_PER_ROW
+    cols = min(len(labels), PANELS_PER_ROW)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.2 * rows), squeeze=False)
+    for ax in axes.flat[len(labels):]:
+        ax.set_visible(False)
+    for ax, label in zip(axes.flat, labels):
+        cells = sorted(series[label], key=lambda r: r["devices"])
+        xs = list(range(len(cells)))
+        bottom = [0.0] * len(cells)
+        for phase, colour in PHASE_COLOURS:
+            ys = [r.get(f"{phase}_ms_mean") or 0.0 for r in cells]
+            ax.bar(xs, ys, 0.6, bottom=bottom, color=colour, label=phase)
+            bottom = [b + y for b, y in zip(bottom, ys)]
+        ax.set_xticks(xs, [str(r["devices"]) for r in cells])
+        ax.set_xlabel("devices")
+        ax.set_ylabel("ms per step")
+        ax.set_title(label, fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    return Figure("fig-step-breakdown", title,
+                  "Each worker's mean step split into preparing the batch, computing "
+                  "(forward, backward), communicating and waiting (for the slowest worker "
+                  "or the server), sync cells in the board's time (docs/timeline.md says "
+                  "how each engine is measured).", _png(fig))
+
+
+def wait_by_worker(records):
+    """Each worker's mean wait per step in every multi-device cell, the slowest marked."""
+    title = "Waiting, worker by worker"
+    cells = [r for r in _broken_down(records)
+             if r["devices"] > 1 and r.get("wait_ms_by_worker")]
+    if not cells:
+        return Skipped(title, "no cell of two or more devices timed its steps")
+    cells = sorted(cells, key=lambda r: (_series_label(r), r.get("straggler") or ""))
+    fig, ax = plt.subplots(figsize=(max(6.4, 0.5 * sum(r["devices"] for r in cells)), 3.6))
+    x, ticks, names = 0.0, [], []
+    marked = False
+    for r in cells:
+        nodes = r.get("worker_nodes") or {}
+        ranks = sorted(r["wait_ms_by_worker"], key=int)
+        for rank in ranks:
+            slowest = nodes.get(rank) == r.get("slowest_worker")
+            ax.bar(x, r["wait_ms_by_worker"][rank], 0.8, color="#c44e52",
+                   hatch="//" if slowest else None, edgecolor="black" if slowest else None,
+                   label="waited for by the others" if slowest and not marked else None)
+            marked = marked or slowest
+            x += 1
+        straggler = r.get("straggler") or "none"
+        ticks.append(x - (len(ranks) + 1) / 2)
+        names.append(_series_label(r) + ("" if straggler == "none"
+                                         else f" straggler {straggler}"))
+        x += 1
+    ax.set_xticks(ticks, names, rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("wait, ms per step")
+    ax.grid(axis="y", alpha=0.3)
+    if marked:
+        ax.legend(fontsize=7)
+    return Figure("fig-wait-by-worker", title,
+                  "Mean wait per step of each worker (one bar a worker rank, grouped by "
+                  "cell), in the board's time; hatched: the slowest worker (sync: the one "
+                  "the others waited for most often).", _png(fig))
+
+
 SWEEP_FIGURES: list[Callable] = [time_and_accuracy_vs_devices, sync_vs_async,
                                  resources_vs_devices, time_and_accuracy_by_layers_batch,
-                                 resources_by_layers_batch, accuracy_over_epochs]
+                                 resources_by_layers_batch, accuracy_over_epochs,
+                                 step_breakdown_vs_devices, wait_by_worker]
 
 NODE_PANELS = [("cpu_percent", "CPU %"), ("mem_used_mb", "memory (MB)"),
                ("net_sent_kb_per_s", "sent KB/s"), ("net_recv_kb_per_s", "received KB/s")]

@@ -8,6 +8,7 @@ import html
 from datetime import datetime, timezone
 
 from ..sweep.table import status_counts
+from . import board_time
 from .engines import MEASURES, side_by_side
 from .figures import Figure, Skipped
 from .ratios import Ratio, summary
@@ -58,7 +59,8 @@ def _img(figure: Figure) -> str:
 
 def render(*, title: str, environment: dict, records: list[dict], config_of,
            figures: list[Figure | Skipped], cell_figures: list[Figure],
-           matches: list[Match], ratios: list[Ratio] = ()) -> str:
+           matches: list[Match], ratios: list[Ratio] = (),
+           traces: dict[str, str] | None = None) -> str:
     out = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
            f"<title>{_e(title)}</title><style>{CSS}</style></head><body>",
            f"<h1>{_e(title)}</h1>", "<h2>Environment</h2><table>"]
@@ -100,6 +102,8 @@ def render(*, title: str, environment: dict, records: list[dict], config_of,
                    "<ul class='note'>" + "".join(
                        f"<li>{_e(s.title)}: {_e(s.reason)}</li>" for s in skipped) + "</ul>")
 
+    out += _breakdown(records, config_of, traces or {})
+
     out += _engines(records, config_of)
 
     if ratios:
@@ -133,6 +137,42 @@ def render(*, title: str, environment: dict, records: list[dict], config_of,
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     out.append(f"<p class='note'>Written by edgeprof report, {stamp}.</p></body></html>")
     return "\n".join(out)
+
+
+BREAKDOWN_COLUMNS = [("compute_ms_mean", "compute"), ("comm_ms_mean", "comm"),
+                     ("wait_ms_mean", "wait"), ("wait_ms_p95", "wait p95"),
+                     ("step_ms_mean", "timed step"), ("steady_step_ms", "step"),
+                     ("breakdown_vs_step", "sum / step")]
+
+
+def _breakdown(records: list[dict], config_of, traces: dict[str, str]) -> list[str]:
+    """Where each cell's steps spent their time, its slowest worker and its trace."""
+    cells = [r for r in records if r.get("compute_ms_mean") is not None]
+    if not cells:
+        return []
+    out = ["<h2>Where the time goes</h2><p class='note'>ms per step in the board's time, "
+           "mean over every timed step of every worker (the run's first step out); "
+           "<i>step</i> is the mean step from the epoch times, <i>sum / step</i> the "
+           "phases against it (above 1: overlap an asynchronous engine won, "
+           "docs/timeline.md). The trace opens in chrome://tracing or "
+           "ui.perfetto.dev.</p>",
+           "<table><tr><th class='l'>cell</th><th class='l'>timed</th>" + "".join(
+               f"<th>{_e(h)}</th>" for _, h in BREAKDOWN_COLUMNS) +
+           "<th class='l'>slowest worker</th><th class='l'>straggler</th>"
+           "<th class='l'>trace</th></tr>"]
+    for raw in cells:
+        r = board_time.record(raw)
+        straggler = r.get("straggler") or "none"
+        said = "" if straggler == "none" else f"{r.get('straggler_node') or ''} x{straggler}"
+        href = traces.get(r.get("cell_id", ""))
+        link = f"<a href='{_e(href)}'>trace.json</a>" if href else ""
+        out.append(f"<tr><td class='l'>{_e(config_of(r))}</td>"
+                   f"<td class='l'>{_e(r.get('breakdown') or '')}</td>" + "".join(
+                       f"<td>{_number(r.get(k))}</td>" for k, _ in BREAKDOWN_COLUMNS) +
+                   f"<td class='l'>{_e(r.get('slowest_worker') or '')}</td>"
+                   f"<td class='l'>{_e(said)}</td><td class='l'>{link}</td></tr>")
+    out.append("</table>")
+    return out
 
 
 def _engines(records: list[dict], config_of) -> list[str]:
