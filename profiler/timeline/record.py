@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import steps as step_lines
+from . import trace
 
 TRACE_FILE = "trace.json"
 
@@ -45,8 +46,6 @@ def breakdown_columns(cell, cell_dir: Path, events, specs: Sequence,
     columns["clock_offsets_s"] = offsets_s or None
     columns["trace_file"] = None
     if loaded.workers:
-        from . import trace
-
         path = cell_dir / TRACE_FILE
         trace.write_trace(path, trace.build_trace(loaded, events, cell.label))
         columns["trace_file"] = _relative_to_sweep(path)
