@@ -10,9 +10,9 @@ The hot loop never waits for a result: loss is summed on the device and read onc
 epoch, so MXNet's engine overlaps copy, compute and communication as in a plain loop.
 
 Step breakdown: Python only queues work on that engine, so a step's phases can be timed
-only by waiting for them, which would stop the overlap being measured. One step in
-``workloads.steps.SAMPLE_EVERY`` is timed alone: the engine is drained first (the time
-is the line's ``drain_s``), then forward and backward are waited for (compute), then the
+only by waiting for them, which would stop the overlap being measured. One step in ten
+(fewer in long epochs: ``workloads.steps.sample_every``) is timed alone: the engine is
+drained first (the time is the line's ``drain_s``), then forward and backward are waited for (compute), then the
 trainer's step (push, the servers' update, pull; or Horovod's allreduce: the exchange).
 The other steps run untouched. A timed step lacks the overlap of its neighbours, so its
 phases are the costs of each part, and their sum can exceed the mean step time of an
@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 
 from . import optim
-from .steps import sampled
+from .steps import sample_every, sampled
 from .worker import Worker
 
 KVSTORES = {"local": "local", "ps-sync": "dist_sync", "ps-async": "dist_async",
@@ -95,8 +95,9 @@ class MXNetWorker(Worker):
         loss_sum = mx.nd.zeros((1,))
         tail_sum = mx.nd.zeros((1,))
         log, clock = self.step_log, time.perf_counter
+        every = sample_every(self.steps_per_epoch)
         for step, images, labels in self.batches(epoch):
-            timed = log.enabled and sampled(step)
+            timed = log.enabled and sampled(step, every)
             if timed:
                 t_drain = clock()
                 mx.nd.waitall()  # this step alone: the earlier steps' work has ended
@@ -122,7 +123,7 @@ class MXNetWorker(Worker):
                     t_compute = t_end
                 log.add(epoch=epoch, step=step, t=log.wall(t_begin), data_s=t_data - t_begin,
                         compute_s=t_compute - t_data, exchange_s=t_end - t_compute,
-                        step_s=t_end - t_begin, drain_s=t_begin - t_drain)
+                        step_s=t_end - t_begin, drain_s=t_begin - t_drain, every=every)
             if on_first_step is not None:
                 mx.nd.waitall()  # the update, not only the forward, has finished
                 on_first_step()

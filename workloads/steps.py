@@ -21,8 +21,9 @@ A worker's line, one per measured step::
   the wait for the slowest worker comes from the workers' arrival times at the same
   step, the wait for the server from the server's own lines.
 - ``step_s``: the whole step, its first to its last instant.
-- ``drain_s`` (sampled steps of an asynchronous engine only): the time to finish the
-  previous steps' pending work before this step was timed alone.
+- ``drain_s`` and ``every`` (sampled steps of an asynchronous engine only): the time to
+  finish the previous steps' pending work before this step was timed alone, and one
+  step in how many is timed.
 
 A torch parameter server's line, one per round (sync: a push from every worker and one
 update; async: one push)::
@@ -49,10 +50,13 @@ import time
 from pathlib import Path
 
 FLUSH_EVERY = 4096
-# MXNet: time every SAMPLE_EVERY-th step of an epoch, starting at its second (the first
+# MXNet: time one step in SAMPLE_EVERY of an epoch, starting at its second (the first
 # step of a run pays one-off costs): draining the engine before a timed step stops it
-# overlapping that step with the previous one's communication.
+# overlapping that step with the previous one's communication. Long epochs are sampled
+# more sparsely, about SAMPLES_PER_EPOCH steps each: enough for means and a p95 over a
+# cell's workers and epochs, at a cost that falls as epochs grow.
 SAMPLE_EVERY = 10
+SAMPLES_PER_EPOCH = 20
 BREAKDOWNS = ("on", "off")
 
 
@@ -60,9 +64,15 @@ def steps_path(events_dir: str | Path, role: str, rank: int) -> Path:
     return Path(events_dir) / f"steps-{role}-{rank}.jsonl"
 
 
-def sampled(step: int) -> bool:
+def sample_every(steps_per_epoch: int) -> int:
+    """One step in how many an asynchronous engine times (the same on every worker of
+    a cell, so that their timed steps are the same rounds)."""
+    return max(SAMPLE_EVERY, steps_per_epoch // SAMPLES_PER_EPOCH)
+
+
+def sampled(step: int, every: int = SAMPLE_EVERY) -> bool:
     """Whether an asynchronous engine times ``step`` (0-based in its epoch)."""
-    return step % SAMPLE_EVERY == 1
+    return step % every == 1
 
 
 class StepLog:

@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workloads.steps import SAMPLE_EVERY, read_steps
+from workloads.steps import read_steps
 
 PHASES = ("data", "compute", "comm", "wait")
 
@@ -38,7 +38,11 @@ class CellSteps:
     servers: dict[int, list[dict]] = field(default_factory=dict)
     worker_nodes: dict[int, str] = field(default_factory=dict)
     server_nodes: dict[int, str] = field(default_factory=dict)
-    sampled: bool = False
+    sample_every: int = 1  # 1: every step timed; k: one step in k (MXNet, Horovod)
+
+    @property
+    def sampled(self) -> bool:
+        return self.sample_every > 1
 
     def measured(self) -> list[dict]:
         """Every worker's lines but the run's first step (one-off set-up costs)."""
@@ -62,7 +66,8 @@ def load_cell_steps(events_dir: Path, *, sync: bool, worker_nodes: dict[int, str
         for line in lines:
             line["t"] -= shift
         (out.workers if role == "worker" else out.servers)[int(rank)] = lines
-    out.sampled = any("drain_s" in line for lines in out.workers.values() for line in lines)
+    out.sample_every = max((int(line.get("every", 1)) for lines in out.workers.values()
+                            for line in lines), default=1)
     _split_exchange(out, sync)
     return out
 
@@ -130,7 +135,8 @@ def summarize(steps: CellSteps, epochs_by_rank: dict[int, list[dict]],
         return columns
     ms = {phase: [1000.0 * line.get(f"{phase}_s", 0.0) for line in measured]
           for phase in PHASES}
-    columns["breakdown"] = f"1 in {SAMPLE_EVERY} steps" if steps.sampled else "every step"
+    columns["breakdown"] = (f"1 in {steps.sample_every} steps" if steps.sampled
+                            else "every step")
     columns["breakdown_steps"] = len(measured)
     columns["step_ms_mean"] = _r(_mean([1000.0 * line["step_s"] for line in measured]))
     for phase in PHASES:

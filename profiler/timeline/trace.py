@@ -94,7 +94,8 @@ def build_trace(steps, events, label: str) -> dict:
                 at += dur
     return {"traceEvents": out, "displayTimeUnit": "ms",
             "otherData": {"cell": label, "origin_unix_s": origin,
-                          "breakdown": "1 in 10 steps" if steps.sampled else "every step"}}
+                          "breakdown": (f"1 in {steps.sample_every} steps" if steps.sampled
+                                        else "every step")}}
 
 
 def _worker_step(span, pid: int, tid: int, line: dict) -> None:

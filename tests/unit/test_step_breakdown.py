@@ -8,7 +8,7 @@ import json
 import pytest
 
 from profiler.timeline.steps import load_cell_steps, percentile, summarize
-from workloads.steps import StepLog, read_steps, sampled, steps_path
+from workloads.steps import StepLog, read_steps, sample_every, sampled, steps_path
 
 
 def _write(events_dir, role, rank, lines):
@@ -101,8 +101,18 @@ def test_step_log_buffers_and_writes_wall_clock_stamps(tmp_path):
     assert not steps_path(tmp_path, "worker", 4).exists()
 
 
-def test_sampling_skips_the_first_step_of_an_epoch():
+def test_sampling_skips_the_first_step_of_an_epoch_and_thins_out_in_long_ones():
     assert [s for s in range(25) if sampled(s)] == [1, 11, 21]
+    assert sample_every(25) == 10 and sample_every(2000) == 100
+    assert sum(sampled(s, sample_every(2000)) for s in range(2000)) == 20
+
+
+def test_a_sampled_cell_says_one_step_in_how_many(tmp_path):
+    line = {**_step(1, 1, 0.0, 0.01, 0.01), "drain_s": 0.002, "every": 20}
+    _write(tmp_path, "worker", 0, [line])
+    steps = load_cell_steps(tmp_path, sync=True, worker_nodes={}, server_nodes={})
+    cols = summarize(steps, {}, steps_per_epoch=400, sync=True)
+    assert steps.sampled and cols["breakdown"] == "1 in 20 steps"
 
 
 def test_percentile_interpolates_like_numpy():
