@@ -179,6 +179,16 @@ def test_torch_cells_over_ssh(hosts, tmp_path):
                       if not p.name.startswith("agent-"))
         servers = ["server-0.log"] if rec["engine"] == "torch" else []
         assert logs == servers + ["worker-0.log", "worker-1.log"], logs
+        # Each node's clock measured over SSH as the cell started: these nodes share
+        # this host's clock, so the offsets are the measurement's error (half a
+        # round trip over loopback at most).
+        workers = ["n1", "n2"] if rec["engine"] == "torch" else ["n0", "n1"]
+        offsets = rec["clock_offsets_s"]
+        assert set(offsets) >= set(workers)
+        assert all(abs(offset) < 0.05 for offset in offsets.values()), offsets
+        # The steps came home with the events: the breakdown names the workers' nodes.
+        assert sorted(rec["worker_nodes"].values()) == workers
+        assert (cell / "trace.json").exists() and rec["breakdown"] == "every step"
     assert _wait_gone(hosts, str(out), "remote-n") == []
 
 
