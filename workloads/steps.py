@@ -55,7 +55,7 @@ FLUSH_EVERY = 4096
 # overlapping that step with the previous one's communication. Long epochs are sampled
 # more sparsely, about SAMPLES_PER_EPOCH steps each: enough for means and a p95 over a
 # cell's workers and epochs, at a cost that falls as epochs grow.
-SAMPLE_EVERY = 10
+SAMPLE_EVERY = 25
 SAMPLES_PER_EPOCH = 20
 BREAKDOWNS = ("on", "off")
 
