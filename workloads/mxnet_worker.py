@@ -11,11 +11,10 @@ epoch, so MXNet's engine overlaps copy, compute and communication as in a plain 
 
 Step breakdown: Python only queues work on that engine, so a step's phases can be timed
 only by waiting for them, which would stop the overlap being measured. One step in 25
-(fewer in long epochs: ``workloads.steps.sample_every``) is timed alone: the engine is
-drained first (the time is the line's ``drain_s``), then forward and backward are waited
-for (compute), then the trainer's step (push, the servers' update, pull; or Horovod's
-allreduce: the exchange).
-The other steps run untouched. A timed step lacks the overlap of its neighbours, so its
+(10 in short epochs, fewer in long ones: ``workloads.steps.sample_every``) is timed
+alone: the engine is drained first (the time is the line's ``drain_s``), then forward
+and backward are waited for (compute), then the trainer's step (push, the servers'
+update, pull; or Horovod's allreduce: the exchange). The other steps run untouched. A timed step lacks the overlap of its neighbours, so its
 phases are the costs of each part, and their sum can exceed the mean step time of an
 epoch (``breakdown_vs_step`` in the results shows by how much).
 """

@@ -147,8 +147,10 @@ def test_mxnet_and_horovod_cells_over_ssh(hosts, tmp_path):
         assert rec["net_sent_kb"] >= model_kb and rec["net_recv_kb"] >= model_kb
         assert rec["cpu_percent_mean"] is not None and rec["rss_mb_peak"] > 50
         cell = out / "cells" / rec["cell_id"] / "attempt-1"
+        # Events and the step lines (workloads.steps) came home from the workers' nodes.
         assert sorted(p.name for p in (cell / "events").iterdir()) == [
-            "worker-0.jsonl", "worker-1.jsonl"]
+            "steps-worker-0.jsonl", "steps-worker-1.jsonl", "worker-0.jsonl",
+            "worker-1.jsonl"]
         # Every node of the cell sent back its agent's spool (MXNet: master + 2 workers).
         nodes_used = {"mxnet": ["n0", "n1", "n2"], "horovod": ["n0", "n1"]}[rec["engine"]]
         assert sorted(p.name for p in (cell / "metrics").iterdir()) == nodes_used

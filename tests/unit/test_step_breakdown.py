@@ -103,7 +103,7 @@ def test_step_log_buffers_and_writes_wall_clock_stamps(tmp_path):
 
 def test_sampling_skips_the_first_step_of_an_epoch_and_thins_out_in_long_ones():
     assert [s for s in range(60) if sampled(s)] == [1, 26, 51]
-    assert sample_every(60) == 25 and sample_every(2000) == 100
+    assert sample_every(20) == 10 and sample_every(200) == 25 and sample_every(2000) == 100
     assert sum(sampled(s, sample_every(2000)) for s in range(2000)) == 20
 
 
