@@ -10,8 +10,8 @@ The hot loop never waits for a result: loss is summed on the device and read onc
 epoch, so MXNet's engine overlaps copy, compute and communication as in a plain loop.
 
 Step breakdown: Python only queues work on that engine, so a step's phases can be timed
-only by waiting for them, which would stop the overlap being measured. One step in 25
-(10 in short epochs, fewer in long ones: ``workloads.steps.sample_every``) is timed
+only by waiting for them, which would stop the overlap being measured. One step in 100
+(one an epoch in shorter epochs, mid-epoch: ``workloads.steps.sampled``) is timed
 alone: the engine is drained first (the time is the line's ``drain_s``), then forward
 and backward are waited for (compute), then the trainer's step (push, the servers'
 update, pull; or Horovod's allreduce: the exchange). The other steps run untouched. A timed step lacks the overlap of its neighbours, so its
@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 
 from . import optim
-from .steps import sample_every, sampled
+from .steps import SAMPLE_EVERY, sampled
 from .worker import Worker
 
 KVSTORES = {"local": "local", "ps-sync": "dist_sync", "ps-async": "dist_async",
@@ -95,9 +95,8 @@ class MXNetWorker(Worker):
         loss_sum = mx.nd.zeros((1,))
         tail_sum = mx.nd.zeros((1,))
         log, clock = self.step_log, time.perf_counter
-        every = sample_every(self.steps_per_epoch)
         for step, images, labels in self.batches(epoch):
-            timed = log.enabled and sampled(step, every)
+            timed = log.enabled and sampled(step, self.steps_per_epoch)
             if timed:
                 t_drain = clock()
                 mx.nd.waitall()  # this step alone: the earlier steps' work has ended
@@ -123,7 +122,8 @@ class MXNetWorker(Worker):
                     t_compute = t_end
                 log.add(epoch=epoch, step=step, t=log.wall(t_begin), data_s=t_data - t_begin,
                         compute_s=t_compute - t_data, exchange_s=t_end - t_compute,
-                        step_s=t_end - t_begin, drain_s=t_begin - t_drain, every=every)
+                        step_s=t_end - t_begin, drain_s=t_begin - t_drain,
+                        every=SAMPLE_EVERY)
             if on_first_step is not None:
                 mx.nd.waitall()  # the update, not only the forward, has finished
                 on_first_step()

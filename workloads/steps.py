@@ -23,7 +23,7 @@ A worker's line, one per measured step::
 - ``step_s``: the whole step, its first to its last instant.
 - ``drain_s`` and ``every`` (sampled steps of an asynchronous engine only): the time to
   finish the previous steps' pending work before this step was timed alone, and one
-  step in how many is timed.
+  step in how many is timed (at most; one an epoch in epochs of fewer steps).
 
 A torch parameter server's line, one per round (sync: a push from every worker and one
 update; async: one push)::
@@ -50,15 +50,13 @@ import time
 from pathlib import Path
 
 FLUSH_EVERY = 4096
-# MXNet: time one step in SAMPLE_EVERY of an epoch, starting at its second (the first
-# step of a run pays one-off costs): draining the engine before a timed step stops it
-# overlapping that step with the previous one's communication (measured on LeNet-MLP's
-# 1 ms loopback steps: one in ten cost MXNet 5% of its samples/s, one in 25 0.5%).
-# Epochs shorter than SHORT_EPOCH steps (test-sized cells) time one in SHORT_EVERY, so
-# that they have two or more timed steps; long ones about SAMPLES_PER_EPOCH steps each.
-SAMPLE_EVERY = 25
-SHORT_EPOCH, SHORT_EVERY = 100, 10
-SAMPLES_PER_EPOCH = 20
+# MXNet: time one step in SAMPLE_EVERY, the first of them in the middle of an epoch of
+# fewer steps (one timed step an epoch: far from the run's first step and its one-off
+# costs). Draining the engine before a timed step stops it overlapping that step with
+# its neighbours, and the loss grew with the number of timed steps: on LeNet-MLP's 1 ms
+# loopback steps, 8 timed steps in an epoch of 200 cost MXNet 7% and Horovod 9% of their
+# samples/s, one timed step an epoch nothing measurable.
+SAMPLE_EVERY = 100
 BREAKDOWNS = ("on", "off")
 
 
@@ -66,17 +64,16 @@ def steps_path(events_dir: str | Path, role: str, rank: int) -> Path:
     return Path(events_dir) / f"steps-{role}-{rank}.jsonl"
 
 
-def sample_every(steps_per_epoch: int) -> int:
-    """One step in how many an asynchronous engine times (the same on every worker of
-    a cell, so that their timed steps are the same rounds)."""
-    if steps_per_epoch < SHORT_EPOCH:
-        return SHORT_EVERY
-    return max(SAMPLE_EVERY, steps_per_epoch // SAMPLES_PER_EPOCH)
+def first_sampled(steps_per_epoch: int) -> int:
+    """The first step an asynchronous engine times in an epoch (0-based)."""
+    return min(SAMPLE_EVERY // 2, steps_per_epoch // 2)
 
 
-def sampled(step: int, every: int = SAMPLE_EVERY) -> bool:
-    """Whether an asynchronous engine times ``step`` (0-based in its epoch)."""
-    return step % every == 1
+def sampled(step: int, steps_per_epoch: int) -> bool:
+    """Whether an asynchronous engine times ``step`` (0-based in its epoch): the same
+    steps on every worker of a cell, so that their timed steps are the same rounds."""
+    first = first_sampled(steps_per_epoch)
+    return step >= first and (step - first) % SAMPLE_EVERY == 0
 
 
 class StepLog:

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from profiler.timeline.steps import load_cell_steps, percentile, summarize
-from workloads.steps import StepLog, read_steps, sample_every, sampled, steps_path
+from workloads.steps import StepLog, read_steps, sampled, steps_path
 
 
 def _write(events_dir, role, rank, lines):
@@ -101,10 +101,11 @@ def test_step_log_buffers_and_writes_wall_clock_stamps(tmp_path):
     assert not steps_path(tmp_path, "worker", 4).exists()
 
 
-def test_sampling_skips_the_first_step_of_an_epoch_and_thins_out_in_long_ones():
-    assert [s for s in range(60) if sampled(s)] == [1, 26, 51]
-    assert sample_every(20) == 10 and sample_every(200) == 25 and sample_every(2000) == 100
-    assert sum(sampled(s, sample_every(2000)) for s in range(2000)) == 20
+def test_sampling_times_one_step_in_100_and_one_mid_epoch_in_short_epochs():
+    assert [s for s in range(20) if sampled(s, 20)] == [10]
+    assert [s for s in range(250) if sampled(s, 250)] == [50, 150]
+    assert sum(sampled(s, 2000) for s in range(2000)) == 20
+    assert [s for s in range(1) if sampled(s, 1)] == [0]  # (the run's first: not counted)
 
 
 def test_a_sampled_cell_says_one_step_in_how_many(tmp_path):
