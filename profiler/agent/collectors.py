@@ -279,8 +279,9 @@ class PiThrottling:
     FIELDS = {"throttle.flags": "the raw get_throttled word (int)",
               "throttle.<flag>": "one bit of it (bool): " + ", ".join(THROTTLE_BITS)}
     # Spawning vcgencmd costs more CPU than a whole tick; the sticky *_occurred bits
-    # keep what happened between two readings (agent.summary.throttled_during).
-    VCGENCMD_EVERY_S = 5.0
+    # keep what happened between two readings (agent.summary.throttled_during), so a
+    # reading every 10 s misses nothing.
+    VCGENCMD_EVERY_S = 10.0
     VCGENCMD_TIMEOUT_S = 5.0
 
     def __init__(self):

@@ -23,6 +23,7 @@ The summary's step time to check the breakdown against comes from the epoch even
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,15 +116,11 @@ def _mean_update(servers: dict[int, list[dict]]) -> float:
     return _mean([line.get("update_s", 0.0) for lines in servers.values() for line in lines])
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The q-th percentile (0-100) by linear interpolation, as NumPy's default."""
-    ordered = sorted(values)
-    if not ordered:
-        raise ValueError("no values")
-    pos = (len(ordered) - 1) * q / 100.0
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+def percentile(values: list[float], q: int) -> float:
+    """The q-th percentile (1-99) by linear interpolation, as NumPy's default."""
+    if len(values) < 2:
+        return values[0]  # IndexError on none: callers summarize measured steps only
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 def summarize(steps: CellSteps, epochs_by_rank: dict[int, list[dict]],
