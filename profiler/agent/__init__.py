@@ -5,5 +5,5 @@
 - ``spool``: append-only, size-bounded segments of line protocol on disk.
 - ``targets`` / ``ship``: exactly-once, resumable shipping (v2 API or v1 ``/write``).
 - ``summary``: a cell's CPU, memory and network columns, from the spools alone.
-- ``launch`` / ``options`` / ``cli``: how the sweep and the ``edgeprof`` command use it.
+- ``options`` / ``cli``: how the sweep and the ``edgeprof`` command use it.
 """

@@ -38,7 +38,7 @@ class CellMonitor:
         return self.cell_dir / "pids" / f"{node.name}.json"
 
     def start(self, nodes: list[Node], stop: StopRequest | None = None) -> None:
-        from ..agent.launch import agent_argv
+        from ..metrics.launch import agent_argv
 
         (self.cell_dir / "pids").mkdir(parents=True, exist_ok=True)
         for node in nodes:

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from profiler.agent.cli import agent, ship
-from profiler.agent.launch import agent_argv
+from profiler.metrics.launch import agent_argv
 from profiler.agent.options import influx_options, interval_option, target_from_options
 from profiler.cluster.base import Node
 from profiler.errors import ConfigError
