@@ -33,9 +33,10 @@ def plain_loop(samples: int) -> tuple[float, float]:
     import mxnet as mx
     from mxnet import autograd, gluon
 
-    from workloads import datasets, models
+    from workloads import models
+    from workloads.datasets import loader
 
-    data = datasets.load(MODEL, None, max_samples=samples, val_samples=BATCH, seed=SEED)
+    data = loader.load(MODEL, None, max_samples=samples, val_samples=BATCH, seed=SEED)
     mx.random.seed(SEED)
     net = models.build(MODEL, LAYERS)
     net.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2))
@@ -61,10 +62,11 @@ def plain_torch_loop(samples: int) -> tuple[float, float]:
     """The textbook PyTorch loop over the same data; (samples/s, samples per CPU second)."""
     import torch
 
-    from workloads import datasets, torch_models
+    from workloads import torch_models
+    from workloads.datasets import loader
 
     torch.set_num_threads(1)
-    data = datasets.load(MODEL, None, max_samples=samples, val_samples=BATCH, seed=SEED)
+    data = loader.load(MODEL, None, max_samples=samples, val_samples=BATCH, seed=SEED)
     torch.manual_seed(SEED)
     net = torch_models.build(MODEL, LAYERS)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)

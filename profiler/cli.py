@@ -118,7 +118,7 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
     cluster up or writes a file, and before ``_run_and_print`` says anything: bad input
     is one line (``EdgeprofError``, exit 2) and leaves any earlier sweep untouched.
     """
-    from workloads import datasets as workload_data
+    from workloads.datasets import resolver as data_resolver
 
     from .agent.options import target_from_options
     from .sweep.preflight import preflight
@@ -133,7 +133,7 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
         raise EdgeprofError(f"--layers does not apply to {', '.join(models)} (their depth is "
                             "fixed): drop --layers or use --model resnet")
     # Dataset files are checked here, cheaply and without MXNet, before anything runs.
-    datasets = workload_data.resolve_grid(
+    datasets = data_resolver.resolve_grid(
         models, grid.parse_choice_list(kw["dataset"], "--dataset",
                                        (workload_data.AUTO, *workload_data.NAMES)),
         kw["data_dir"])

@@ -44,7 +44,7 @@ EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_OOM = 0, 1, 2, 3
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from . import datasets
+    from .datasets.resolver import PARTITIONS
     from .models import MODELS
 
     parser = argparse.ArgumentParser(prog="python -m workloads.train",
@@ -73,8 +73,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data-dir", default=None,
                         help="data folder (see workloads.datasets)")
     parser.add_argument("--dataset", default="auto",
-                        help="auto or a name of workloads.datasets.NAMES")
-    parser.add_argument("--data-partition", choices=datasets.PARTITIONS, default="shard",
+                        help="auto or a name of workloads.datasets.catalog.NAMES")
+    parser.add_argument("--data-partition", choices=PARTITIONS, default="shard",
                         help="shard: this worker trains its 1/N of the training set; "
                              "replicate: all of it")
     parser.add_argument("--val-samples", type=int, default=None,

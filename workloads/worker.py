@@ -87,12 +87,12 @@ class Worker:
     # -- shared ------------------------------------------------------------------------
     def prepare(self) -> None:
         """The data shard (uint8, normalized per batch), then the framework's ``build``."""
-        from . import datasets
+        from .datasets import loader, resolver
 
         args = self.args
         # replicate: every worker loads the whole set, as one worker alone would.
-        parts = datasets.parts(args.data_partition, self.num_workers)
-        self.data = datasets.load(args.model, args.data_dir, args.max_samples,
+        parts = resolver.parts(args.data_partition, self.num_workers)
+        self.data = loader.load(args.model, args.data_dir, args.max_samples,
                                   args.val_samples, args.seed, self.rank if parts > 1 else 0,
                                   parts,
                                   raw=True, dataset=args.dataset)

@@ -83,7 +83,7 @@ def list_command(data_dir: Path | None) -> None:
         edgeprof data list
         edgeprof data list --data-dir ~/edgeprof-data
     """
-    from workloads import datasets
+    from workloads.datasets import resolver
     from workloads.datasets.catalog import SPECS
 
     from ..errors import DataError
@@ -93,14 +93,14 @@ def list_command(data_dir: Path | None) -> None:
                         "fill one with `edgeprof data fetch --data-dir DIR`")
     for name, spec in SPECS.items():
         try:
-            source = datasets.verify(name, data_dir)
+            source = resolver.verify(name, data_dir)
             state, where = "yes", "built in" if source.path is None else str(source.path)
         except DataError as exc:
             state, where = "no", f"{exc}"
         click.echo(f"{name:14} {state:4} {spec.train_samples:>6}/{spec.test_samples:<6} {where}")
     for model, kind in (("lenet-mlp", "LeNet"), ("resnet", "ResNet")):
         try:
-            picked = datasets.check(model, data_dir)
+            picked = resolver.check(model, data_dir)
         except DataError as exc:
             picked = f"none, a sweep would stop: {exc}"
         click.echo(f"--dataset auto for {kind}: {picked}")

@@ -8,7 +8,7 @@ right checksum are skipped, so a second run downloads nothing.
 
 Checksums are the published ones: MNIST's as listed by torchvision for its mirror,
 CIFAR-10 binary's from https://www.cs.toronto.edu/~kriz/cifar.html.
-The layout written is what ``workloads.datasets`` reads:
+The layout written is what ``workloads.datasets.resolver`` reads:
 ``DIR/mnist/*.gz`` and ``DIR/cifar10/cifar-10-batches-bin/``.
 """
 
@@ -130,10 +130,10 @@ def _extract(archive: Path, folder_name: str) -> Path:
 
 
 def _extracted_ok(data_dir: Path, dataset: str) -> bool:
-    from workloads import datasets
+    from workloads.datasets import resolver
 
     try:
-        datasets.check("resnet" if dataset == "cifar10" else "lenet-mlp", data_dir)
+        resolver.check("resnet" if dataset == "cifar10" else "lenet-mlp", data_dir)
     except DataError:
         return False
     return True

@@ -74,7 +74,7 @@ class StudyPlan:
 
 def plan(settings: StudySettings) -> StudyPlan:
     """Check the settings and build the sweep; nothing is started or written."""
-    from workloads.datasets import verify
+    from workloads.datasets.resolver import verify
 
     from ..cluster.profiles import load_catalog
     from ..report.study import load_reference

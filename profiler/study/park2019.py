@@ -37,7 +37,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workloads.datasets import catalog, parts
+from workloads.datasets import catalog
+from workloads.datasets.resolver import parts
 
 from ..cell import CellConfig
 from ..engines import get_engine

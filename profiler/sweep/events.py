@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
 
-from workloads.datasets import parts as data_parts
+from workloads.datasets.resolver import parts as data_parts
 from workloads.events import read_events
 
 from . import divergence

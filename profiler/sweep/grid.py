@@ -11,7 +11,7 @@ import itertools
 import math
 from typing import Iterable, Sequence
 
-from workloads import datasets
+from workloads.datasets import resolver as data_resolver
 from workloads.optim import LR_SCALINGS
 
 from ..cell import DEFAULT_RESNET_LAYERS, CellConfig
@@ -22,7 +22,7 @@ from . import stragglers as straggler_settings
 MODELS = all_models()
 SYNC_MODES = ("sync", "async")
 PLACEMENTS = ("master", "colocated")
-DATA_PARTITIONS = datasets.PARTITIONS
+DATA_PARTITIONS = data_resolver.PARTITIONS
 RESNET_MIN_DEPTH = 8
 
 
@@ -97,7 +97,7 @@ def check_shards(cell: CellConfig, train_samples: int, source: str = "--max-samp
     the number comes from: ``--max-samples``, or a dataset (e.g. ``the synthetic set``),
     whose size cannot be raised.
     """
-    parts = datasets.parts(cell.data_partition, cell.devices)
+    parts = data_resolver.parts(cell.data_partition, cell.devices)
     share = train_samples // parts
     if share >= cell.batch:
         return

@@ -51,7 +51,7 @@ from click.testing import CliRunner
 from profiler.cell import CellConfig
 from profiler.cli import cli
 from profiler.sweep.sweep import SweepSettings, prepare_sweep_dir
-from workloads import datasets
+from workloads.datasets import cifar, idx
 
 ROOT = Path(__file__).resolve().parents[2]
 INFLUX = "--influx-url http://127.0.0.1:9 --influx-org lab --influx-bucket b"
@@ -267,9 +267,9 @@ def _mnist(folder: Path, images=None, gz=False) -> Path:
     rewrites the bytes of the training images file."""
     (folder / "mnist").mkdir(parents=True)
     n = 2
-    for split, (images_name, labels_name) in datasets.MNIST_FILES.items():
-        body = struct.pack(">IIII", datasets.MNIST_IMAGE_MAGIC, n, 28, 28) + bytes(n * 784)
-        labels = struct.pack(">II", datasets.MNIST_LABEL_MAGIC, n) + bytes(n)
+    for split, (images_name, labels_name) in idx.FILES.items():
+        body = struct.pack(">IIII", idx.IMAGE_MAGIC, n, 28, 28) + bytes(n * 784)
+        labels = struct.pack(">II", idx.LABEL_MAGIC, n) + bytes(n)
         if split == "train" and images:
             body = images(body)
         for name, data in ((images_name, body), (labels_name, labels)):
@@ -292,12 +292,12 @@ def _bad_gzip(folder: Path) -> Path:
 
 
 def _cifar_bad(folder: Path) -> Path:
-    batches = folder / "cifar10" / datasets.CIFAR_DIR
+    batches = folder / "cifar10" / cifar.DIR
     batches.mkdir(parents=True)
-    for names in datasets.CIFAR_FILES.values():
+    for names in cifar.FILES.values():
         for name in names:
-            (batches / name).write_bytes(bytes(datasets.CIFAR_RECORD_BYTES * 2))
-    (batches / names[0]).write_bytes(bytes(datasets.CIFAR_RECORD_BYTES * 2 - 5))
+            (batches / name).write_bytes(bytes(cifar.RECORD_BYTES * 2))
+    (batches / names[0]).write_bytes(bytes(cifar.RECORD_BYTES * 2 - 5))
     return folder
 
 

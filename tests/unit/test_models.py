@@ -61,7 +61,8 @@ def test_unknown_model():
 
 
 def test_import_does_not_load_mxnet():
-    code = "import sys, workloads.models, workloads.datasets; print('mxnet' in sys.modules)"
+    code = ("import sys, workloads.models, workloads.datasets.resolver, workloads.datasets.loader; "
+            "print('mxnet' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"

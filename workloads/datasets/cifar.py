@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from profiler.errors import DataError
 
 from .catalog import CLASSES
+
+if TYPE_CHECKING:  # NumPy is imported where arrays are made: the controller checks files
+    import numpy as np  # through this module (resolver) without it.
 
 SHAPE = (3, 32, 32)
 RECORD_BYTES = 1 + 3 * 32 * 32
@@ -54,6 +56,8 @@ def check(data_dir: Path, fix: str) -> dict[str, list[Path]]:
 
 def read(found: dict[str, list[Path]], split: str, fix: str) -> tuple[np.ndarray, np.ndarray]:
     """uint8 images (N, 3, 32, 32) and int32 labels of one split."""
+    import numpy as np
+
     records = np.concatenate([np.fromfile(p, dtype=np.uint8).reshape(-1, RECORD_BYTES)
                               for p in found[split]])
     y = records[:, 0].astype(np.int32)

@@ -15,10 +15,12 @@ import hashlib
 import struct
 import zlib
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from profiler.errors import DataError
+
+if TYPE_CHECKING:  # NumPy is imported where arrays are made: the controller checks
+    import numpy as np  # headers through this module (resolver) without it.
 
 IMAGE_MAGIC = 2051
 LABEL_MAGIC = 2049
@@ -120,6 +122,8 @@ def check(folder: Path, what: str, fix: str) -> Found:
 
 def read(found: Found, split: str) -> tuple[np.ndarray, np.ndarray]:
     """uint8 images (N, 1, 28, 28) and int32 labels of one split."""
+    import numpy as np
+
     images, labels, count = found[split]
     x = np.frombuffer(_read_bytes(images), dtype=np.uint8, offset=16)
     y = np.frombuffer(_read_bytes(labels), dtype=np.uint8, offset=8)

@@ -14,12 +14,14 @@ import gzip
 import warnings
 import zlib
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from profiler.errors import DataError
 
 from .catalog import CLASSES
+
+if TYPE_CHECKING:  # NumPy is imported where the file is parsed: the controller imports
+    import numpy as np  # this module (resolver) and needs it only to check mnist-5k.
 
 PIXELS = 28 * 28
 TEST_FRACTION = 0.2
@@ -27,6 +29,8 @@ SPLIT_SEED = 20190101  # fixed: the split is part of the dataset, not of a run
 
 
 def _parse(path: Path, fix: str) -> np.ndarray:
+    import numpy as np
+
     try:
         with gzip.open(path, "rb") as fh:
             text = fh.read()
@@ -70,6 +74,8 @@ def check(path: Path, fix: str) -> int:
 
 def read(path: Path, split: str, fix: str) -> tuple[np.ndarray, np.ndarray]:
     """uint8 images (N, 1, 28, 28) and int32 labels of ``split`` (``train``/``test``)."""
+    import numpy as np
+
     rows = _parse(path, fix)
     labels = rows[:, PIXELS]
     rng = np.random.default_rng(SPLIT_SEED)
