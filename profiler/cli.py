@@ -119,6 +119,7 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
     is one line (``EdgeprofError``, exit 2) and leaves any earlier sweep untouched.
     """
     from workloads.datasets import resolver as data_resolver
+    from workloads.datasets.catalog import NAMES as DATASET_NAMES, SPECS as DATASET_SPECS
 
     from .agent.options import target_from_options
     from .sweep.preflight import preflight
@@ -135,7 +136,7 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
     # Dataset files are checked here, cheaply and without MXNet, before anything runs.
     datasets = data_resolver.resolve_grid(
         models, grid.parse_choice_list(kw["dataset"], "--dataset",
-                                       (workload_data.AUTO, *workload_data.NAMES)),
+                                       (data_resolver.AUTO, *DATASET_NAMES)),
         kw["data_dir"])
     cells = grid.expand(
         engines=grid.parse_choice_list(kw["engine"], "--engine", ENGINES),
@@ -154,7 +155,7 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
     for cell in cells:
         # Sets of a known size; a fetched MNIST or CIFAR-10 is checked by its worker.
         if cell.dataset in ("synthetic", "mnist-5k", "fashion-mnist"):
-            grid.check_shards(cell, workload_data.SPECS[cell.dataset].train_samples,
+            grid.check_shards(cell, DATASET_SPECS[cell.dataset].train_samples,
                               f"the {cell.dataset} training set")
     if max_cells is not None and len(cells) > max_cells:
         raise EdgeprofError(f"`edgeprof run` takes one cell, these options make {len(cells)}: "
