@@ -1,9 +1,12 @@
-"""The metrics agent: collectors → per-node spool on disk → shippers → InfluxDB.
+"""The metrics agent: what runs on a node (a Pi), sampling it into an on-disk spool.
 
-- ``collectors``: one class per resource (psutil, cgroup files, Pi firmware flags).
-- ``sampler``: the loop that writes one spool line per point every ``interval_s``.
-- ``spool``: append-only, size-bounded segments of line protocol on disk.
-- ``targets`` / ``ship``: exactly-once, resumable shipping (v2 API or v1 ``/write``).
-- ``summary``: a cell's CPU, memory and network columns, from the spools alone.
-- ``options`` / ``cli``: how the sweep and the ``edgeprof`` command use it.
+- ``collectors``: one small class per file, registered in ``collectors/__init__.py``.
+- ``sampler``: the loop that writes one spool write per tick every ``interval_s``.
+- ``spool``: the writer of append-only, size-bounded segments of line protocol.
+- ``lineproto``: the line protocol the spool holds.
+- ``schema``: the collectors' fields as docs/metrics.md's table.
+- ``options`` / ``cli``: the ``agent`` command (``python -m profiler.agent``).
+
+Everything that reads, ships or summarizes spools runs on the controller and lives in
+``profiler.metrics``; the agent imports it only when it ships live (``--influx-url``).
 """

@@ -1,7 +1,9 @@
-"""``edgeprof agent`` and ``edgeprof ship``: thin Click commands over the agent library.
+"""``edgeprof agent``: the thin Click command over the sampler.
 
-The lead registers both on the ``edgeprof`` group; ``python -m profiler.agent`` runs
-``agent`` alone (how the cell runner starts one per node).
+The ``edgeprof`` group loads it lazily; ``python -m profiler.agent`` runs it alone (how
+the cell runner and the systemd unit start one per node). Importing it loads the agent
+package, Click and psutil only (tests/unit/test_agent_imports.py): an agent that ships
+live imports the controller's shipper when it starts shipping.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import click
 
 from ..cli_errors import reports_errors
 from ..errors import ConfigError
-from .options import influx_options, interval_option, target_from_options
+from .options import influx_options, interval_option
 from .sampler import AgentConfig, run_agent
 
 MB = 1024 * 1024
@@ -31,7 +33,7 @@ def _parse_tags(values: tuple[str, ...]) -> dict[str, str]:
     return tags
 
 
-def _logging() -> None:
+def configure_logging() -> None:
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -70,7 +72,7 @@ def agent(node, spool_dir, interval, tag_items, pids_file, interfaces, cgroup_cp
             --interval 1 --tag site=lab --influx-url http://monitor:8086 \\
             --influx-org lab --influx-bucket edgeprof
     """
-    _logging()
+    configure_logging()
     config = AgentConfig(
         node=node, spool_dir=spool_dir, interval_s=interval,
         tags=_parse_tags(tag_items), pids_file=pids_file,
@@ -78,35 +80,13 @@ def agent(node, spool_dir, interval, tag_items, pids_file, interfaces, cgroup_cp
         cgroup_cpu=cgroup_cpu, cgroup_memory=cgroup_memory, cpu_cores=cpu_cores,
         board_cores=board_cores,
         memory_mb=memory_mb, spool_max_bytes=spool_max_mb * MB)
-    target = target_from_options(**influx)
+    target = None
+    if any(influx.values()):
+        from ..metrics.targets import target_from_options  # the controller's, when shipping
+        target = target_from_options(**influx)
     stop = threading.Event()
     # Signal handlers run in the main thread and only set the event: the loop wakes
     # at once, closes the spool and exits well within the runner's 2 s grace.
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
     run_agent(config, target, stop=stop)
-
-
-@click.command()
-@click.argument("sweep_dir", type=click.Path(path_type=Path, file_okay=False, exists=True))
-@influx_options
-@reports_errors
-def ship(sweep_dir, **influx):
-    """Deliver a sweep's metrics to InfluxDB: every point exactly once, resuming where an
-    earlier ship or the live shipper stopped.
-
-    Example:
-
-    \b
-        INFLUX_TOKEN=... edgeprof ship runs/2024-05-01-a \\
-            --influx-url http://127.0.0.1:8086 --influx-org lab --influx-bucket edgeprof
-    """
-    _logging()
-    target = target_from_options(**influx)
-    if target is None:
-        raise ConfigError("edgeprof ship needs --influx-url and --influx-org/"
-                          "--influx-bucket (or --influx-db for InfluxDB 1.7 and older)")
-    from .ship import ship_sweep  # not imported by the agent: keeps it small
-
-    sent = ship_sweep(sweep_dir, target)
-    click.echo(f"shipped {sent} points to {target.label}")

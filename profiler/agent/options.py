@@ -1,5 +1,9 @@
 """Click options shared by ``edgeprof sweep``, ``agent`` and ``ship`` (one decorator each).
 
+They are plain Click, and live with the agent (the lowest layer) so that the agent's
+command has them without importing the controller's package; what the InfluxDB options
+describe is built by ``profiler.metrics.targets.target_from_options``.
+
 The token is deliberately not an option: argv is visible to every user in ``ps``. It
 comes from ``--influx-token-file`` (mode 0600) or the ``INFLUX_TOKEN`` environment.
 """
@@ -10,9 +14,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import ConfigError
 from .sampler import MAX_INTERVAL_S, MIN_INTERVAL_S
-from .targets import InfluxTarget, check_target, read_token
 
 _INFLUX_OPTIONS = [
     click.option("--influx-url", metavar="URL",
@@ -43,20 +45,3 @@ def interval_option(func):
         default=1.0, show_default=True,
         help="Seconds between metric samples (0.1 to 3600; the study sampled every 30).",
     )(func)
-
-
-def target_from_options(influx_url: str | None = None, influx_org: str | None = None,
-                        influx_bucket: str | None = None, influx_db: str | None = None,
-                        influx_token_file: Path | None = None, **_ignored) -> InfluxTarget | None:
-    """The shipping target the options describe, or None when no --influx-url is given."""
-    if not influx_url:
-        given = [name for name, value in (("--influx-org", influx_org),
-                                          ("--influx-bucket", influx_bucket),
-                                          ("--influx-db", influx_db),
-                                          ("--influx-token-file", influx_token_file)) if value]
-        if given:
-            raise ConfigError(f"{given[0]} needs --influx-url: give the server's URL, "
-                              "e.g. --influx-url http://127.0.0.1:8086")
-        return None
-    return check_target(InfluxTarget(url=influx_url, org=influx_org, bucket=influx_bucket,
-                                     db=influx_db, token=read_token(influx_token_file)))

@@ -19,10 +19,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-import psutil
 from pathlib import Path
 
-from . import collectors as c
+from . import collectors
 from . import lineproto
 from .spool import SEGMENT_MAX_BYTES, SPOOL_MAX_BYTES, SpoolWriter
 
@@ -55,32 +54,6 @@ class AgentConfig:
         return {key: str(value) for key, value in tags.items() if str(value) != ""}
 
 
-def build_collectors(config: AgentConfig, processes: c.Processes, spool) -> list:
-    """The collectors available here; a missing sensor is logged once and left out."""
-    interfaces = config.interfaces or [
-        name for name in psutil.net_if_addrs() if name != "lo"]
-    makers = [
-        lambda: c.HostCpu(include_total=not config.cgroup_cpu),
-        lambda: c.CgroupCpu(config.cgroup_cpu, config.cpu_cores,
-                                config.board_cores) if config.cgroup_cpu else None,
-        c.Load, c.CpuFreq,
-        lambda: (c.CgroupMemory(config.cgroup_memory, config.memory_mb)
-                 if config.cgroup_memory else c.HostMemory()),
-        lambda: c.Network(interfaces), c.Disk, c.Temperature, c.PiThrottling,
-        lambda: processes, lambda: c.Agent(spool),
-    ]
-    built = []
-    for make in makers:
-        try:
-            collector = make()
-        except c.Unavailable as exc:
-            log.info("not collected here: %s", exc)
-            continue
-        if collector is not None:
-            built.append(collector)
-    return built
-
-
 class Sampler:
     """Samples every ``interval_s`` into the node's spool until stopped."""
 
@@ -93,8 +66,11 @@ class Sampler:
         self.spool = SpoolWriter(config.spool_dir, config.base_tags(),
                                  segment_max_bytes=config.segment_max_bytes,
                                  max_bytes=config.spool_max_bytes)
-        self.processes = c.Processes(config.pids_file)
-        self.collectors = build_collectors(config, self.processes, self.spool)
+        self.collectors = collectors.build(config, self.spool)
+        # Node-level points carry the roles of the pids file the Processes collector reads.
+        self.processes = next((x for x in self.collectors
+                               if isinstance(x, collectors.Processes)),
+                              collectors.Processes(None))
         self.ticks = 0
         self._stop = stop or threading.Event()
         self._failed: set[str] = set()
@@ -162,7 +138,8 @@ def run_agent(config: AgentConfig, target=None, stop: threading.Event | None = N
     sampler = Sampler(config, stop)
     shipper = None
     if target is not None:
-        from .ship import LiveShipper
+        # The controller's shipper, imported only by an agent that ships live.
+        from ..metrics.ship import LiveShipper
         shipper = LiveShipper(config.spool_dir, target).start()
         shipper.watch(config.spool_dir)
     try:

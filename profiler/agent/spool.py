@@ -1,11 +1,14 @@
-"""The on-disk spool of one node: append-only segments of line protocol.
+"""The on-disk spool of one node: append-only segments of line protocol, and its writer.
+
+The agent only writes spools; the controller reads them (``profiler.metrics.spool_reader``).
 
 Layout of a spool directory::
 
     seg-000001.lp   "# tags {...}" header, then one point per line (oldest segment first)
     seg-000002.lp   every agent start opens a new segment, so a line torn by a crash
                     stays at the end of a segment that is never appended to again
-    ship-<target>.json   how far each shipping target has got (written by ``ship``)
+    ship-<target>.json   how far each shipping target has got (written by the
+                         controller's ``profiler.metrics.ship``)
 
 Durability: each sampling tick is one ``write()`` on an ``O_APPEND`` descriptor, so a
 ``kill -9`` loses at most the tick being sampled; the kernel keeps what was written.
@@ -37,9 +40,8 @@ import logging
 import os
 import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Mapping
 
 from . import lineproto
 
@@ -66,11 +68,6 @@ def segments(spool_dir: Path) -> list[tuple[int, Path]]:
         if match:
             found.append((int(match.group(1)), Path(entry.path)))
     return sorted(found)
-
-
-def find_spools(root: Path) -> list[Path]:
-    """Every spool directory under ``root`` (``root`` included), in a stable order."""
-    return sorted({path.parent for path in root.rglob("seg-*.lp")})
 
 
 class SpoolWriter:
@@ -223,71 +220,3 @@ class SpoolWriter:
     def close(self) -> None:
         self._closed = True
         self._close_fd()
-
-
-@dataclass(frozen=True)
-class Position:
-    """Where a reader stands: a segment number and a byte offset inside it."""
-
-    segment: int = 0
-    offset: int = 0
-
-
-def read_batch(spool_dir: Path, position: Position, max_points: int
-               ) -> tuple[list[str], Position, int]:
-    """Up to ``max_points`` complete lines after ``position``, base tags put back in.
-
-    Returns (lines, new position, segments lost: deleted by the size bound before
-    they were read completely).
-    """
-    lines: list[str] = []
-    segments_lost = 0
-    all_segments = segments(spool_dir)
-    present = {number for number, _ in all_segments}
-    for index, (number, path) in enumerate(all_segments):
-        if number < position.segment:
-            continue
-        if number > position.segment:
-            if position.segment:
-                # Segment numbers are consecutive: a gap is a deletion by the size bound.
-                segments_lost += number - position.segment - (position.segment in present)
-            position = Position(number, 0)
-        is_last = index == len(all_segments) - 1
-        with open(path, "rb") as handle:
-            fragment = lineproto.tag_fragment(
-                lineproto.parse_header(handle.readline().decode()) or {})
-            if position.offset:
-                handle.seek(position.offset)
-            else:
-                position = Position(number, handle.tell())
-            while len(lines) < max_points:
-                raw = handle.readline()
-                if not raw.endswith(b"\n"):
-                    # A partial line is still being written (last segment) or was torn
-                    # by a crash (older segment, never appended to again): skip it there.
-                    break
-                position = Position(number, position.offset + len(raw))
-                text = raw.decode().rstrip("\n")
-                if text and not text.startswith("#"):
-                    lines.append(lineproto.with_base_tags(text, fragment))
-        if len(lines) >= max_points or is_last:
-            break
-    if segments_lost:
-        log.warning("spool %s: %d segment(s) were deleted by the size bound before they "
-                    "were shipped", spool_dir, segments_lost)
-    return lines, position, segments_lost
-
-
-def read_points(spool_dir: Path) -> Iterator[tuple[dict[str, str], lineproto.ParsedPoint]]:
-    """Every complete point of the spool with its segment's base tags, oldest first."""
-    for _, path in segments(spool_dir):
-        with open(path, "rb") as handle:
-            base: dict[str, str] = {}
-            for raw in handle:
-                if not raw.endswith(b"\n"):
-                    break
-                text = raw.decode()
-                if text.startswith("#"):
-                    base = lineproto.parse_header(text) or base
-                elif text.strip():
-                    yield base, lineproto.parse(text)

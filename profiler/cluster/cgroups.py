@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..cgroupfs import read_keyed
 from ..errors import ClusterError
 
 BASE_NAME = "edgeprof"
@@ -286,21 +287,6 @@ def _read(path: Path) -> str:
         return path.read_text()
     except FileNotFoundError:
         return ""
-
-
-def read_keyed(path: Path) -> dict[str, int]:
-    """A flat-keyed cgroup file (``key value`` per line: cpu.stat, memory.stat) as ints.
-
-    The one reader of these files for the cluster and the agent's collectors; a missing
-    file (the cgroup was just removed) reads as empty, lines that are not ``key int``
-    are left out.
-    """
-    fields: dict[str, int] = {}
-    for line in _read(path).splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
-            fields[parts[0]] = int(parts[1])
-    return fields
 
 
 def _write(path: Path, value: str) -> None:

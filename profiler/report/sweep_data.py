@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..agent.spool import read_points
+from ..metrics.spool_reader import read_points
 from ..errors import ConfigError
 from ..sweep.store import ResultsStore
 

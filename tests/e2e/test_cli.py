@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import click
 import psutil
 import pytest
 from click.testing import CliRunner
@@ -61,7 +62,9 @@ def test_unwritable_out_is_rejected(tmp_path):
 
 def _commands(group, prefix):
     """Every registered command under ``group`` (groups too), with its argv path."""
-    for name, command in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # lazy groups list what they have not loaded
+        command = group.get_command(ctx, name)
         yield prefix + [name], command
         if hasattr(command, "commands"):
             yield from _commands(command, prefix + [name])

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from profiler.agent import lineproto
-from profiler.agent.spool import SpoolWriter, read_batch, read_points, segments, Position
+from profiler.agent.spool import SpoolWriter, segments
+from profiler.metrics.spool_reader import Position, read_batch, read_points
 from tests.conftest import need, need_root
 
 pytestmark = pytest.mark.integration

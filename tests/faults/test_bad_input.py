@@ -435,7 +435,7 @@ def paths(shared, tmp_path) -> dict[str, Path]:
 def sentinels(monkeypatch) -> list[str]:
     """Replace what does the work of each command; a bad input must reach none of them."""
     import profiler.agent.cli
-    import profiler.agent.ship
+    import profiler.metrics.ship
     import profiler.cluster.emulated
     import profiler.data.fetch
     import profiler.sweep.sweep
@@ -455,7 +455,7 @@ def sentinels(monkeypatch) -> list[str]:
                          (profiler.cluster.emulated, "_up"),
                          (profiler.cluster.emulated, "_down"),
                          (profiler.agent.cli, "run_agent"),
-                         (profiler.agent.ship, "ship_sweep"),
+                         (profiler.metrics.ship, "ship_sweep"),
                          (profiler.data.fetch, "fetch")):
         monkeypatch.setattr(module, name, sentinel(f"{module.__name__}.{name}"))
     return ran

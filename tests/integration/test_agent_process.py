@@ -11,7 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from profiler.agent.spool import read_points, segments
+from profiler.agent.spool import segments
+from profiler.metrics.spool_reader import read_points
 from tests.conftest import need, need_root
 
 pytestmark = pytest.mark.integration

@@ -44,7 +44,7 @@ def _sweep(out: Path, *args: str, env: dict | None = None) -> list[dict]:
 
 
 def test_sweep_on_4_pi3b_nodes_reports_each_nodes_own_traffic_and_cpu(no_cluster, tmp_path):
-    from profiler.agent.summary import summarize_cell
+    from profiler.metrics.summary import summarize_cell
     records = _sweep(tmp_path / "out", "--profile", "pi3b", "--model", "lenet-mlp,resnet",
                      "--layers", "20", "--batch", "32", "--devices", "4",
                      "--placement", "master", "--max-samples", "256", "--val-samples", "64")

@@ -7,9 +7,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from profiler.agent.cli import agent, ship
+from profiler.agent.cli import agent
 from profiler.metrics.launch import agent_argv
-from profiler.agent.options import influx_options, interval_option, target_from_options
+from profiler.agent.options import influx_options, interval_option
+from profiler.metrics.cli import ship
+from profiler.metrics.targets import target_from_options
 from profiler.cluster.base import Node
 from profiler.errors import ConfigError
 

@@ -14,7 +14,7 @@ import pytest
 
 from profiler.agent import collectors as c
 from profiler.agent.sampler import AgentConfig, Sampler
-from profiler.agent.spool import read_points
+from profiler.metrics.spool_reader import read_points
 
 
 def _vcgencmd(tmp_path: Path, monkeypatch, body: str) -> Path:
@@ -26,7 +26,7 @@ def _vcgencmd(tmp_path: Path, monkeypatch, body: str) -> Path:
     script.write_text(f"#!/bin/sh\necho call >> {calls}\n{body}\n")
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    if c._THROTTLED_SYSFS.exists():
+    if c.pi_throttling.THROTTLED_SYSFS.exists():
         pytest.skip("this machine has the Pi firmware's sysfs file: vcgencmd is not used")
     return calls
 
@@ -113,7 +113,7 @@ def test_a_throttled_board_is_named_in_the_cell_summary(tmp_path, monkeypatch):
     answering ``get_throttled`` with the word a test file holds (throttled, then
     recovered, between two readings: only the sticky bit 18 still shows it).
     """
-    from profiler.agent.summary import summarize_cell
+    from profiler.metrics.summary import summarize_cell
 
     word = tmp_path / "throttled-word"
     word.write_text("0x0")

@@ -4,7 +4,7 @@ import json
 
 from profiler.agent import lineproto
 from profiler.agent.spool import SpoolWriter
-from profiler.agent.summary import SUMMARY_COLUMNS, summarize_cell
+from profiler.metrics.summary import SUMMARY_COLUMNS, summarize_cell
 
 
 def _spool(cell_dir, node, interface, cpu_by_second, net_bytes_per_s):

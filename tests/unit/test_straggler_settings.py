@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.agent.summary import throttled_during
+from profiler.metrics.summary import throttled_during
 from profiler.cell import CellConfig
 from profiler.cluster import check_straggler
 from profiler.cluster.base import Node

@@ -252,3 +252,20 @@ def _classify(status: int | None, text: str, target: InfluxTarget) -> None:
     if status in (400, 422):
         raise RejectedBatch(f"HTTP {status} {text.strip()}")
     raise TransientError(f"HTTP {status} {text.strip()}")
+
+
+def target_from_options(influx_url: str | None = None, influx_org: str | None = None,
+                        influx_bucket: str | None = None, influx_db: str | None = None,
+                        influx_token_file: Path | None = None, **_ignored) -> InfluxTarget | None:
+    """The shipping target the options describe, or None when no --influx-url is given."""
+    if not influx_url:
+        given = [name for name, value in (("--influx-org", influx_org),
+                                          ("--influx-bucket", influx_bucket),
+                                          ("--influx-db", influx_db),
+                                          ("--influx-token-file", influx_token_file)) if value]
+        if given:
+            raise ConfigError(f"{given[0]} needs --influx-url: give the server's URL, "
+                              "e.g. --influx-url http://127.0.0.1:8086")
+        return None
+    return check_target(InfluxTarget(url=influx_url, org=influx_org, bucket=influx_bucket,
+                                     db=influx_db, token=read_token(influx_token_file)))

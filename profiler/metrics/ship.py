@@ -41,15 +41,14 @@ from urllib.parse import urlparse
 
 from ..errors import ClusterError
 from ..fsutil import atomic_write_text
-from . import spool as spool_mod
-from .spool import Position
+from . import spool_reader
+from .backoff import Backoff
+from .spool_reader import Position
 from .targets import InfluxTarget, RejectedBatch, TransientError
 
 log = logging.getLogger(__name__)
 
 BATCH_POINTS = 10_000
-BACKOFF_START_S = 0.5
-BACKOFF_MAX_S = 30.0
 TRAFFIC_FILE = "shipper-traffic.jsonl"
 
 
@@ -139,11 +138,11 @@ def _drain(spool_dir: Path, target: InfluxTarget, writer, reader: ThreadPoolExec
     """Send batch after batch, saving the position after each fully resolved one."""
     result = DrainResult()
     position = Position(state["segment"], state["offset"])
-    ahead = reader.submit(spool_mod.read_batch, spool_dir, position, batch_points)
+    ahead = reader.submit(spool_reader.read_batch, spool_dir, position, batch_points)
     while stop is None or not stop.is_set():
         lines, after, _lost = ahead.result()
         if after != position:
-            ahead = reader.submit(spool_mod.read_batch, spool_dir, after, batch_points)
+            ahead = reader.submit(spool_reader.read_batch, spool_dir, after, batch_points)
         if lines:
             sent, refused = write_resolving(writer, lines)
             if refused:
@@ -209,8 +208,8 @@ def ship_sweep(sweep_dir: Path, target: InfluxTarget, *, batch_points: int = BAT
             raise ClusterError(f"{target.label} does not answer its health check: start "
                                "the server or fix --influx-url, then run edgeprof ship again")
         total = 0
-        for spool_dir in spool_mod.find_spools(sweep_dir):
-            backoff_s = BACKOFF_START_S
+        for spool_dir in spool_reader.find_spools(sweep_dir):
+            backoff = Backoff()
             for attempt in range(attempts):
                 try:
                     total += drain_spool(spool_dir, target, writer, batch_points=batch_points)
@@ -218,9 +217,8 @@ def ship_sweep(sweep_dir: Path, target: InfluxTarget, *, batch_points: int = BAT
                 except TransientError as exc:
                     log.warning("writing to %s failed (attempt %d of %d), retrying in "
                                 "%.1f s: %s", target.label, attempt + 1, attempts,
-                                backoff_s, exc)
-                    time.sleep(backoff_s)
-                    backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
+                                backoff.delay_s, exc)
+                    time.sleep(backoff.next_s())
             else:
                 raise ClusterError(f"{target.label} kept failing; {total} points were "
                                    "delivered: run edgeprof ship again to resume")
@@ -315,21 +313,20 @@ class LiveShipper:
         if not healthy:
             log.warning("%s does not answer its health check: points stay in the spool "
                         "and are shipped when it comes back", self.target.label)
-        backoff_s = BACKOFF_START_S
+        backoff = Backoff()
         while not self._stopping.is_set():
             self._wake.clear()
             try:
                 self._round(self._stopping)
-                backoff_s = BACKOFF_START_S
+                backoff.reset()
                 self._wake.wait(self.interval_s)
             except Exception as exc:  # the sweep must go on whatever the server does
                 log.warning("shipping to %s failed, retrying in %.1f s: %s",
-                            self.target.label, backoff_s, exc)
-                self._stopping.wait(backoff_s)
-                backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
+                            self.target.label, backoff.delay_s, exc)
+                self._stopping.wait(backoff.next_s())
         # The final drain retries like the loop does (a server just back from an outage
         # may fail the first request), until it is complete or stop()'s time is up.
-        backoff_s = BACKOFF_START_S
+        backoff = Backoff()
         while True:
             try:
                 self._delivered_all = self._round(self._abort)
@@ -337,10 +334,9 @@ class LiveShipper:
                     break
             except Exception as exc:
                 log.warning("final shipping to %s failed, retrying in %.1f s: %s",
-                            self.target.label, backoff_s, exc)
-            if self._abort.wait(backoff_s):
+                            self.target.label, backoff.delay_s, exc)
+            if self._abort.wait(backoff.next_s()):
                 break
-            backoff_s = min(backoff_s * 2, BACKOFF_MAX_S)
 
     def _round(self, stop: threading.Event) -> bool:
         """Drain the finishing paths (then forget them) and the watched ones; True if
@@ -374,7 +370,7 @@ class LiveShipper:
         spool is tried again next round.
         """
         complete = True
-        for spool_dir in spool_mod.find_spools(path):
+        for spool_dir in spool_reader.find_spools(path):
             result = _drain_spool(spool_dir, self.target, self._writer,
                                   batch_points=self.batch_points, wait=False, stop=stop)
             self.points_sent += result.sent

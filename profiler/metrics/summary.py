@@ -46,7 +46,7 @@ from bisect import bisect_left
 from pathlib import Path
 from statistics import fmean, median
 
-from .spool import read_points
+from .spool_reader import read_points
 
 SUMMARY_COLUMNS = [
     "cpu_percent_mean", "cpu_percent_peak",
@@ -162,7 +162,7 @@ def throttled_during(samples: list[tuple[int, int]], start_ms: int, end_ms: int)
     """The conditions (``THROTTLE_CONDITIONS``) a node's ``get_throttled`` words show
     during [start_ms, end_ms]: set in a sample of the window, or newly set in its sticky
     ``_occurred`` bit since the last sample before the window."""
-    from .collectors import THROTTLE_BITS
+    from ..agent.collectors.pi_throttling import THROTTLE_BITS
 
     before = [flags for t, flags in samples if t < start_ms]
     inside = _in_window([(t, flags) for t, flags in samples if t >= start_ms], end_ms)

@@ -1,0 +1,42 @@
+"""``net``: each counted interface's bytes and packets, with per-tick deltas and rates."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import psutil
+
+from .base import Collector, Deltas, Sample, Unavailable, counter_fields
+
+
+class Network(Collector):
+    FIELDS = counter_fields("net", {
+        "sent_bytes": ("bytes", "bytes sent"), "recv_bytes": ("bytes", "bytes received"),
+        "sent_packets": ("packets", "packets sent"),
+        "recv_packets": ("packets", "packets received")})
+    TAGS = {"interface": "net: the interface's name"}
+
+    @classmethod
+    def create(cls, config, spool):
+        # Fixed at start: an interface that appears later (a new veth) is not counted.
+        return cls(config.interfaces or [name for name in psutil.net_if_addrs()
+                                         if name != "lo"])
+
+    def __init__(self, interfaces: Iterable[str] | None = None):
+        self.interfaces = [name for name in (interfaces or []) if name]
+        if not psutil.net_io_counters(pernic=True):
+            raise Unavailable("network counters")
+        self._deltas = Deltas()
+        self.collect()
+
+    def collect(self) -> list[Sample]:
+        counters = psutil.net_io_counters(pernic=True)
+        samples: list[Sample] = []
+        for name in self.interfaces or sorted(counters):
+            nic = counters.get(name)
+            if nic is None:
+                continue
+            samples.append(("net", {"interface": name}, self._deltas.fields(name, {
+                "sent_bytes": nic.bytes_sent, "recv_bytes": nic.bytes_recv,
+                "sent_packets": nic.packets_sent, "recv_packets": nic.packets_recv})))
+        return samples

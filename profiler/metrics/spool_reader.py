@@ -1,0 +1,92 @@
+"""Reading spools on the controller: for shipping (in batches) and for summaries.
+
+The format is the agent's (``profiler.agent.spool``): segments of line protocol, each
+opened by a ``# tags`` header. A reader skips a last line without its newline: in the
+newest segment it is still being written, in an older one it was torn by a crash (a
+segment is never appended to after its agent stopped).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from ..agent import lineproto
+from ..agent.spool import segments
+
+log = logging.getLogger(__name__)
+
+
+def find_spools(root: Path) -> list[Path]:
+    """Every spool directory under ``root`` (``root`` included), in a stable order."""
+    return sorted({path.parent for path in root.rglob("seg-*.lp")})
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a reader stands: a segment number and a byte offset inside it."""
+
+    segment: int = 0
+    offset: int = 0
+
+
+def read_batch(spool_dir: Path, position: Position, max_points: int
+               ) -> tuple[list[str], Position, int]:
+    """Up to ``max_points`` complete lines after ``position``, base tags put back in.
+
+    Returns (lines, new position, segments lost: deleted by the size bound before
+    they were read completely).
+    """
+    lines: list[str] = []
+    segments_lost = 0
+    all_segments = segments(spool_dir)
+    present = {number for number, _ in all_segments}
+    for index, (number, path) in enumerate(all_segments):
+        if number < position.segment:
+            continue
+        if number > position.segment:
+            if position.segment:
+                # Segment numbers are consecutive: a gap is a deletion by the size bound.
+                segments_lost += number - position.segment - (position.segment in present)
+            position = Position(number, 0)
+        is_last = index == len(all_segments) - 1
+        with open(path, "rb") as handle:
+            fragment = lineproto.tag_fragment(
+                lineproto.parse_header(handle.readline().decode()) or {})
+            if position.offset:
+                handle.seek(position.offset)
+            else:
+                position = Position(number, handle.tell())
+            while len(lines) < max_points:
+                raw = handle.readline()
+                if not raw.endswith(b"\n"):
+                    # A partial line is still being written (last segment) or was torn
+                    # by a crash (older segment, never appended to again): skip it there.
+                    break
+                position = Position(number, position.offset + len(raw))
+                text = raw.decode().rstrip("\n")
+                if text and not text.startswith("#"):
+                    lines.append(lineproto.with_base_tags(text, fragment))
+        if len(lines) >= max_points or is_last:
+            break
+    if segments_lost:
+        log.warning("spool %s: %d segment(s) were deleted by the size bound before they "
+                    "were shipped", spool_dir, segments_lost)
+    return lines, position, segments_lost
+
+
+def read_points(spool_dir: Path) -> Iterator[tuple[dict[str, str], lineproto.ParsedPoint]]:
+    """Every complete point of the spool with its segment's base tags, oldest first."""
+    for _, path in segments(spool_dir):
+        with open(path, "rb") as handle:
+            base: dict[str, str] = {}
+            for raw in handle:
+                if not raw.endswith(b"\n"):
+                    break
+                text = raw.decode()
+                if text.startswith("#"):
+                    base = lineproto.parse_header(text) or base
+                elif text.strip():
+                    yield base, lineproto.parse(text)
