@@ -17,6 +17,7 @@ from workloads.models import CIFAR_MODELS
 from .cli_errors import reports_errors
 from .engines import ENGINES
 from .errors import EdgeprofError
+from .lazy_group import LazyGroup
 from .sweep import grid
 
 
@@ -121,7 +122,7 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
     from workloads.datasets import resolver as data_resolver
     from workloads.datasets.catalog import NAMES as DATASET_NAMES, SPECS as DATASET_SPECS
 
-    from .agent.options import target_from_options
+    from .metrics.targets import target_from_options
     from .sweep.preflight import preflight
     from .sweep.stragglers import parse_list as parse_stragglers
     from .sweep.sweep import SweepSettings
@@ -223,7 +224,25 @@ def _run_and_print(settings) -> None:
         click.echo(f"failed: {rec['cell_id']} {rec.get('reason', '')}", err=True)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# Every other command is imported when it runs (see lazy_group): ``edgeprof agent`` costs
+# what sampling needs. ``sweep`` and ``run`` are defined below.
+_LAZY_COMMANDS = {
+    "agent": "profiler.agent.cli:agent",
+    "ship": "profiler.metrics.cli:ship",
+    "cluster": "profiler.cluster.cli:cluster",
+    "data": "profiler.data.cli:data",
+    "report": "profiler.report.cli:report",
+    "compare": "profiler.report.cli:compare",
+    "dashboards": "profiler.dashboards.cli:dashboards",
+    "study": "profiler.study.cli:study",
+}
+# Calibration runs sweeps: the cluster package must not import it, so it joins the
+# cluster group here.
+_LAZY_NESTED = {"cluster": {"calibrate": "profiler.calibrate.cli:calibrate"}}
+
+
+@click.group(cls=LazyGroup, lazy_subcommands=_LAZY_COMMANDS, lazy_nested=_LAZY_NESTED,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="edgeprof")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
 def cli(verbose: bool) -> None:
@@ -291,26 +310,6 @@ def run(**kw) -> None:
         edgeprof run --model lenet-mlp --batch 64 --devices 2 --sync async
     """
     _run_and_print(_settings(kw, resume=False, max_cells=1))
-
-
-def _register_optional_commands() -> None:
-    from .agent.cli import agent, ship
-    from .cluster.cli import cluster
-    from .data.cli import data
-    for command in (agent, ship, cluster, data):
-        cli.add_command(command)
-    from .calibrate.cli import calibrate
-    cluster.add_command(calibrate)
-    from .report.cli import compare, report
-    cli.add_command(report)
-    cli.add_command(compare)
-    from .dashboards.cli import dashboards
-    cli.add_command(dashboards)
-    from .study.cli import study
-    cli.add_command(study)
-
-
-_register_optional_commands()
 
 
 def main() -> None:
