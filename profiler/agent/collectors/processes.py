@@ -31,8 +31,8 @@ class Processes(Collector):
         Field("proc", "num_procs", "count", "processes counted: it and its descendants (int)"),
         Field("proc", "num_threads", "count", "their threads (int)"),
     )
-    TAGS = {"role": "every point: the roles on the node (proc: the process's role)",
-            "proc": "proc: <role>-<index in the pids file>"}
+    TAGS = {"proc": "proc: `<role>-<index in the pids file>` (and `role` is the "
+                    "process's own role)"}
 
     @classmethod
     def create(cls, config, spool):
