@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from profiler.report import board_time  # noqa: E402
+from profiler.sweep import board_time  # noqa: E402
 EDGEPROF = [sys.executable, "-m", "profiler.cli"]
 PHASES = ("data", "compute", "comm", "wait")
 

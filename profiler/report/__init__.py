@@ -1,6 +1,9 @@
 """What a finished (or interrupted) sweep did, offline: ``edgeprof report`` and ``compare``.
 
 ``sweep_data`` reads a sweep folder (records, spools), ``figures`` draws with matplotlib,
-``study`` sets the published numbers of Park, Lee & Kim (2019) beside matching cells,
-``html`` writes one self-contained page, ``compare`` sets two sweeps side by side.
+``ratios`` reads the study's findings as ratios between cells, ``html`` writes one
+self-contained page (from the template ``page.html.j2``), ``compare`` sets two sweeps
+side by side. The study's published numbers and the cells that match them come from
+``profiler.study.reference``; times of dilated cells are read through
+``profiler.sweep.board_time``.
 """

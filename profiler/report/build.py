@@ -22,23 +22,25 @@ def build_report(sweep_dir: Path, out: Path | None = None) -> Path:
     figures_dir = out.parent / f"{out.stem}-figures"  # the PNGs, beside the page
     try:
         from . import figures as figs
+        from .html import render
     except ImportError as exc:
-        raise ConfigError(f"the report needs matplotlib ({exc.name} missing): pip install "
-                          "'edgeprof[controller]'") from None
-    from .html import render
+        raise ConfigError(f"the report needs matplotlib and Jinja2 ({exc.name} missing): "
+                          "pip install 'edgeprof[controller]'") from None
+    from ..study.reference import _config, matches
     from .ratios import reproduce
-    from .study import _config, matches
 
     drawn = [build(sweep.records) for build in figs.SWEEP_FIGURES]
+    network = figs.network_drawn(sweep.records)
     cell_figures = []
     for record in sweep.records:
-        figure = figs.node_series(record, sweep.node_series(record))
+        figure = figs.node_series(record, sweep.node_series(record), network)
         if figure is not None:
             cell_figures.append(figure)
     page = render(title=f"edgeprof sweep {sweep.sweep_id}", environment=environment(sweep),
                   records=sweep.records, config_of=_config, figures=drawn,
                   cell_figures=cell_figures, matches=matches(sweep.records),
-                  ratios=reproduce(sweep.records), traces=_trace_links(sweep, out))
+                  ratios=reproduce(sweep.records), traces=_trace_links(sweep, out),
+                  network_drawn=network)
     try:
         figures_dir.mkdir(parents=True, exist_ok=True)
         for figure in [f for f in drawn if isinstance(f, figs.Figure)] + cell_figures:

@@ -20,7 +20,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from . import board_time  # noqa: E402
+from ..sweep import board_time  # noqa: E402
 
 DPI = 90
 
@@ -295,16 +295,25 @@ SWEEP_FIGURES: list[Callable] = [time_and_accuracy_vs_devices, sync_vs_async,
                                  resources_by_layers_batch, accuracy_over_epochs,
                                  step_breakdown_vs_devices, wait_by_worker]
 
-NODE_PANELS = [("cpu_percent", "CPU %"), ("mem_used_mb", "memory (MB)"),
-               ("net_sent_kb_per_s", "sent KB/s"), ("net_recv_kb_per_s", "received KB/s")]
+NODE_PANELS = [("cpu_percent", "CPU %"), ("mem_used_mb", "memory (MB)")]
+NETWORK_PANELS = [("net_sent_kb_per_s", "sent KB/s"), ("net_recv_kb_per_s", "received KB/s")]
 
 
-def node_series(record: dict, nodes: dict) -> Figure | None:
-    """One cell's per-node CPU, memory and network over its life (None: no samples)."""
+def network_drawn(records: list[dict]) -> bool:
+    """Whether the per-node figures have network panels: only when some cell ran on two
+    devices or more. One device sends no gradients, so its panels would be flat lines at
+    zero that read as a broken measurement."""
+    return any((r.get("devices") or 1) >= 2 for r in records)
+
+
+def node_series(record: dict, nodes: dict, network: bool = True) -> Figure | None:
+    """One cell's per-node CPU, memory and (``network``) network over its life (None: no
+    samples)."""
     if not nodes:
         return None
-    fig, axes = plt.subplots(1, len(NODE_PANELS), figsize=(13, 2.4), squeeze=False)
-    for ax, (column, ylabel) in zip(axes[0], NODE_PANELS):
+    panels = NODE_PANELS + (NETWORK_PANELS if network else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.25 * len(panels), 2.4), squeeze=False)
+    for ax, (column, ylabel) in zip(axes[0], panels):
         for node, series in nodes.items():
             points = series.get(column)
             if points:

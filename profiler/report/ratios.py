@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import board_time
-from .study import STUDY_DATA, load_reference, study_cnn
+from ..study.reference import STUDY_DATA, load_reference, study_cnn
+from ..sweep import board_time
 
 TABLE, TEXT, ACCURACY = 1.25, 1.5, 1.1
 

@@ -77,7 +77,7 @@ def plan(settings: StudySettings) -> StudyPlan:
     from workloads.datasets.resolver import verify
 
     from ..cluster.profiles import load_catalog
-    from ..report.study import load_reference
+    from .reference import load_reference
     from ..sweep.sweep import SweepSettings
 
     how = park2019.method(settings.method)

@@ -201,7 +201,7 @@ def test_report_environment_is_the_sweeps(sweep, report):
 def test_report_sets_the_study_beside_matching_cells(sweep, report):
     import yaml
 
-    from profiler.report.study import REFERENCE
+    from profiler.study.reference import REFERENCE
 
     table1 = yaml.safe_load(REFERENCE.read_text())["table1_lenet_mlp"]
     matching = {r["devices"]: r for r in _records(sweep) if r["status"] == "ok"

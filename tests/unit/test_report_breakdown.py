@@ -7,11 +7,11 @@ import json
 import os
 from pathlib import Path
 
-from profiler.report import board_time
+from profiler.sweep import board_time
 from profiler.report.build import build_report
 from profiler.report.figures import Figure, Skipped, step_breakdown_vs_devices, wait_by_worker
 from profiler.report.html import render
-from profiler.report.study import _config
+from profiler.study.reference import _config
 
 
 def _record(devices: int, model: str = "lenet-mlp", **overrides) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import platform
 import re
+import struct
 import subprocess
 import sys
 from importlib import metadata
@@ -22,7 +23,7 @@ from profiler import __version__
 from profiler.report.build import environment
 from profiler.report.html import render
 from profiler.report.ratios import reproduce
-from profiler.report.study import _config, load_reference, matches
+from profiler.study.reference import _config, load_reference, matches
 from profiler.report.sweep_data import Sweep
 from tests.conftest import ROOT
 from tests.report_tables import number as _float, rows as _rows
@@ -170,7 +171,8 @@ def test_a_new_sweep_records_its_versions_without_importing_mxnet(tmp_path):
     script = (
         "import json, sys\n"
         "from profiler.cell import CellConfig\n"
-        "from profiler.sweep.sweep import SweepSettings, prepare_sweep_dir\n"
+        "from profiler.sweep.folder import prepare_sweep_dir\n"
+        "from profiler.sweep.sweep import SweepSettings\n"
         "cell = CellConfig(model='lenet-mlp', layers=None)\n"
         f"prepare_sweep_dir(SweepSettings(cells=[cell], out_dir={str(tmp_path / 's')!r}))\n"
         "print(json.dumps(sorted(m for m in ('mxnet', 'horovod', 'torch') "
@@ -237,3 +239,38 @@ def test_environment_names_the_profile_check_of_a_study():
         "pi3b-park2019 on this host: lenet-mlp batch 64 2.08 x the board's rate (outside "
         "x/÷1.25), re-calibrated 0.0694 -> 0.0331 cores; resnet-32 batch 32 at speedup 16 "
         "0.97 x the board's rate (within x/÷1.25)")
+
+
+def test_a_sweeps_values_come_out_escaped():
+    """The page is a Jinja2 template with autoescape on: markup in a record (a reason,
+    a dataset's name, a worker's name) is shown as text, never run."""
+    attack = "<script>alert('x')</script>"
+    records = [_record(devices=2, status="failed", reason=attack, dataset=f"d{attack}"),
+               _record(devices=3, compute_ms_mean=1.0, slowest_worker=attack)]
+    page = _page(records)
+    assert "<script" not in page
+    # The reason, the dataset (its row and the environment's list), the slowest worker.
+    assert page.count("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;") == 4
+    rows = _rows(page, "<h2>Cells</h2>")
+    reason = rows[0].index("reason")
+    assert rows[1][reason] == attack  # shown as the text it is
+
+
+def test_no_network_panels_when_no_cell_had_two_devices():
+    from profiler.report.figures import network_drawn, node_series
+
+    def png_size(png: bytes) -> tuple[int, int]:
+        return struct.unpack(">II", png[16:24])  # IHDR: width, height
+
+    nodes = {"n0": {"cpu_percent": [(0.0, 50.0), (1.0, 60.0)], "mem_used_mb": [(0.0, 100.0)],
+                    "net_sent_kb_per_s": [(0.0, 0.0)], "net_recv_kb_per_s": [(0.0, 0.0)]}}
+    single = [_record(devices=1), _record(devices=1, batch=32)]
+    assert not network_drawn(single) and network_drawn([*single, _record(devices=2)])
+    four = png_size(node_series(single[0], nodes).png)
+    two = png_size(node_series(single[0], nodes, network=False).png)
+    assert two[0] < 0.6 * four[0] and two[1] == four[1]  # two panels, not four
+    page = render(title="t", environment={}, records=single, config_of=_config, figures=[],
+                  cell_figures=[], matches=[], network_drawn=False)
+    section = page.split("<h2>Per-node time series</h2>")[1]
+    assert "No network panels: no cell ran on two or more devices" in section
+    assert "No network panels" not in _page([_record(devices=2)])

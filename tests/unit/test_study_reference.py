@@ -1,6 +1,6 @@
-"""The report's copy of the study's numbers is the project's shared reference.
+"""The package's copy of the study's numbers is the project's shared reference.
 
-``profiler/report/park2019.yaml`` is copied from ``shared/reference/park2019.yaml`` so
+``profiler/study/park2019.yaml`` is copied from ``shared/reference/park2019.yaml`` so
 that the package carries it; a fix to one that does not reach the other would set wrong
 numbers beside every sweep. The shared folder sits beside the repository on the
 developers' machines but not on CI's, so the copy is checked against the shared file's
@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 
 import yaml
 
-from profiler.report.study import REFERENCE
+from profiler.study.reference import REFERENCE
 from tests.conftest import ROOT
 
 SHARED = ROOT.parent / "shared" / "reference" / "park2019.yaml"
@@ -27,14 +29,25 @@ def _digest(data: dict) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-def test_the_reports_copy_holds_the_shared_references_data():
+def test_the_packages_copy_holds_the_shared_references_data():
     copy = yaml.safe_load(REFERENCE.read_text())
     assert isinstance(copy, dict) and copy, REFERENCE
     assert _digest(copy) == SHARED_DATA_SHA256, (
-        "profiler/report/park2019.yaml changed: copy it from shared/reference and update "
+        "profiler/study/park2019.yaml changed: copy it from shared/reference and update "
         "SHARED_DATA_SHA256")
     if SHARED.is_file():  # beside the repository on developers' machines
         shared = yaml.safe_load(SHARED.read_text())
         assert copy == shared, sorted(k for k in shared.keys() | copy.keys()
                                       if copy.get(k) != shared.get(k))
         assert _digest(shared) == SHARED_DATA_SHA256
+
+
+def test_the_study_imports_nothing_of_the_report():
+    """The report imports the study's reference; the study must not import the report
+    back when it is imported (it builds a report only at the end of ``run``)."""
+    code = ("import sys, profiler.study, profiler.study.reference, profiler.study.cli\n"
+            "print(sorted(m for m in sys.modules if m.startswith('profiler.report')))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -1,4 +1,7 @@
-"""The study's published numbers beside a sweep's cells that match its configurations.
+"""The study's published numbers, and the cells of a sweep that match its configurations.
+
+The report sets them side by side (``profiler.report``); this module imports nothing of
+the report, so the report may import it.
 
 Park, Lee & Kim (2019) ran ten Raspberry Pi 3B with MXNet 0.9.5 on MNIST and CIFAR-10
 (``park2019.yaml``, copied from the project's shared reference). A cell matches a row
@@ -21,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from . import board_time
+from ..sweep import board_time
 
 REFERENCE = Path(__file__).with_name("park2019.yaml")
 STUDY_DATA = {"lenet-mlp": "mnist", "lenet-cnn": "mnist", "lenet-example": "mnist",
