@@ -78,6 +78,9 @@ def bad(id_, argv, *words, env=None, hide=None) -> Bad:
 CASES = [
     # --- grid options: lists and choices
     bad("batch-not-a-number", "sweep --batch 32,x", "--batch 'x'", "32,64"),
+    bad("devices-not-a-number", "sweep --devices abc", "--devices 'abc'", "--devices 1,2,4"),
+    bad("layers-not-a-number", "sweep --model resnet --layers 20,x", "--layers 'x'",
+        "--layers 20,32"),
     bad("devices-empty-list", "sweep --devices ,", "--devices ','", "at least one value"),
     bad("model-unknown", "sweep --model alexnet", "alexnet", "lenet-mlp, lenet-cnn, lenet-example, resnet"),
     bad("engine-unknown", "sweep --engine tensorflow", "tensorflow", "mxnet, horovod"),

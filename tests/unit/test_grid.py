@@ -76,6 +76,21 @@ def test_list_parsing():
         grid.parse_choice_list("sync,maybe", "--sync", grid.SYNC_MODES)
 
 
+@pytest.mark.parametrize("option,parse,example", [
+    ("--devices", grid.parse_int_list, "1,2,4"), ("--batch", grid.parse_int_list, "32,64"),
+    ("--layers", grid.parse_int_list, "20,32"), ("--lr", grid.parse_float_list, "0.01,0.02"),
+    ("--dilations", grid.parse_float_list, "2,4,8")])
+def test_each_list_option_shows_an_example_of_its_own(option, parse, example):
+    """``--devices abc`` is shown device counts, not the batch sizes every option once got."""
+    for bad, said in (("abc", f"{option} 'abc' is not"), (",", f"{option} ',' is an empty")):
+        with pytest.raises(ConfigError) as err:
+            parse(bad, option)
+        assert str(err.value).startswith(said)
+        assert str(err.value).endswith(f"such as {option} {example}")
+        others = {e for o, e in grid.LIST_EXAMPLES.items() if o != option}
+        assert not any(other in str(err.value) for other in others), err.value
+
+
 def test_horovod_skips_async_in_a_mixed_grid():
     cells = _expand(engines=["mxnet", "horovod"], syncs=["sync", "async"])
     assert [(c.engine, c.sync) for c in cells] == [
