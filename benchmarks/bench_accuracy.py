@@ -57,7 +57,7 @@ def grid(models: list[str], devices: list[int], batch: int, samples: int, epochs
 
 
 def run(cells: list[CellConfig], seed: int, out: Path) -> dict[str, dict]:
-    settings = SweepSettings(cells=cells, out_dir=out, cluster="local", interval_s=None,
+    settings = SweepSettings(cells=cells, out_dir=out, interval_s=None,
                              seed=seed, val_samples=None)
     outcome = run_sweep(settings, progress=sys.stderr.isatty())
     return {r["cell_id"]: r for r in outcome.records}

@@ -87,7 +87,7 @@ class Counters:
 
             out = {}
             for node in nodes:
-                c = netns.interface_counters(node.scope["netns"])
+                c = netns.interface_counters(node.scope.netns)
                 out[node.name] = (c["tx_bytes"], c["rx_bytes"], c["tx_packets"])
             return out
         lo = psutil.net_io_counters(pernic=True)["lo"]

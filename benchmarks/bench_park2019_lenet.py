@@ -43,7 +43,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from profiler.metrics.summary import summarize_cell  # noqa: E402
 from profiler.cell import CellConfig  # noqa: E402
-from profiler.cluster import emulated  # noqa: E402
+from profiler.cluster import cluster_settings, emulated  # noqa: E402
 from profiler.study.reference import load_reference  # noqa: E402
 from profiler.sweep.events import read_cell_events  # noqa: E402
 from profiler.sweep.grid import validate  # noqa: E402
@@ -116,8 +116,9 @@ def main() -> None:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-park2019-") as tmp:
         out = Path(tmp) / "sweep"
-        settings = SweepSettings(cells=cells, out_dir=out, cluster="emulated",
-                                 profile=PROFILE, interval_s=0.5, val_samples=64)
+        settings = SweepSettings(cells=cells, out_dir=out,
+                                 cluster=cluster_settings("emulated", profile=PROFILE),
+                                 interval_s=0.5, val_samples=64)
         outcome = run_sweep(settings, progress=False)
         rows = []
         for r in outcome.records:

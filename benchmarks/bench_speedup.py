@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from profiler.cell import CellConfig  # noqa: E402
-from profiler.cluster import emulated  # noqa: E402
+from profiler.cluster import cluster_settings, emulated  # noqa: E402
 from profiler.sweep.grid import validate  # noqa: E402
 from profiler.sweep.sweep import SweepSettings, run_sweep  # noqa: E402
 
@@ -47,9 +47,10 @@ def run(speedup: float, samples: int, out: Path) -> dict[tuple[str, int], tuple[
         emulated.down()
     except Exception:  # noqa: BLE001 - nothing up
         pass
-    settings = SweepSettings(cells=cells, out_dir=out / f"x{speedup:g}", cluster="emulated",
-                             profile=PROFILE, speedup=speedup, interval_s=None,
-                             val_samples=64)
+    settings = SweepSettings(cells=cells, out_dir=out / f"x{speedup:g}",
+                             cluster=cluster_settings("emulated", profile=PROFILE,
+                                                      speedup=speedup),
+                             interval_s=None, val_samples=64)
     records = run_sweep(settings, progress=False).records
     return {(r["model"], r["devices"]): (board_s_per_sample(r), r["speedup"])
             for r in records}

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from profiler.cell import CellConfig  # noqa: E402
-from profiler.cluster import emulated  # noqa: E402
+from profiler.cluster import cluster_settings, emulated  # noqa: E402
 from profiler.sweep.grid import validate  # noqa: E402
 from profiler.sweep.sweep import SweepSettings, run_sweep  # noqa: E402
 from profiler.testing.sshd import SshdNodes  # noqa: E402
@@ -53,8 +53,9 @@ def main() -> None:
                                            epochs=1, lr=0.02 + index * 1e-4))
                 for name in ("emulated", "inventory"):
                     out = work / f"{name}-{index}"
-                    settings = SweepSettings(cells=[cell], out_dir=out, cluster=name,
-                                             inventory=inventory if name == "inventory" else None,
+                    provider = cluster_settings(
+                        name, inventory=inventory if name == "inventory" else None)
+                    settings = SweepSettings(cells=[cell], out_dir=out, cluster=provider,
                                              val_samples=256, interval_s=1.0)
                     record = run_sweep(settings, progress=False).records[0]
                     assert record["status"] == "ok", record["reason"]

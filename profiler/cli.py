@@ -23,6 +23,8 @@ from .sweep import grid
 
 def grid_options(func):
     """The options that define a grid of cells, shared by ``run`` and ``sweep``."""
+    from .cluster import providers_help
+
     options = [
         click.option("--model", default="resnet", show_default=True,
                      help=f"{', '.join(grid.MODELS)} (comma-separated for a sweep; "
@@ -74,8 +76,7 @@ def grid_options(func):
                           "cell's launch); comma-separated for a sweep. Emulated cluster, "
                           "or real nodes with cgroup v2 (docs/emulated.md)."),
         click.option("--cluster", "cluster_name", default="local", show_default=True,
-                     help="local (processes here), emulated (Pi-class nodes, root) or "
-                          "inventory (real nodes over SSH, with --inventory)."),
+                     help=providers_help() + "."),
         click.option("--inventory", default=None, type=click.Path(path_type=Path),
                      help="Ansible inventory of --cluster inventory: [master] and "
                           "[workers] hosts (docs/cluster.md)."),
@@ -122,6 +123,7 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
     from workloads.datasets import resolver as data_resolver
     from workloads.datasets.catalog import NAMES as DATASET_NAMES, SPECS as DATASET_SPECS
 
+    from .cluster import cluster_settings
     from .metrics.targets import target_from_options
     from .sweep.preflight import preflight
     from .sweep.stragglers import parse_list as parse_stragglers
@@ -171,13 +173,14 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
         raise EdgeprofError(f"--timeout {kw['timeout']} must be a number of seconds, "
                             "or 0 for no limit")
     target = target_from_options(**{k: v for k, v in kw.items() if k.startswith("influx_")})
+    cluster = cluster_settings(kw["cluster_name"], profile=kw["profile"],
+                               speedup=kw["speedup"], inventory=kw["inventory"])
     settings = SweepSettings(
-        cells=cells, out_dir=kw["out"], cluster=kw["cluster_name"], profile=kw["profile"],
+        cells=cells, out_dir=kw["out"], cluster=cluster,
         data_dir=kw["data_dir"], timeout_s=kw["timeout"], resume=resume,
         interval_s=None if kw["no_agent"] else kw["interval"],
         threads_per_process=kw["threads"], val_samples=kw["val_samples"],
-        ship_target=target, inventory=kw["inventory"], speedup=kw["speedup"],
-        breakdown=not kw["no_breakdown"])
+        ship_target=target, breakdown=not kw["no_breakdown"])
     preflight(settings)
     return settings
 
@@ -201,7 +204,7 @@ def _run_and_print(settings) -> None:
     def started(sweep_dir: Path) -> None:
         # Said once the folder and the cluster are ready, so that an error in either
         # stays the one line of bad input.
-        click.echo(f"edgeprof: {len(settings.cells)} cell(s) on the {settings.cluster} "
+        click.echo(f"edgeprof: {len(settings.cells)} cell(s) on the {settings.cluster.name} "
                    f"cluster ({_datasets_said(settings.cells)}), results in {sweep_dir}",
                    err=True)
 
@@ -289,7 +292,7 @@ def sweep(**kw) -> None:
     resume, check, tolerance = kw.pop("resume"), kw.pop("profile_check"), \
         kw.pop("profile_tolerance")
     settings = _settings(kw, resume)
-    if check != "off" and settings.cluster != "emulated":
+    if check != "off" and "profile" not in settings.cluster.options:
         raise EdgeprofError(f"--profile-check {check} checks an emulated node profile: use "
                             "it with --cluster emulated, or leave it out")
     check_sweep(settings, check, tolerance,

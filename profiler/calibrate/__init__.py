@@ -17,33 +17,30 @@ workload's model family alone and adds it to an existing profile's
 ``cpu_cores_by_model``; the emulated cluster applies it to that model's cells.
 
 The measurement runs a real one-device cell (MXNet, KVStore ``local``) on a one-node
-emulated cluster whose profile is the base profile with the candidate quota, through
-``run_sweep`` like any sweep, with no metrics agent. Data is the synthetic set of the
-workload's shape: the rate does not depend on the pixels.
+emulated cluster whose profile is the base profile with the candidate quota (a
+``Profile`` object handed to the emulated provider's settings), through ``run_sweep``
+like any sweep, with no metrics agent. Data is the synthetic set of the workload's
+shape: the rate does not depend on the pixels. What is found is written by
+``profiles_file``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import platform
 import tempfile
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
-
-import yaml
+from typing import Callable
 
 from ..cell import CellConfig
-from ..cluster import emulated
-from ..cluster.profiles import (MAX_NODE_CORES, MAX_SPEEDUP, MIN_CPU_CORES, PROFILES_ENV,
-                                USER_PROFILES, BoardRate, Profile, load_catalog)
+from ..cluster import cluster_settings, get_provider
+from ..cluster.profiles import (MAX_NODE_CORES, MAX_SPEEDUP, MIN_CPU_CORES, BoardRate,
+                                Profile)
 from ..errors import ClusterError, ConfigError
-from ..fsutil import atomic_write_text
 from ..sweep.grid import validate
 from ..sweep.sweep import SweepSettings, run_sweep
+from .profiles_file import named_base_profile, profile_to_extend
 
 MEASURE_TRAIN_S = 8.0  # training seconds per measurement at the target rate
 MEASURE_STEPS = 8  # and at least this many steps: the first pays MKL-DNN's set-up
@@ -141,9 +138,9 @@ def calibrate(profile: str, base: str, workload: Workload, target_samples_per_s:
         raise ConfigError(f"--samples-per-s {target_samples_per_s}: give the board's "
                           "training rate, a number > 0")
     if model_quota:
-        base, base_profile = profile, _existing_profile(profile, to_file)
+        base, base_profile = profile, profile_to_extend(profile, to_file)
     else:
-        base_profile = _base_profile(base)
+        base_profile = named_base_profile(base)
     _refuse_a_running_cluster()
     start = base_profile.cpu_cores_for(workload.model) if model_quota else base_profile.cpu_cores
     result = Calibration(profile=profile, base=base, workload=workload.label,
@@ -270,17 +267,14 @@ class _Measurer:
         # least, about MEASURE_TRAIN_S of training at the target rate otherwise.
         samples = max(self.steps * workload.batch,
                       int(math.ceil(expected_rate * MEASURE_TRAIN_S)))
-        name = f"calibrating-{self.count}"  # a new name: the cluster is rebuilt
-        profiles = self.work / f"profiles-{self.count}.yaml"
-        profiles.write_text(yaml.safe_dump({"profiles": {name: {
-            "link_mbit": self.base.link_mbit, "memory_mb": self.base.memory_mb,
-            "cpu_cores": round(quota, 5)}}}))
+        # A new name: the cluster is rebuilt with the candidate quota.
+        candidate = Profile(name=f"calibrating-{self.count}", link_mbit=self.base.link_mbit,
+                            memory_mb=self.base.memory_mb, cpu_cores=round(quota, 5))
         settings = SweepSettings(cells=[workload.cell(samples)],
                                  out_dir=self.work / f"cell-{self.count}",
-                                 cluster="emulated", profile=name, interval_s=None,
-                                 val_samples=workload.batch)
-        with _environ(PROFILES_ENV, str(profiles)):
-            record = run_sweep(settings, progress=False).records[0]
+                                 cluster=cluster_settings("emulated", profile=candidate),
+                                 interval_s=None, val_samples=workload.batch)
+        record = run_sweep(settings, progress=False).records[0]
         if record["status"] != "ok" or not record.get("steady_s_per_sample"):
             raise ClusterError(f"the calibration cell ({workload.label} at {quota:.4f} "
                                f"cores) ended {record['status']}: {record.get('reason')}")
@@ -290,122 +284,9 @@ class _Measurer:
                            float(record["train_s"]))
 
 
-def write_profile(result: Calibration, path: Path | None = None) -> Path:
-    """Add (or replace) the calibrated profile in ``path`` (default: the user's file).
-
-    A model quota (``result.model``) goes into the profile's ``cpu_cores_by_model``,
-    the profile otherwise kept as it is (copied into ``path`` if it came from another
-    file); a fresh ``cpu_cores`` makes a new profile from the base's link and memory.
-    """
-    path = Path(path or USER_PROFILES).expanduser()
-    doc = read_profiles_file(path, "give another --to FILE")
-    note = (f"{result.workload} at {result.samples_per_s:.1f} samples/s (target "
-            f"{result.target_samples_per_s:g})")
-    if result.check_ratio is not None:
-        note += (f"; {result.check_workload} {result.check_samples_per_s:.2f} samples/s, "
-                 f"{result.check_ratio:.2f} x its reference {result.check_target_samples_per_s:g}")
-    measured = {"host": platform.node(), "date": time.strftime("%Y-%m-%d"),
-                **{k: v for k, v in asdict(result).items()
-                   if k not in ("steps", "model", "dilations", "board_rate")}}
-    if result.dilations:
-        measured["dilations"] = {k: {"quota_cores": round(m.quota_cores, 5),
-                                     "samples_per_s": m.samples_per_s}
-                                 for k, m in sorted(result.dilations.items())}
-    dilated = {float(k): round(m.quota_cores, 5) for k, m in sorted(result.dilations.items())}
-    dilated_model = result.model or _model_of(result.workload)
-    if result.model is not None:
-        entry = dict((doc.get("profiles") or {}).get(result.profile) or
-                     _existing_profile(result.profile, path).as_spec())
-        entry["cpu_cores_by_model"] = {**(entry.get("cpu_cores_by_model") or {}),
-                                       result.model: round(result.quota_cores, 5)}
-        calibration = entry.get("calibration")
-        if not isinstance(calibration, dict) or "workload" in calibration:
-            # An older profile kept one calibration, its cpu_cores'.
-            calibration = {"cpu_cores": calibration} if calibration else {}
-        entry["calibration"] = {**calibration, result.model: measured}
-        entry["board_rates"] = {**(entry.get("board_rates") or {}),
-                                result.model: result.board_rate.as_spec()}
-        if dilated:
-            entry["cpu_cores_dilated"] = {**(entry.get("cpu_cores_dilated") or {}),
-                                          result.model: dilated}
-    else:
-        base = _base_profile(result.base)
-        entry = {"description": f"{base.description or base.name}, CPU calibrated ({note})",
-                 "link_mbit": base.link_mbit, "memory_mb": base.memory_mb,
-                 "cpu_cores": round(result.quota_cores, 5),
-                 **({"board_cores": base.board_cores} if base.board_cores else {}),
-                 **({"cpu_cores_dilated": {dilated_model: dilated}} if dilated else {}),
-                 "board_rates": {dilated_model: result.board_rate.as_spec()},
-                 "calibration": {"cpu_cores": measured}}
-    doc.setdefault("profiles", {})[result.profile] = entry
-    save_profiles_file(path, doc)
-    return path
-
-
-def read_profiles_file(path: Path, fix: str) -> dict:
-    """The profiles file at ``path`` as a mapping ({} if there is none yet); ``fix``
-    ends the one line that refuses a file that is not one."""
-    if not path.exists():
-        return {}
-    doc = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{path} is not a profiles file (no mapping at the top): {fix}")
-    return doc
-
-
-def save_profiles_file(path: Path, doc: dict) -> None:
-    """Write ``doc`` to ``path`` atomically; it must read back as profiles."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False))
-    load_catalog()  # the file just written must read back (raises one line if not)
-
-
-def _model_of(label: str) -> str:
-    """The model family of a workload label (``resnet-32 batch 32`` -> ``resnet``)."""
-    name = label.split()[0]
-    return "resnet" if name.startswith("resnet") else name
-
-
-def _existing_profile(name: str, to_file: Path | None) -> Profile:
-    """The profile a model quota is added to: from ``to_file`` if it has it, else known."""
-    files = None
-    if to_file is not None and Path(to_file).expanduser().is_file():
-        from ..cluster.profiles import profile_files
-        files = [*profile_files(), Path(to_file).expanduser()]
-    catalog = load_catalog(files)
-    if name not in catalog.profiles:
-        raise ConfigError(f"--model-quota adds to an existing profile, and {name!r} is none: "
-                          "calibrate its cpu_cores first (the same command without "
-                          "--model-quota)")
-    return catalog.profiles[name]
-
-
-def _base_profile(name: str) -> Profile:
-    catalog = load_catalog()
-    if name not in catalog.profiles:
-        raise ConfigError(f"unknown base profile {name!r}: use one of "
-                          f"{', '.join(sorted(catalog.profiles))} (its link and memory are kept)")
-    return catalog.profiles[name]
-
-
 def _refuse_a_running_cluster() -> None:
     # Each measurement rebuilds a one-node cluster: an existing one would be taken down.
-    try:
-        emulated.attach()
-    except ClusterError:
+    if not get_provider("emulated").running():
         return
     raise ClusterError("an emulated cluster is up and calibration rebuilds it: "
                        "`edgeprof cluster down` first (or wait for its sweep to end)")
-
-
-@contextlib.contextmanager
-def _environ(name: str, value: str) -> Iterator[None]:
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old

@@ -28,11 +28,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from ..cluster.profiles import (MAX_NODE_CORES, USER_PROFILES, Profile, dilation,
-                                load_catalog)
+from ..cluster.profiles import MAX_NODE_CORES, Profile, dilation, load_catalog
 from ..errors import ConfigError
-from . import (NotSettled, Workload, _Measurer, _refuse_a_running_cluster, _search,
-               read_profiles_file, save_profiles_file)
+from . import NotSettled, Workload, _Measurer, _refuse_a_running_cluster, _search
+from .profiles_file import write_user_profile
 
 MODES = ("off", "refuse", "recalibrate")
 # Within x/÷(1 + tolerance) of the board's rate: 1.25 is the band of the study's tables
@@ -181,10 +180,12 @@ def check_sweep(sweep, mode: str, tolerance: float = CHECK_TOLERANCE,
     """Check ``sweep``'s emulated profile for its models and keep the result in
     ``sweep.extra["profile_check"]`` (sweep.json; the report names it). Nothing to do off
     the emulated cluster, or on a resumed sweep (checked when it started)."""
-    if mode == "off" or sweep.cluster != "emulated" or sweep.resume or not sweep.profile:
+    # A provider's identity names its profile and speedup: only node profiles are checked.
+    identity = sweep.cluster.identity()
+    if mode == "off" or sweep.resume or not isinstance(identity["profile"], str):
         return
-    checks = check_profile(sweep.profile, sweep.cells, mode=mode,
-                           speedup=sweep.speedup, tolerance=tolerance,
+    checks = check_profile(identity["profile"], sweep.cells, mode=mode,
+                           speedup=identity["speedup"], tolerance=tolerance,
                            report=report or (lambda line: None))
     sweep.extra["profile_check"] = [c.as_record() for c in checks]
 
@@ -214,12 +215,3 @@ def with_quota(profile: Profile, model: str, speedup: float, quota: float) -> Pr
     dilated = {m: dict(v) for m, v in profile.cpu_cores_dilated.items()}
     dilated.setdefault(model, {})[float(speedup)] = round(min(quota, MAX_NODE_CORES), 5)
     return replace(profile, cpu_cores_dilated=dilated)
-
-
-def write_user_profile(profile: Profile, path: Path | None = None) -> Path:
-    """Write ``profile`` whole into the user's profiles file (replacing one of its name)."""
-    path = Path(path or USER_PROFILES).expanduser()
-    doc = read_profiles_file(path, "move it away or fix it")
-    doc.setdefault("profiles", {})[profile.name] = profile.as_spec()
-    save_profiles_file(path, doc)
-    return path

@@ -69,7 +69,8 @@ def calibrate(profile, base, workload, samples_per_s, batch, engine, check_workl
         sudo edgeprof cluster calibrate --profile pi4-torch --engine torch \\
             --workload lenet-mlp --samples-per-s 2400
     """
-    from . import Workload, calibrate as run_calibration, write_profile
+    from . import Workload, calibrate as run_calibration
+    from .profiles_file import write_profile
     from ..errors import ConfigError
 
     if (check_workload is None) != (check_samples_per_s is None):

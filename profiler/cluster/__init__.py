@@ -1,69 +1,57 @@
-"""Node providers by name: ``local`` (default), ``emulated`` (root), ``inventory`` (SSH)."""
+"""The node providers, registered in one place: ``PROVIDERS`` maps each name to its settings.
+
+Everything that knows provider names (the CLI's ``--cluster`` choices and help, the
+refusal of an option a provider does not take, preflight, the study, the docs) reads
+them from here. A new provider is one module with a ``Cluster`` subclass and a
+``ClusterSettings`` subclass (``base.py`` says what each must do) and one line below.
+
+The provider modules import what is heavy (YAML profiles, the engines) where they use
+it: ``remote_exec``, which runs on every node for every process, imports this package.
+"""
 
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import Cluster, Node
+from .base import Cluster, ClusterSettings, Node, NodeScope
+from .emulated import EmulatedSettings
+from .inventory import InventorySettings
+from .local import LocalSettings
 
-CLUSTERS = ("local", "emulated", "inventory")
+PROVIDERS: dict[str, type[ClusterSettings]] = {settings.name: settings for settings in (
+    LocalSettings, EmulatedSettings, InventorySettings)}
 
-
-def open_cluster(name: str, nodes_needed: int, profile: str | None = None, *,
-                 inventory=None, cells=()) -> tuple[Cluster, bool]:
-    """A cluster with at least ``nodes_needed`` nodes, and whether this call created it.
-
-    The sweep takes down (``close`` + ``teardown``) only what it brought up itself.
-    ``inventory`` (a path) is the Ansible inventory of the ``inventory`` cluster, whose
-    hosts are checked (reachable, same edgeprof, able to run ``cells``) here.
-    """
-    if name == "local":
-        from .local import LocalCluster
-        return LocalCluster(nodes_needed), False
-    if name == "emulated":
-        from .emulated import ensure_cluster
-        return ensure_cluster(nodes_needed, profile)
-    if name == "inventory":
-        if inventory is None:
-            raise ConfigError("--cluster inventory needs --inventory FILE (an Ansible "
-                              "inventory with [master] and [workers]; see docs/cluster.md)")
-        from .inventory import open_inventory
-        return open_inventory(inventory, nodes_needed, cells), False
-    raise ConfigError(f"unknown cluster {name!r}: use one of {', '.join(CLUSTERS)}")
+# The provider options of the CLI and the value that means "not given".
+OPTION_DEFAULTS = {"profile": None, "speedup": 1.0, "inventory": None}
 
 
-def check_speedup(name: str, speedup: float) -> None:
-    """Refuse a ``--speedup`` (time dilation, the emulated cluster's) that cannot apply."""
-    from .profiles import MAX_SPEEDUP
-    if not 1 <= speedup <= MAX_SPEEDUP:
-        raise ConfigError(f"--speedup {speedup:g}: give a factor from 1 (the profile's own "
-                          f"speed) to {MAX_SPEEDUP:g}")
-    if speedup != 1 and name != "emulated":
-        raise ConfigError(f"--speedup {speedup:g} applies to the emulated cluster only (real "
-                          f"and local nodes run at their own speed): drop it or use "
-                          "--cluster emulated")
+def get_provider(name: str) -> type[ClusterSettings]:
+    try:
+        return PROVIDERS[name]
+    except KeyError:
+        raise ConfigError(f"unknown cluster {name!r}: use one of "
+                          f"{', '.join(PROVIDERS)}") from None
 
 
-# Providers that can slow one node of a cell (``slow_node``/``restore_node``):
-# ``--straggler`` is refused on the others before anything runs.
-STRAGGLER_CLUSTERS = ("emulated", "inventory")
+def cluster_settings(name: str, **options) -> ClusterSettings:
+    """The settings of provider ``name`` from the CLI's provider options
+    (``OPTION_DEFAULTS``): an option the provider does not take is refused with the line
+    of the provider that does."""
+    provider = get_provider(name)
+    for option, value in options.items():
+        if option not in OPTION_DEFAULTS:
+            raise TypeError(f"unknown provider option {option!r}")
+        if option not in provider.options and value != OPTION_DEFAULTS[option]:
+            owner = next((p for p in PROVIDERS.values() if option in p.refusals), None)
+            raise ConfigError(owner.refusals[option].format(value=value) if owner else
+                              f"--{option} does not apply to the {name} cluster: drop it")
+    return provider(**{k: v for k, v in options.items() if k in provider.options})
 
 
-def check_straggler(name: str, cells) -> None:
-    """Refuse a ``--straggler`` on a cluster whose nodes have no CPU of their own to slow
-    (real nodes are checked for cgroup v2 with their hosts, ``inventory.check_hosts``)."""
-    slowed = sorted({c.straggler for c in cells if c.straggler != "none"})
-    if slowed and name not in STRAGGLER_CLUSTERS:
-        raise ConfigError(f"--straggler {','.join(slowed)} slows one node's CPU, and the "
-                          f"{name} cluster's nodes share this host's: use --cluster emulated "
-                          "(or real nodes with cgroup v2: --cluster inventory), or drop "
-                          "--straggler")
+def providers_help() -> str:
+    """``local (processes here), emulated (...) or inventory (...)``: ``--cluster``'s help."""
+    parts = [f"{p.name} ({p.help})" if p.help else p.name for p in PROVIDERS.values()]
+    return ", ".join(parts[:-1]) + " or " + parts[-1] if len(parts) > 1 else parts[0]
 
 
-def teardown(name: str) -> None:
-    """Take down a cluster that ``open_cluster`` created (nothing to do for ``local``)."""
-    if name == "emulated":
-        from .emulated import down
-        down()
-
-
-__all__ = ["Cluster", "Node", "open_cluster", "CLUSTERS"]
+__all__ = ["Cluster", "ClusterSettings", "Node", "NodeScope", "PROVIDERS", "get_provider",
+           "cluster_settings", "providers_help"]

@@ -1,20 +1,74 @@
-"""The one small interface every node provider implements: list nodes, start, stop.
+"""What every node provider is: a ``Cluster`` (list nodes, start, stop) and its settings.
 
 A *node* is one device: a local slot (``local``), a network namespace with its own
 cgroup (``emulated``) or a real host reached over SSH (``inventory``). Engines never
 know which: they get ``Node`` objects and call ``Cluster.start``.
+
+A provider is a ``Cluster`` subclass (``nodes`` and ``start`` are required; the rest has
+a no-op default here, so the sweep calls every method on every provider without probing)
+and a ``ClusterSettings`` subclass: what the user chose (``--profile``, ``--speedup``,
+``--inventory``), checked before anything runs (``check``), opened into a cluster for
+the sweep (``open``) and recorded for ``--resume`` (``identity``). Both are registered
+by one line in ``profiler.cluster.PROVIDERS``.
+
+This module stays light (standard library only): ``profiler.cluster.remote_exec``, run on
+every node for every process, imports the package.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Callable, ClassVar, ContextManager, Iterator, Mapping, Sequence
+
+from ..errors import ClusterError, ConfigError
+
+
+@dataclass(frozen=True)
+class NodeScope:
+    """What a node's processes (the metrics agent, Gloo) need to scope themselves to it.
+
+    ``interfaces``: the network interfaces that carry the node's traffic (the first one
+    is Gloo's); ``netns``: its network namespace (emulated); ``cgroup_*``: its cgroup
+    directories (``cgroup_cpu`` the accounting one, ``cgroup_cpu_quota`` the one holding
+    the quota, which differ on cgroup v1); ``board_cores``: the cores of the board it
+    emulates; ``ssh_host``: the inventory host it is. Every field is optional.
+    """
+
+    interfaces: tuple[str, ...] = ()
+    netns: str | None = None
+    cgroup_version: int | None = None
+    cgroup_cpu: str | None = None
+    cgroup_cpu_quota: str | None = None
+    cgroup_memory: str | None = None
+    board_cores: int | None = None
+    ssh_host: str | None = None
+
+    def to_dict(self) -> dict:
+        """The fields that are set, as JSON (the emulated cluster's state file)."""
+        return {k: list(v) if k == "interfaces" else v for k, v in asdict(self).items()
+                if v not in (None, ())}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "NodeScope":
+        """The inverse of ``to_dict``; also reads the string form older state files kept
+        (``"interfaces": "eth0"``, ``"cgroup_version": "1"``)."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known and v not in (None, "")}
+        interfaces = values.get("interfaces", ())
+        if isinstance(interfaces, str):
+            interfaces = [name for name in interfaces.split(",") if name]
+        values["interfaces"] = tuple(interfaces)
+        for key in ("cgroup_version", "board_cores"):
+            if key in values:
+                values[key] = int(float(values[key]))
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -31,9 +85,7 @@ class Node:
     profile: str = "host"
     cpu_cores: float | None = None
     memory_mb: int | None = None
-    # Provider-specific facts the agent needs to scope itself to this node, e.g.
-    # {"netns": "edgeprof-n1", "cgroup_memory": "/sys/fs/cgroup/memory/edgeprof/n1"}.
-    scope: Mapping[str, str] = field(default_factory=dict)
+    scope: NodeScope = field(default_factory=NodeScope)
 
 
 @dataclass(frozen=True)
@@ -45,24 +97,26 @@ class MemoryPressure:
     major_faults: int
 
 
-class Cluster(Protocol):
-    """A set of nodes on which processes can be started."""
+class Cluster:
+    """A set of nodes on which processes can be started (one provider's handle on them).
 
-    name: str
+    Subclasses implement ``nodes`` and ``start``; the other methods are optional and
+    their defaults here do nothing, which is right for nodes without limits of their
+    own (the local cluster).
+    """
+
+    name: ClassVar[str] = ""
+    # Whether ``slow_node``/``restore_node`` work: ``--straggler`` is refused on the
+    # other providers before anything runs.
+    can_slow_node: ClassVar[bool] = False
 
     def nodes(self) -> list[Node]:
         """All nodes, in a stable order (node 0 first)."""
+        raise NotImplementedError
 
-    def start(
-        self,
-        node: Node,
-        argv: Sequence[str],
-        env: Mapping[str, str],
-        log_path: Path,
-        *,
-        confine: bool = True,
-        role: str | None = None,
-    ) -> subprocess.Popen:
+    def start(self, node: Node, argv: Sequence[str], env: Mapping[str, str],
+              log_path: Path, *, confine: bool = True,
+              role: str | None = None) -> subprocess.Popen:
         """Start ``argv`` on ``node`` in a new process group, stdout+stderr to ``log_path``.
 
         ``env`` is added to the current environment, less its secrets
@@ -73,24 +127,113 @@ class Cluster(Protocol):
         (``worker``, ``server``, ...) is for providers whose nodes must tell the node's
         agent which process is which themselves (the inventory cluster).
         """
+        raise NotImplementedError
+
+    def prepare(self, cell, nodes_needed: int, max_speedup: float = 1.0) -> float:
+        """Set the first ``nodes_needed`` nodes up for ``cell`` before it starts (the
+        emulated cluster's per-model CPU quotas) and return the time dilation the cell
+        gets (at most ``max_speedup``; 1: none)."""
+        return 1.0
+
+    def memory_pressure(self, node: Node) -> MemoryPressure | None:
+        """The node's memory against its limit, for providers that limit it (the runner
+        watches it for thrashing, ``sweep.thrashing``); None: not watched."""
+        return None
+
+    def collect(self, cell_dir: Path, nodes: Sequence[Node]) -> list[str]:
+        """Bring what the cell's processes wrote on ``nodes`` back into ``cell_dir``
+        (nodes with disks of their own); one problem per node that failed."""
+        return []
+
+    def clock_offsets(self, nodes: Sequence[Node]) -> dict[str, float]:
+        """Each node's clock minus this host's, in seconds, for nodes with clocks of
+        their own; a node left out keeps its own clock."""
+        return {}
 
     def oom_killed(self, node: Node) -> int:
         """How many processes the node's memory limit has killed so far (0 if no limit)."""
+        return 0
+
+    def slow_node(self, node: Node, factor: float, *, cell_dir: Path, processes: int = 1,
+                  threads: int = 1) -> None:
+        """Make ``node`` the cell's straggler: its CPU x ``factor`` until
+        ``restore_node`` (``sweep.stragglers``); only where ``can_slow_node``."""
+        raise ClusterError(f"the {self.name} cluster cannot slow a node: use --cluster "
+                           "emulated or inventory")
+
+    def restore_node(self, node: Node, *, cell_dir: Path) -> None:
+        """Undo ``slow_node``."""
 
     def close(self) -> None:
         """Release what this object holds (not the cluster itself)."""
 
-    # Optional: ``prepare(cell)`` sets the nodes up for one cell before it starts (the
-    # emulated cluster's per-model CPU quotas); the runner calls it first.
-    # Optional: ``memory_pressure(node) -> MemoryPressure | None`` (providers that limit a
-    # node's memory): the runner watches it for thrashing (``sweep.thrashing``).
-    # Optional: ``collect(cell_dir, nodes) -> list[str]`` brings what the cell's processes
-    # wrote on the nodes back into ``cell_dir`` (providers whose nodes have their own
-    # disks); the runner calls it after reaping and returns problems in the reason.
-    # Optional: ``slow_node(node, factor, *, cell_dir, processes, threads)`` and
-    # ``restore_node(node, *, cell_dir)`` make a node a cell's straggler and undo it
-    # (emulated: its CPU quota; inventory: cgroup v2 ``cpu.max``); ``sweep.stragglers``
-    # calls them, and ``cluster.STRAGGLER_CLUSTERS`` names the providers that have them.
+
+@dataclass
+class ClusterSettings:
+    """One provider's settings for a sweep: checked, opened, recorded.
+
+    ``options`` names which of the CLI's ``--profile``, ``--speedup`` and
+    ``--inventory`` the provider takes (each a field of the subclass of the same name);
+    ``refusals`` holds the line that refuses an option on the other providers, for the
+    options this provider owns (``profiler.cluster.cluster_settings`` uses it).
+    """
+
+    name: ClassVar[str] = ""
+    help: ClassVar[str] = ""  # a few words for ``--cluster``'s help
+    options: ClassVar[tuple[str, ...]] = ()
+    refusals: ClassVar[dict[str, str]] = {}
+    # How fast the nodes train, for the study's estimate: ``host`` (slots sharing this
+    # host's cores), ``profile`` (the node profile's quota) or ``board`` (real boards).
+    speed: ClassVar[str] = "host"
+    # Whether the nodes run an edgeprof and engines of their own, which ``check`` probes
+    # (real boards): this machine then checks only what it needs to plan cells.
+    own_install: ClassVar[bool] = False
+
+    @classmethod
+    def cluster_type(cls) -> type[Cluster]:
+        """The provider's ``Cluster`` class (imported when asked: it may be heavy)."""
+        raise NotImplementedError
+
+    @property
+    def max_speedup(self) -> float:
+        """The most time dilation a cell may get (the emulated cluster's ``--speedup``)."""
+        return 1.0
+
+    @property
+    def label(self) -> str:
+        """``emulated cluster (pi3b, up to speedup 4)``: where a sweep runs, for people."""
+        return f"{self.name} cluster"
+
+    def identity(self) -> dict:
+        """What ``--resume`` compares (``sweep.json``'s ``identity``): the keys
+        ``cluster``, ``profile``, ``inventory`` and ``speedup``, None where unused."""
+        return {"cluster": self.name, "profile": None, "inventory": None, "speedup": 1.0}
+
+    def check(self, cells: Sequence) -> None:
+        """Refuse (one line) what cannot run ``cells``; touches nothing."""
+        slowed = sorted({c.straggler for c in cells if c.straggler != "none"})
+        if slowed and not self.cluster_type().can_slow_node:
+            raise ConfigError(f"--straggler {','.join(slowed)} slows one node's CPU, and the "
+                              f"{self.name} cluster's nodes share this host's: use --cluster "
+                              "emulated (or real nodes with cgroup v2: --cluster inventory), "
+                              "or drop --straggler")
+
+    def open(self, nodes_needed: int, cells: Sequence = ()) -> ContextManager[Cluster]:
+        """The cluster, with at least ``nodes_needed`` nodes, for the length of a
+        ``with``; what this call brought up is taken down at its end."""
+        raise NotImplementedError
+
+    @staticmethod
+    @contextlib.contextmanager
+    def closing(cluster: Cluster, teardown: Callable[[], None] | None = None
+                ) -> Iterator[Cluster]:
+        """``open``'s usual body: yield ``cluster``, then close it (and ``teardown``)."""
+        try:
+            yield cluster
+        finally:
+            cluster.close()
+            if teardown is not None:
+                teardown()
 
 
 # Secrets a process gets only if it ships metrics itself (see docs/metrics.md): never

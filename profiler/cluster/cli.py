@@ -82,7 +82,7 @@ def status(as_json: bool, inventory: Path | None) -> None:
         edgeprof cluster status --inventory inventory.ini
     """
     if inventory is not None:
-        from .inventory import status as host_status
+        from .inventory.status import status as host_status
         hosts = host_status(inventory)
         if as_json:
             click.echo(json.dumps(hosts, indent=2, sort_keys=True))

@@ -26,6 +26,11 @@ read back in the board's time (``docs/emulated.md``).
 ``profiler.sweep.stragglers``) and ``restore_node`` gives its quota back; ``prepare``
 reads each node's quota back from its cgroup, so a node left slowed by a killed sweep is
 set right before the next cell.
+
+``EmulatedSettings`` is the provider's entry in ``profiler.cluster.PROVIDERS``: a
+profile by name (or a ``Profile`` object, as calibration hands over its candidates) and
+``--speedup``. The node profiles (``profiles.py``, YAML) are imported where used: the
+registry imports this module, and so does every ``remote_exec`` on a node.
 """
 
 from __future__ import annotations
@@ -38,18 +43,20 @@ import os
 import shutil
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, ContextManager, Iterator, Mapping, Sequence
 
 from workloads.node_limits import JOIN_CPU_CGROUP_ENV
 
 from ..errors import ClusterError, ConfigError
 from ..fsutil import atomic_write_text
 from . import cgroups, netns
-from .base import MemoryPressure, Node, popen_in_group
+from .base import Cluster, ClusterSettings, MemoryPressure, Node, NodeScope, popen_in_group
 from .netns import TBF_LATENCY_MS
-from .profiles import (MIN_CPU_CORES, MODELS, Profile, cpu_scale, dilation, load_catalog,
-                       quota_cores)
+
+if TYPE_CHECKING:
+    from .profiles import Profile
 
 STATE_DIR = Path(os.environ.get("EDGEPROF_RUN_DIR", "/run/edgeprof"))
 STATE_FILE = STATE_DIR / "cluster.json"
@@ -60,16 +67,18 @@ REQUIRED_BINARIES = ("ip", "tc", "ethtool", "sysctl", "nsenter")
 LATE_CPU_ROLES = ("worker", "server", "scheduler")
 
 
-class EmulatedCluster:
+class EmulatedCluster(Cluster):
     """A handle on an emulated cluster that is up (it never brings one up or down)."""
 
     name = "emulated"
+    can_slow_node = True
 
     def __init__(self, state: dict):
         self._state = state
         self._nodes = [Node(name=n["name"], address=n["address"], profile=n["profile"],
                             cpu_cores=n["cpu_cores"], memory_mb=n["memory_mb"],
-                            scope=dict(n["scope"])) for n in state["nodes"]]
+                            scope=NodeScope.from_dict(n["scope"]))
+                       for n in state["nodes"]]
 
     @property
     def profile(self) -> str:
@@ -90,7 +99,7 @@ class EmulatedCluster:
         # keeps the host's filesystem view; /proc/net (what counters are read from)
         # follows the network namespace either way. nsenter execs argv itself (no fork),
         # so the Popen pid is the process.
-        wrapped = ["nsenter", f"--net={netns.NETNS_DIR / node.scope['netns']}", "--", *argv]
+        wrapped = ["nsenter", f"--net={netns.NETNS_DIR / node.scope.netns}", "--", *argv]
         preexec = None
         if confine:
             group = _node_cgroup(node)
@@ -118,6 +127,7 @@ class EmulatedCluster:
         Each gets its profile's quota for ``cell.model`` at k and k times its link rate
         (k = 1: the profile's own quota and link).
         """
+        from .profiles import dilation
         used = list(zip(self._nodes, self._state["nodes"]))[:nodes_needed]
         options: dict[float, list[float | None]] = {}
         for _, rec in used:
@@ -158,6 +168,7 @@ class EmulatedCluster:
     def slow_node(self, node: Node, factor: float, **_context) -> None:
         """Run ``node`` at ``factor`` x the quota ``prepare`` gave it (a straggler), until
         ``restore_node``; its link is left as it is (a slow board, not a slow wire)."""
+        from .profiles import MIN_CPU_CORES
         rec = self._record(node)
         quota = max(MIN_CPU_CORES, rec["cpu_cores"] * factor)
         self._set_cpu(node, quota)
@@ -189,7 +200,7 @@ class EmulatedCluster:
 
     def busy(self) -> bool:
         """Whether any process runs on any node (then the cluster must not be rebuilt)."""
-        return any(_node_cgroup(n).pids() or netns.netns_pids(n.scope["netns"])
+        return any(_node_cgroup(n).pids() or netns.netns_pids(n.scope.netns)
                    for n in self._nodes)
 
     def close(self) -> None:
@@ -207,8 +218,8 @@ def _node_quotas_at(recorded: dict, model: str) -> dict[float, float]:
 
 def _node_cgroup(node: Node) -> cgroups.NodeCgroup:
     scope = node.scope
-    return cgroups.NodeCgroup(int(scope["cgroup_version"]), Path(scope["cgroup_cpu_quota"]),
-                              Path(scope["cgroup_cpu"]), Path(scope["cgroup_memory"]))
+    return cgroups.NodeCgroup(scope.cgroup_version, Path(scope.cgroup_cpu_quota),
+                              Path(scope.cgroup_cpu), Path(scope.cgroup_memory))
 
 
 def check_host() -> cgroups.CgroupLayout:
@@ -223,20 +234,35 @@ def check_host() -> cgroups.CgroupLayout:
     return cgroups.detect_layout()
 
 
-def check_request(nodes: int, profile: str) -> None:
+def check_request(nodes: int, profile: "str | Profile") -> None:
     """Refuse a node count or profile that cannot be built, before the host is touched."""
     if nodes < 1:
         raise ConfigError(f"--nodes {nodes}: a cluster needs at least 1 node: give e.g. "
                           "--nodes 4")
     if nodes > netns.MAX_NODES:
         raise ClusterError(f"--nodes {nodes}: at most {netns.MAX_NODES} emulated nodes")
-    load_catalog().node_profiles(profile, nodes)  # unknown profile, mix too small: one line
+    _node_profiles(profile, nodes)  # unknown profile, mix too small: one line
 
 
-def _node_quotas(node_profiles: list[Profile],
+def _node_profiles(profile: "str | Profile", nodes: int) -> "list[Profile]":
+    """Each node's profile: ``profile`` (a name, a mix's name, or a ``Profile``)."""
+    from .profiles import Profile, load_catalog
+    if isinstance(profile, Profile):
+        return [profile] * nodes
+    return load_catalog().node_profiles(profile, nodes)
+
+
+def _profile_name(profile: "str | Profile | None") -> str | None:
+    from .profiles import Profile
+    return profile.name if isinstance(profile, Profile) else profile
+
+
+def _node_quotas(node_profiles: "list[Profile]",
                  host_cores: float) -> tuple[list[float], list[dict[str, float]], float]:
     """Each node's default quota, its quota per model, and the default's scale factor
     (quotas scaled down alike when the nodes ask for more than the host has)."""
+    from .profiles import MODELS, cpu_scale, quota_cores
+
     def scaled(model: str | None) -> list[float]:
         return quota_cores([p.cpu_cores_for(model) if model else p.cpu_cores
                             for p in node_profiles], host_cores)
@@ -247,7 +273,7 @@ def _node_quotas(node_profiles: list[Profile],
     return scaled(None), by_node, cpu_scale([p.cpu_cores for p in node_profiles], host_cores)
 
 
-def up(nodes: int, profile: str = DEFAULT_PROFILE) -> EmulatedCluster:
+def up(nodes: int, profile: "str | Profile" = DEFAULT_PROFILE) -> EmulatedCluster:
     """Bring up ``nodes`` nodes of ``profile`` (a profile or a mix); fails if one is up."""
     check_request(nodes, profile)
     layout = check_host()
@@ -258,11 +284,12 @@ def up(nodes: int, profile: str = DEFAULT_PROFILE) -> EmulatedCluster:
         return _up(layout, nodes, profile)
 
 
-def _up(layout: cgroups.CgroupLayout, nodes: int, profile: str) -> EmulatedCluster:
-    node_profiles = load_catalog().node_profiles(profile, nodes)
+def _up(layout: cgroups.CgroupLayout, nodes: int, profile: "str | Profile"
+        ) -> EmulatedCluster:
+    node_profiles = _node_profiles(profile, nodes)
     host_cores = float(len(os.sched_getaffinity(0)))
     quotas, quotas_by_model, scale = _node_quotas(node_profiles, host_cores)
-    state = {"profile": profile, "created_at": time.time(), "host_cores": host_cores,
+    state = {"profile": _profile_name(profile), "created_at": time.time(), "host_cores": host_cores,
              "cpu_scale": round(scale, 4),
              "cgroup_version": layout.version, "bridge": netns.BRIDGE,
              "host_address": netns.HOST_ADDRESS, "nodes": []}
@@ -281,13 +308,12 @@ def _up(layout: cgroups.CgroupLayout, nodes: int, profile: str) -> EmulatedClust
                 "cpu_cores_dilated": node_profile.cpu_cores_dilated if scale == 1 else {},
                 "board_cores": node_profile.board_cores,
                 "memory_mb": node_profile.memory_mb, "link_mbit": link_mbit,
-                "scope": {"netns": netns.netns_name(name), "interfaces": netns.NODE_IFACE,
-                          **({"board_cores": str(node_profile.board_cores)}
-                             if node_profile.board_cores else {}),
-                          "cgroup_version": str(layout.version),
-                          "cgroup_cpu": str(group.cpuacct_dir),
-                          "cgroup_cpu_quota": str(group.cpu_dir),
-                          "cgroup_memory": str(group.memory_dir)}})
+                "scope": NodeScope(
+                    interfaces=(netns.NODE_IFACE,), netns=netns.netns_name(name),
+                    board_cores=node_profile.board_cores or None,
+                    cgroup_version=layout.version, cgroup_cpu=str(group.cpuacct_dir),
+                    cgroup_cpu_quota=str(group.cpu_dir),
+                    cgroup_memory=str(group.memory_dir)).to_dict()})
         _write_state(state)
     except BaseException:
         # Never leave half a cluster behind (also on Ctrl-C).
@@ -307,19 +333,22 @@ def attach() -> EmulatedCluster:
         raise ClusterError(f"{STATE_FILE} is corrupt: `edgeprof cluster down` and up "
                            f"again") from exc
     present = set(netns.list_netns())
-    missing = [n["scope"]["netns"] for n in state["nodes"] if n["scope"]["netns"] not in present]
+    missing = [n["scope"]["netns"] for n in state["nodes"]
+               if n["scope"]["netns"] not in present]
     if missing:
         raise ClusterError(f"the emulated cluster lost {', '.join(missing)}: "
                            f"`edgeprof cluster down` and up again")
     return EmulatedCluster(state)
 
 
-def ensure_cluster(nodes: int, profile: str | None = None) -> tuple[EmulatedCluster, bool]:
+def ensure_cluster(nodes: int, profile: "str | Profile | None" = None
+                   ) -> tuple[EmulatedCluster, bool]:
     """A cluster of at least ``nodes`` nodes; True if this call brought it up.
 
     An idle cluster that is too small or of another profile is rebuilt; a busy one
     (processes running on its nodes) is an error rather than pulled from under its user.
-    ``profile=None`` accepts whatever profile is up (``pi3b`` when bringing one up).
+    ``profile=None`` accepts whatever profile is up (``pi3b`` when bringing one up). A
+    ``Profile`` object fits a cluster of its name.
     """
     check_request(nodes, profile or DEFAULT_PROFILE)
     layout = check_host()
@@ -329,14 +358,16 @@ def ensure_cluster(nodes: int, profile: str | None = None) -> tuple[EmulatedClus
         except ClusterError:
             current = None
         if current is not None:
-            fits = len(current.nodes()) >= nodes and profile in (None, current.profile)
+            fits = (len(current.nodes()) >= nodes
+                    and _profile_name(profile) in (None, current.profile))
             if fits:
                 return current, False
             if current.busy():
                 raise ClusterError(
                     f"the emulated cluster that is up ({len(current.nodes())} x "
                     f"{current.profile}) is busy and does not fit {nodes} x "
-                    f"{profile or current.profile}: wait for it or `edgeprof cluster down`")
+                    f"{_profile_name(profile) or current.profile}: wait for it or "
+                    "`edgeprof cluster down`")
         # Also clears what a crash left behind, which would make `_up` fail.
         _down(layout)
         return _up(layout, nodes, profile or DEFAULT_PROFILE), True
@@ -391,7 +422,7 @@ def status() -> dict:
     nodes = []
     for node, recorded in zip(cluster.nodes(), state["nodes"]):
         group = _node_cgroup(node)
-        counters = netns.interface_counters(node.scope["netns"])
+        counters = netns.interface_counters(node.scope.netns)
         nodes.append({"name": node.name, "address": node.address, "profile": node.profile,
                       "link_mbit": recorded.get("link_mbit_now", recorded["link_mbit"]),
                       "cpu_cores": node.cpu_cores,
@@ -421,3 +452,67 @@ def _locked() -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@dataclass
+class EmulatedSettings(ClusterSettings):
+    """``--cluster emulated``: ``--profile`` (a name or mix, or a ``Profile`` object;
+    None: the profile of the cluster that is up, else ``pi3b``) and ``--speedup``."""
+
+    profile: "str | Profile | None" = None
+    speedup: float = 1.0
+
+    name = "emulated"
+    help = "Pi-class nodes, root"
+    options = ("profile", "speedup")
+    speed = "profile"
+    refusals = {
+        "profile": "--profile {value} is a node profile of the emulated cluster: drop it "
+                   "or use --cluster emulated",
+        "speedup": "--speedup {value:g} applies to the emulated cluster only (real and "
+                   "local nodes run at their own speed): drop it or use --cluster emulated"}
+
+    @classmethod
+    def cluster_type(cls) -> type[Cluster]:
+        return EmulatedCluster
+
+    @property
+    def profile_name(self) -> str | None:
+        return _profile_name(self.profile)
+
+    @property
+    def max_speedup(self) -> float:
+        return self.speedup
+
+    @property
+    def label(self) -> str:
+        how = [p for p in (self.profile_name, self.speedup != 1 and
+                           f"up to speedup {self.speedup:g}") if p]
+        return "emulated cluster" + (f" ({', '.join(how)})" if how else "")
+
+    def identity(self) -> dict:
+        return {**super().identity(), "profile": self.profile_name, "speedup": self.speedup}
+
+    def check(self, cells: Sequence) -> None:
+        from ..engines import get_engine
+        from .profiles import MAX_SPEEDUP
+
+        if not 1 <= self.speedup <= MAX_SPEEDUP:
+            raise ConfigError(f"--speedup {self.speedup:g}: give a factor from 1 (the "
+                              f"profile's own speed) to {MAX_SPEEDUP:g}")
+        super().check(cells)
+        needed = max((get_engine(c.engine).nodes_needed(c) for c in cells), default=1)
+        check_request(needed, self.profile or DEFAULT_PROFILE)
+
+    def open(self, nodes_needed: int, cells: Sequence = ()) -> ContextManager[Cluster]:
+        cluster, created = ensure_cluster(nodes_needed, self.profile)
+        return self.closing(cluster, down if created else None)
+
+    @staticmethod
+    def running() -> bool:
+        """Whether an emulated cluster is up on this host."""
+        try:
+            attach()
+        except ClusterError:
+            return False
+        return True

@@ -7,13 +7,14 @@ node-level metrics on this cluster are the host's (per-process metrics stay per 
 from __future__ import annotations
 
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import ContextManager, Mapping, Sequence
 
-from .base import Node, popen_in_group
+from .base import Cluster, ClusterSettings, Node, NodeScope, popen_in_group
 
 
-class LocalCluster:
+class LocalCluster(Cluster):
     """``count`` local slots named ``local0`` … ``localN``; grows on demand."""
 
     name = "local"
@@ -27,15 +28,24 @@ class LocalCluster:
 
     def nodes(self) -> list[Node]:
         return [Node(name=f"local{i}", address="127.0.0.1", profile="host",
-                     scope={"interfaces": "lo"}) for i in range(self._count)]
+                     scope=NodeScope(interfaces=("lo",))) for i in range(self._count)]
 
     def start(self, node: Node, argv: Sequence[str], env: Mapping[str, str],
               log_path: Path, *, confine: bool = True,
               role: str | None = None) -> subprocess.Popen:
         return popen_in_group(argv, env, log_path)
 
-    def oom_killed(self, node: Node) -> int:
-        return 0
 
-    def close(self) -> None:
-        pass
+@dataclass
+class LocalSettings(ClusterSettings):
+    """``--cluster local``: takes none of the provider options."""
+
+    name = "local"
+    help = "processes here"
+
+    @classmethod
+    def cluster_type(cls) -> type[Cluster]:
+        return LocalCluster
+
+    def open(self, nodes_needed: int, cells: Sequence = ()) -> ContextManager[Cluster]:
+        return self.closing(LocalCluster(nodes_needed))

@@ -169,11 +169,10 @@ def parameter_server_nodes(cell: CellConfig) -> int:
 
 def gloo_interface(node: Node) -> str:
     """The network interface Gloo binds on ``node`` (the first one the provider counts)."""
-    interfaces = [name for name in node.scope.get("interfaces", "").split(",") if name]
-    if interfaces:
-        return interfaces[0]
+    if node.scope.interfaces:
+        return node.scope.interfaces[0]
     if node.address.startswith("127."):
         return "lo"
     raise ClusterError(f"node {node.name} does not say which network interface carries "
-                       "training traffic: give it scope['interfaces'] (e.g. eth0) in its "
+                       "training traffic: give it NodeScope(interfaces=...) (e.g. eth0) in its "
                        "cluster provider")

@@ -22,16 +22,17 @@ def agent_argv(node: Node, spool_dir: Path, pids_file: Path, tags: dict[str, str
     for key, value in sorted(tags.items()):
         if key != "node" and value is not None and str(value) != "":
             argv += ["--tag", f"{key}={value}"]
-    scope = node.scope or {}
-    if scope.get("interfaces"):
-        argv += ["--interfaces", scope["interfaces"]]
-    for key in ("cgroup_cpu", "cgroup_memory"):
-        if scope.get(key):
-            argv += [f"--{key.replace('_', '-')}", scope[key]]
+    scope = node.scope
+    if scope.interfaces:
+        argv += ["--interfaces", ",".join(scope.interfaces)]
+    if scope.cgroup_cpu:
+        argv += ["--cgroup-cpu", scope.cgroup_cpu]
+    if scope.cgroup_memory:
+        argv += ["--cgroup-memory", scope.cgroup_memory]
     if node.cpu_cores:
         argv += ["--cpu-cores", repr(float(node.cpu_cores))]
-    if scope.get("board_cores"):
-        argv += ["--board-cores", str(scope["board_cores"])]
+    if scope.board_cores:
+        argv += ["--board-cores", str(scope.board_cores)]
     if node.memory_mb:
         argv += ["--memory-mb", str(node.memory_mb)]
     return argv

@@ -25,12 +25,12 @@ class StudySettings:
     scale: float = 1.0
     parts: tuple[str, ...] = park2019.PARTS
     devices: tuple[int, ...] = park2019.ALL_DEVICES
-    cluster: str = "emulated"
-    profile: str | None = None  # emulated: pi3b-park2019 unless given
+    cluster: str = "emulated"  # a provider of profiler.cluster.PROVIDERS
+    profile: str | None = None  # a provider with node profiles: pi3b-park2019 unless given
     speedup: float = 1.0
     engine: str = "mxnet"
     method: str = "scripts"  # park2019.METHODS
-    profile_check: str = "recalibrate"  # calibrate.check.MODES (emulated cluster only)
+    profile_check: str = "recalibrate"  # calibrate.check.MODES (node profiles only)
     profile_tolerance: float = 0.25
     data_dir: Path | None = None
     inventory: Path | None = None
@@ -63,10 +63,8 @@ class StudyPlan:
             f"{model} on {self.datasets[model]}, "
             + (f"{min(ns):,}" if min(ns) == max(ns) else f"{min(ns):,}-{max(ns):,}")
             + " training samples a cell" for model, ns in by_model.items())
-        how = [p for p in (self.sweep.profile, self.sweep.speedup != 1 and
-                           f"up to speedup {self.sweep.speedup:g}") if p]
-        where = self.sweep.cluster + " cluster" + (f" ({', '.join(how)})" if how else "")
-        lines = [f"study park2019 ({self.method}): {len(cells)} cells on the {where}; "
+        lines = [f"study park2019 ({self.method}): {len(cells)} cells on the "
+                 f"{self.sweep.cluster.label}; "
                  f"{data}; {self.val_samples:,} validation samples",
                  f"estimated time: about {estimate.shown(self.estimate_s)}"]
         return "\n".join(lines + self.notes)
@@ -76,6 +74,7 @@ def plan(settings: StudySettings) -> StudyPlan:
     """Check the settings and build the sweep; nothing is started or written."""
     from workloads.datasets.resolver import verify
 
+    from ..cluster import cluster_settings, get_provider
     from ..cluster.profiles import load_catalog
     from .reference import load_reference
     from ..sweep.sweep import SweepSettings
@@ -93,11 +92,14 @@ def plan(settings: StudySettings) -> StudyPlan:
     datasets = park2019.choose_datasets({e.model for e in found}, samples, available)
     cells = park2019.cells(found, samples, datasets, settings.engine, how)
     val = park2019.val_samples(settings.scale, datasets)
+    profiled = "profile" in get_provider(settings.cluster).options  # nodes of a profile
     profile = settings.profile
-    if settings.cluster == "emulated" and profile is None:
+    if profiled and profile is None:
         profile = DEFAULT_PROFILE
+    cluster = cluster_settings(settings.cluster, profile=profile, speedup=settings.speedup,
+                               inventory=settings.inventory)
     catalog = load_catalog()
-    seconds = estimate.grid_s(cells, settings.cluster, profile, catalog, val,
+    seconds = estimate.grid_s(cells, cluster.speed, profile, catalog, val,
                               load_reference(), settings.speedup)
     notes = []
     floored = sorted({f"{m}{'-' + str(layers) if layers else ''} x {batch}"
@@ -110,12 +112,11 @@ def plan(settings: StudySettings) -> StudyPlan:
         notes.append("accuracy on the synthetic set is not compared with the study's "
                      "(fetch MNIST and CIFAR-10 with `edgeprof data fetch`)")
     sweep = SweepSettings(
-        cells=cells, out_dir=settings.out_dir, cluster=settings.cluster, profile=profile,
+        cells=cells, out_dir=settings.out_dir, cluster=cluster,
         data_dir=settings.data_dir, timeout_s=settings.timeout_s, resume=settings.resume,
         interval_s=settings.interval_s, val_samples=val, ship_target=settings.ship_target,
-        inventory=settings.inventory, speedup=settings.speedup,
         extra={"study": "park2019", "scale": settings.scale, "method": how.name})
-    check = settings.profile_check if settings.cluster == "emulated" else "off"
+    check = settings.profile_check if profiled else "off"
     if check != "off" and profile in catalog.mixes:
         notes.append(f"{profile} is a mix of profiles: not checked on this host (check "
                      "each with `edgeprof sweep --profile NAME --profile-check refuse`)")

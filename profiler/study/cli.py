@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..cli_errors import reports_errors
+from ..cluster import providers_help
 from ..engines import ENGINES
 
 
@@ -37,7 +38,7 @@ def study() -> None:
 @click.option("--devices", default="1,2,3,4,5,6,7,8,9,10", show_default=True,
               help="Device counts of the device sweeps (1 is always run: the baseline).")
 @click.option("--cluster", "cluster_name", default="emulated", show_default=True,
-              help="emulated (root), local or inventory (with --inventory).")
+              help=providers_help() + ".")
 @click.option("--profile", default=None,
               help="Emulated node profile [default: pi3b-park2019, calibrated to the study].")
 @click.option("--speedup", default=1.0, show_default=True, type=float,

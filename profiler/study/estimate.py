@@ -15,12 +15,14 @@ A cell's time is its start-up, its training and its validation:
   (``--scale 0.01 --speedup 100``: 2-3 times the first estimate's figure on ten
   devices, docs/study.md).
 
-``rate`` on the emulated cluster follows the CPU quota the node gets for the model: the
+The provider says what its nodes are (``ClusterSettings.speed``). ``rate`` on nodes of
+a profile (the emulated cluster) follows the CPU quota the node gets for the model: the
 study's own rate on a profile calibrated to it (``pi3b-park2019``), in proportion to
 the quota on any other, times the time dilation the cell will get (the largest
-calibrated one that fits, up to ``speedup``: ``profiles.dilation``). Real boards (``inventory``) are taken to be
-as fast as the study's. On the local cluster the nodes run at the host's speed, a rough
-guess (one host core per node). It is an estimate: the printed figure says so.
+calibrated one that fits, up to ``speedup``: ``profiles.dilation``). Real boards
+(``inventory``) are taken to be as fast as the study's. Slots of this host (the local
+cluster) run at the host's speed, a rough guess (one host core per node). It is an
+estimate: the printed figure says so.
 """
 
 from __future__ import annotations
@@ -66,15 +68,16 @@ def device_factor(cell: CellConfig, reference: dict) -> float:
     return rows["elapsed_s"][rows["devices"].index(devices)] / rows["elapsed_s"][0]
 
 
-def node_rate(cell: CellConfig, cluster: str, profile: str | None, catalog: Catalog,
+def node_rate(cell: CellConfig, speed: str, profile: str | None, catalog: Catalog,
               speedup: float = 1.0) -> float:
-    """The one-device training rate (samples/s) the cell's model is expected to have."""
+    """The one-device training rate (samples/s) the cell's model is expected to have on
+    nodes of ``speed`` (``ClusterSettings.speed``: ``board``, ``profile`` or ``host``)."""
     rate = study_rate(cell)
     calibrated = catalog.profiles.get(CALIBRATED_PROFILE)
-    if cluster == "inventory" or calibrated is None:
+    if speed == "board" or calibrated is None:
         return rate
-    if cluster != "emulated":
-        return rate / calibrated.cpu_cores_for(cell.model)  # local: a host core per node
+    if speed != "profile":
+        return rate / calibrated.cpu_cores_for(cell.model)  # a host core per node
     nodes = catalog.node_profiles(profile or CALIBRATED_PROFILE,
                                   get_engine(cell.engine).nodes_needed(cell))
     options = {k: [node.cpu_cores_for(cell.model, k) for node in nodes]
@@ -101,10 +104,10 @@ def cell_s(cell: CellConfig, rate: float, val_samples: int, reference: dict) -> 
     return startup + train + validate
 
 
-def grid_s(cells: list[CellConfig], cluster: str, profile: str | None, catalog: Catalog,
+def grid_s(cells: list[CellConfig], speed: str, profile: str | None, catalog: Catalog,
            val_samples: int, reference: dict, speedup: float = 1.0) -> float:
-    """The whole grid's estimated time, seconds."""
-    return sum(cell_s(c, node_rate(c, cluster, profile, catalog, speedup), val_samples,
+    """The whole grid's estimated time, seconds, on nodes of ``speed`` (``node_rate``)."""
+    return sum(cell_s(c, node_rate(c, speed, profile, catalog, speedup), val_samples,
                       reference) for c in cells)
 
 

@@ -64,13 +64,13 @@ class CellMonitor:
         self._agents.clear()
 
     def summary(self, worker_nodes: list[str], t_start: float, t_end: float) -> dict:
-        from ..agent.summary import summarize_cell
+        from ..metrics.summary import summarize_cell
         return summarize_cell(self.cell_dir, worker_nodes, t_start, t_end,
                               traffic_file=self.traffic_file)
 
 
 def summary_columns() -> list[str]:
-    from ..agent.summary import SUMMARY_COLUMNS
+    from ..metrics.summary import SUMMARY_COLUMNS
     return list(SUMMARY_COLUMNS)
 
 

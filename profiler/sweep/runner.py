@@ -70,8 +70,7 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
         {**asdict(cell), "cell_id": cell.cell_id, "attempt": attempt}, indent=1, sort_keys=True))
     needed = engine.nodes_needed(cell)
     # Per-cell node settings (the emulated cluster's quotas per model, time dilation).
-    prepare = getattr(cluster, "prepare", None)
-    speedup = prepare(cell, needed, max_speedup) if prepare is not None else 1.0
+    speedup = cluster.prepare(cell, needed, max_speedup)
     nodes = cluster.nodes()[:needed]
     if len(nodes) < needed:
         raise ClusterError(f"{cell.label} needs {needed} nodes, the {cluster.name} cluster "
@@ -85,8 +84,7 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
     outcome, culprit, error = "failed", None, ""
     oom_before: dict[str, int] = {}
     # Providers that limit a node's memory can tell when it thrashes at the limit.
-    read_memory = getattr(cluster, "memory_pressure", None)
-    thrash_watch = ThrashWatch(nodes if read_memory else [], read_memory)
+    thrash_watch = ThrashWatch(nodes, cluster.memory_pressure)
     straggler = Straggler(cell, cluster)  # one node slowed (profiler.sweep.stragglers)
     try:
         specs = engine.plan(cell, nodes, cell_dir, options)
@@ -120,8 +118,8 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
         if monitor:
             monitor.stop(stop)
     t_reaped = time.time()
-    collect = getattr(cluster, "collect", None)  # nodes with disks of their own
-    fetch_problems = collect(cell_dir, nodes) if collect and launched else []
+    # Nodes with disks of their own hand back what the cell wrote there.
+    fetch_problems = cluster.collect(cell_dir, nodes) if launched else []
 
     events = read_cell_events(cell_dir / "events")
     oom_kills = sum(cluster.oom_killed(n) - oom_before.get(n.name, 0) for n in nodes)
@@ -283,11 +281,8 @@ def _last_line(log: Path, limit: int = 200) -> str:
 def _clock_offsets(cluster: Cluster, nodes) -> dict[str, float]:
     """Each node's clock minus this host's, for providers whose nodes have their own
     clocks (measured as the cell starts: clocks drift over a sweep of hours)."""
-    measure = getattr(cluster, "clock_offsets", None)
-    if measure is None:
-        return {}
     try:
-        return measure(nodes)
+        return cluster.clock_offsets(nodes)
     except (OSError, ClusterError):
         return {}  # the steps keep the nodes' own clocks; the cell itself may still run
 

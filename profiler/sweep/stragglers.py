@@ -7,8 +7,8 @@ asynchronous training the others should not wait. The node slowed is the node of
 plan's last worker (``straggler_node``): deterministic, a worker's node whatever the
 engine and placement (with one device, the single node).
 
-The cluster does the slowing (``slow_node(node, factor, ...)`` / ``restore_node(node,
-...)``, found like the other optional provider methods): the emulated cluster multiplies
+The cluster does the slowing (``Cluster.slow_node(node, factor, ...)`` /
+``restore_node(node, ...)``, where ``Cluster.can_slow_node``): the emulated cluster multiplies
 the node's CFS quota, real nodes with cgroup v2 put the cell's processes on the node in a
 cgroup with ``cpu.max``. ``Straggler`` applies it after the cell's processes are
 launched (at once, or from a timer thread T s after the launch) and restores the node
@@ -133,7 +133,7 @@ class Straggler:
         self.node = straggler_node(specs)
         if self.node is None:
             return
-        if getattr(self.cluster, "slow_node", None) is None:
+        if not self.cluster.can_slow_node:
             raise ClusterError(f"--straggler {self.spec.text}: the {self.cluster.name} "
                                "cluster cannot slow a node: use --cluster emulated or "
                                "inventory")

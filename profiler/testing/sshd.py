@@ -91,7 +91,7 @@ class SshdNodes:
             if self.cluster is not None:
                 proc = self.cluster.start(node, argv, {}, folder / "sshd.log", confine=True)
             else:
-                proc = popen_in_group(["nsenter", f"--net=/run/netns/{node.scope['netns']}",
+                proc = popen_in_group(["nsenter", f"--net=/run/netns/{node.scope.netns}",
                                        "--", *argv], {}, folder / "sshd.log")
             self._procs.append(proc)
         self.known_hosts_path.write_text("\n".join(known) + "\n")

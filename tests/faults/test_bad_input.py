@@ -50,7 +50,9 @@ from click.testing import CliRunner
 
 from profiler.cell import CellConfig
 from profiler.cli import cli
-from profiler.sweep.sweep import SweepSettings, prepare_sweep_dir
+from profiler.cluster import cluster_settings
+from profiler.sweep.folder import prepare_sweep_dir
+from profiler.sweep.sweep import SweepSettings
 from workloads.datasets import cifar, idx
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,6 +128,13 @@ CASES = [
         "none, F or F@T"),
     bad("straggler-on-the-local-cluster", "sweep --straggler 0.5", "--straggler 0.5",
         "--cluster emulated"),
+    # --- provider options a provider does not take (each provider's settings say)
+    bad("speedup-on-the-local-cluster", "sweep --speedup 4",
+        "--speedup 4 applies to the emulated cluster only", "--cluster emulated"),
+    bad("profile-on-the-local-cluster", "sweep --profile pi3b",
+        "--profile pi3b is a node profile of the emulated cluster", "--cluster emulated"),
+    bad("speedup-out-of-range", "sweep --cluster emulated --speedup 0.5", "--speedup 0.5",
+        "a factor from 1"),
     # --- --dataset
     bad("dataset-unknown", "sweep --dataset imagenet", "--dataset 'imagenet'",
         "fashion-mnist, mnist-5k"),
@@ -308,7 +317,8 @@ def _earlier_sweep(out: Path) -> Path:
     """A sweep folder as ``edgeprof sweep --cluster emulated --val-samples 200`` leaves it,
     with one finished cell, made without training anything."""
     cell = CellConfig(model="lenet-mlp", layers=None)
-    prepare_sweep_dir(SweepSettings(cells=[cell], out_dir=out, cluster="emulated",
+    prepare_sweep_dir(SweepSettings(cells=[cell], out_dir=out,
+                                    cluster=cluster_settings("emulated"),
                                     threads_per_process=1, val_samples=200))
     (out / "results.jsonl").write_text(
         f'{{"cell_id": "{cell.cell_id}", "status": "ok", "elapsed_s": 1.5}}\n')
@@ -441,6 +451,7 @@ def sentinels(monkeypatch) -> list[str]:
     import profiler.metrics.ship
     import profiler.cluster.emulated
     import profiler.data.fetch
+    import profiler.sweep.folder
     import profiler.sweep.sweep
 
     ran: list[str] = []
@@ -452,6 +463,7 @@ def sentinels(monkeypatch) -> list[str]:
         return called
 
     for module, name in ((profiler.sweep.sweep, "run_sweep"),
+                         (profiler.sweep.folder, "prepare_sweep_dir"),
                          (profiler.sweep.sweep, "prepare_sweep_dir"),
                          # What builds or removes namespaces and cgroups (``up`` checks
                          # its input first, then calls these).

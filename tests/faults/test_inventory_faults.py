@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.cluster.inventory import hosts_from_inventory
+from profiler.cluster.inventory.hosts import hosts_from_inventory
 from profiler.errors import ConfigError
 from tests.conftest import ROOT, sshd_nodes
 
@@ -95,7 +95,7 @@ def test_hosts_come_master_first_with_their_ssh_settings():
     assert "ProxyJump=bastion" in argv and argv[-3:-1] == ["192.168.1.22", "--"]
     # One argument for the remote shell, quoted: no word of the command is re-split.
     assert argv[-1] == "python -c 'print('\"'\"'a b'\"'\"')'"
-    assert w1.node().scope["interfaces"] == "wlan0"
+    assert w1.node().scope.interfaces == ("wlan0",)
     with pytest.raises(ConfigError, match="no hosts"):
         hosts_from_inventory({"_meta": {"hostvars": {}}}, "inv")
 
@@ -134,19 +134,21 @@ def test_mxnet_without_parameter_server_is_named(monkeypatch):
     such wheel runs here, so the host's answer is given as the probe would read it from
     that wheel (a stand-in); the probe's real answer on this machine is checked below."""
     from profiler.cell import CellConfig
-    from profiler.cluster import inventory as inv
+    from profiler import __version__
+    from profiler.cluster.inventory.hosts import Host
+    from profiler.cluster.inventory.probe import check_hosts
     from profiler.errors import ClusterError
 
-    hosts = [inv.Host(name="pi0", address="192.0.2.1")]
-    answers = {"pi0": {"version": inv.__version__, "engines": {
+    hosts = [Host(name="pi0", address="192.0.2.1")]
+    answers = {"pi0": {"version": __version__, "engines": {
         "mxnet": {"ok": True, "dist_kvstore": False}, "horovod": {"ok": True}}}}
     one = CellConfig(engine="mxnet", devices=1)
     two = CellConfig(engine="mxnet", devices=2)
     hvd = CellConfig(engine="horovod", devices=2)
-    inv.check_hosts(hosts, [one, hvd], answers)  # local KVStore and Horovod work
+    check_hosts(hosts, [one, hvd], answers)  # local KVStore and Horovod work
     with pytest.raises(ClusterError, match="pi0 cannot run --engine mxnet.*no distributed "
                                            "KVStore.*edgeprof_mxnet_wheel.*--engine torch"):
-        inv.check_hosts(hosts, [one, two], answers)
+        check_hosts(hosts, [one, two], answers)
 
 
 def test_mxnet_wheel_without_arm_performance_libraries_is_named(monkeypatch):
@@ -174,7 +176,7 @@ def test_mxnet_wheel_without_arm_performance_libraries_is_named(monkeypatch):
 
 
 def test_probe_runs_each_engines_check_on_this_machine():
-    from profiler.cluster.inventory import _PROBE
+    from profiler.cluster.inventory.probe import _PROBE
 
     done = subprocess.run([sys.executable, "-c", _PROBE, "horovod", "mxnet", "torch"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)

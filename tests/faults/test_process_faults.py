@@ -15,14 +15,14 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
 
 from profiler.cell import CellConfig
-from profiler.cluster.local import LocalCluster
-from profiler.sweep import sweep as sweep_mod
+from profiler.cluster.local import LocalCluster, LocalSettings
 from profiler.sweep.sweep import SweepSettings, run_sweep
 from tests.conftest import ROOT
 
@@ -124,14 +124,20 @@ class _FailingStart(LocalCluster):
         return super().start(node, argv, env, log_path, **kw)
 
 
-def test_a_cell_that_cannot_start_is_failed_and_the_sweep_goes_on(tmp_path, monkeypatch):
-    cluster = _FailingStart()
-    monkeypatch.setattr(sweep_mod, "open_cluster", lambda name, n, profile, **kw: (
-        (cluster.ensure(n), cluster)[1], False))
+@dataclass
+class _FailingStartSettings(LocalSettings):
+    """The local provider's settings, opening ``_FailingStart`` instead."""
+
+    def open(self, nodes_needed, cells=()):
+        return self.closing(_FailingStart(nodes_needed))
+
+
+def test_a_cell_that_cannot_start_is_failed_and_the_sweep_goes_on(tmp_path):
     cells = [CellConfig(model="lenet-mlp", layers=None, devices=d, max_samples=256)
              for d in (2, 1)]
     outcome = run_sweep(SweepSettings(cells=cells, out_dir=tmp_path / "s", val_samples=64,
-                                      interval_s=0.5), progress=False)
+                                      interval_s=0.5, cluster=_FailingStartSettings()),
+                        progress=False)
     statuses = [(r["status"], r["reason"]) for r in outcome.records]
     assert statuses[0][0] == "failed" and "Too many open files" in statuses[0][1]
     assert statuses[1] == ("ok", ""), statuses

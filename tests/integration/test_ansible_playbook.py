@@ -74,7 +74,7 @@ HIGH_PORT = 29876
 
 
 def _in_netns(node, argv, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(["nsenter", f"--net=/run/netns/{node.scope['netns']}", "--",
+    return subprocess.run(["nsenter", f"--net=/run/netns/{node.scope.netns}", "--",
                            *argv], capture_output=True, text=True, timeout=60, **kw)
 
 
@@ -95,7 +95,7 @@ def _start_influxd(node, folder: Path) -> subprocess.Popen:
     config = folder / "influxdb.conf"
     # In the monitor node's own namespace: its loopback ports are its own.
     config.write_text(influxd_config(folder, http_port=8086, rpc_port=8088, auth=True))
-    proc = popen_in_group(["nsenter", f"--net=/run/netns/{node.scope['netns']}", "--",
+    proc = popen_in_group(["nsenter", f"--net=/run/netns/{node.scope.netns}", "--",
                            need_binary("influxd"), "-config", str(config)], {},
                           folder / "influxd.log")
     ping = ("import requests\n"
@@ -302,7 +302,7 @@ def test_firewall_closes_high_ports_to_all_but_the_cluster(provisioned):
     # Behaviour: a server on a high port of the master answers a worker, not this host
     # (10.213.0.254, outside the subnet), while SSH still answers this host.
     server = subprocess.Popen(
-        ["nsenter", f"--net=/run/netns/{nodes[0].scope['netns']}", "--", sys.executable,
+        ["nsenter", f"--net=/run/netns/{nodes[0].scope.netns}", "--", sys.executable,
          "-c", "import socket, time\ns = socket.create_server(('0.0.0.0', %d))\n"
          "time.sleep(30)\n" % HIGH_PORT])
     try:

@@ -122,10 +122,10 @@ def test_nodes_carry_their_scope(emulated):
     assert [n.address for n in nodes] == ["10.213.0.1", "10.213.0.2", "10.213.0.3"]
     for node in nodes:
         assert node.cpu_cores == CPU_CORES and node.memory_mb == MEMORY_MB
-        assert node.scope["netns"] == f"edgeprof-{node.name}"
-        assert node.scope["interfaces"] == "eth0"
+        assert node.scope.netns == f"edgeprof-{node.name}"
+        assert node.scope.interfaces == ("eth0",)
         for key in ("cgroup_cpu", "cgroup_memory"):
-            assert Path(node.scope[key]).is_dir()
+            assert Path(getattr(node.scope, key)).is_dir()
 
 
 def test_transfer_between_nodes_runs_at_the_link_rate(emulated, tmp_path):
@@ -169,7 +169,7 @@ def test_a_node_process_sees_its_own_interfaces_and_its_cgroup(emulated, tmp_pat
     code = ("import sys\nnames = [l.split(':')[0].strip() for l in "
             "open('/proc/net/dev').readlines()[2:]]\nprint(sorted(names))\n"
             "import os\nprint('cgroup.procs' in os.listdir(sys.argv[1]))")
-    proc = _start(emulated, node, code, node.scope["cgroup_cpu"], log=tmp_path / "see.log",
+    proc = _start(emulated, node, code, node.scope.cgroup_cpu, log=tmp_path / "see.log",
                   confine=False)
     assert proc.wait(timeout=20) == 0, (tmp_path / "see.log").read_text()
     assert (tmp_path / "see.log").read_text().split("\n")[:2] == ["['eth0', 'lo']", "True"]
@@ -186,7 +186,7 @@ def test_unconfined_process_runs_in_the_node_but_outside_its_cgroup(emulated, tm
         time.sleep(0.3)
         pids = _node_cgroup(node).pids()
         assert confined.pid in pids and free.pid not in pids
-        assert {confined.pid, free.pid} <= set(netns_pids(node.scope["netns"]))
+        assert {confined.pid, free.pid} <= set(netns_pids(node.scope.netns))
     finally:
         for proc in (confined, free):
             proc.kill()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.cluster.base import Node
+from profiler.cluster.base import Node, NodeScope
 from profiler.cluster.local import LocalCluster
 from profiler.engines.base import TrainOptions
 from profiler.engines.horovod import HorovodEngine
@@ -44,7 +44,7 @@ def _cell(**kw) -> CellConfig:
 def test_plan_is_a_rendezvous_and_one_worker_per_node(tmp_path):
     _need_horovod()
     cell = _cell(model="lenet-mlp", layers=None, devices=3)
-    nodes = [Node(f"n{i}", address=f"10.9.0.{i + 1}", scope={"interfaces": "eth0"})
+    nodes = [Node(f"n{i}", address=f"10.9.0.{i + 1}", scope=NodeScope(interfaces=("eth0",)))
              for i in range(3)]
     specs = HorovodEngine().plan(cell, nodes, tmp_path, TINY)
     launcher, workers = specs[0], specs[1:]
@@ -73,7 +73,7 @@ def test_async_is_refused_and_the_plan_needs_an_interface(tmp_path):
     with pytest.raises(ConfigError, match="horovod trains sync only"):
         validate(async_cell)
     bare = [Node("a", address="10.9.0.1"), Node("b", address="10.9.0.2")]
-    with pytest.raises(ClusterError, match=r"scope\['interfaces'\]"):
+    with pytest.raises(ClusterError, match=r"NodeScope\(interfaces=\.\.\.\)"):
         engine.plan(_cell(model="lenet-mlp", layers=None), bare, tmp_path, TINY)
 
 

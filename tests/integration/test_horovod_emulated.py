@@ -47,11 +47,11 @@ def test_two_horovod_workers_allreduce_across_emulated_nodes(cluster, tmp_path):
     cell = validate(CellConfig(engine="horovod", model="lenet-mlp", layers=None, devices=2,
                                batch=32, max_samples=32 * 2 * steps))
     nodes = cluster.nodes()[:2]
-    before = [netns.interface_counters(n.scope["netns"]) for n in nodes]
+    before = [netns.interface_counters(n.scope.netns) for n in nodes]
     rec = run_cell(cell, cluster, HorovodEngine(), tmp_path / cell.cell_id,
                    TrainOptions(val_samples=64), sweep_id="t", timeout_s=300,
                    monitor_interval_s=None)
-    after = [netns.interface_counters(n.scope["netns"]) for n in nodes]
+    after = [netns.interface_counters(n.scope.netns) for n in nodes]
     assert rec["status"] == "ok", rec["reason"]
     assert rec["cluster"] == "emulated" and rec["syncs_per_worker"] == steps
     # Ring allreduce at N=2: each worker sends and receives at least the model's bytes

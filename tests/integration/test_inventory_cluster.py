@@ -58,7 +58,7 @@ def _leftovers(hosts, *marks: str) -> list[str]:
     ``ssh`` clients, anything started with the cell's folders)."""
     found = []
     for node in hosts["sshd"].nodes:
-        for pid in netns.netns_pids(node.scope["netns"]):
+        for pid in netns.netns_pids(node.scope.netns):
             try:
                 proc = psutil.Process(pid)
                 if proc.exe() == SSHD:
@@ -86,7 +86,7 @@ def test_leftover_check_sees_a_process_that_names_no_path(hosts):
     line names none of the cell's folders (as ``python -m workloads.serve``) is found."""
     node = hosts["sshd"].nodes[1]
     assert _wait_gone(hosts) == []
-    stray = subprocess.Popen(["nsenter", f"--net=/run/netns/{node.scope['netns']}", "--",
+    stray = subprocess.Popen(["nsenter", f"--net=/run/netns/{node.scope.netns}", "--",
                               sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         deadline = time.monotonic() + 10
@@ -199,7 +199,8 @@ def test_a_straggler_needs_cgroup_v2_on_the_hosts(hosts, tmp_path):
     cpu.max: the sweep is refused in one line when its hosts are checked, before anything
     runs, and the node's own command (run over SSH) refuses too. The cgroup v2 path
     itself is tested against a folder laid out like v2 (tests/unit/test_stragglers.py)."""
-    from profiler.cluster.inventory import InventoryCluster, read_inventory
+    from profiler.cluster.inventory.cluster import InventoryCluster
+    from profiler.cluster.inventory.hosts import read_inventory
     from profiler.errors import ClusterError
 
     out = tmp_path / "sweep"

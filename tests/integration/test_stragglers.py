@@ -112,7 +112,7 @@ class QuotaWatch:
     """Reads a node's CFS quota (cores) from its cgroup every 20 ms while a cell runs."""
 
     def __init__(self, node):
-        self.dir = Path(node.scope["cgroup_cpu_quota"])
+        self.dir = Path(node.scope.cgroup_cpu_quota)
         self.readings: list[tuple[float, float]] = []  # (time.time(), cores)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -142,7 +142,7 @@ class QuotaWatch:
 
 
 def _quota_in_force(node) -> tuple[int, int]:
-    folder = Path(node.scope["cgroup_cpu_quota"])
+    folder = Path(node.scope.cgroup_cpu_quota)
     return (int((folder / "cpu.cfs_quota_us").read_text()),
             int((folder / "cpu.cfs_period_us").read_text()))
 

@@ -47,11 +47,11 @@ def _run(cluster, tmp_path, engine: str, **kw):
                                batch=32, max_samples=32 * 2 * STEPS, **kw))
     plugin = get_engine(engine)
     nodes = cluster.nodes()[:plugin.nodes_needed(cell)]
-    before = {n.name: netns.interface_counters(n.scope["netns"]) for n in nodes}
+    before = {n.name: netns.interface_counters(n.scope.netns) for n in nodes}
     rec = run_cell(cell, cluster, plugin, tmp_path / cell.cell_id,
                    TrainOptions(val_samples=64), sweep_id="t", timeout_s=300,
                    monitor_interval_s=None)
-    after = {n.name: netns.interface_counters(n.scope["netns"]) for n in nodes}
+    after = {n.name: netns.interface_counters(n.scope.netns) for n in nodes}
     moved = {name: {key: after[name][key] - before[name][key] for key in ("tx_bytes", "rx_bytes")}
              for name in before}
     return rec, moved

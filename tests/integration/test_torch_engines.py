@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from profiler.cluster.base import Node
+from profiler.cluster.base import Node, NodeScope
 from profiler.cluster.local import LocalCluster
 from profiler.engines import get_engine
 from profiler.engines.base import TrainOptions
@@ -57,7 +57,7 @@ def test_slices_cover_the_parameters_once():
 
 
 def test_plans_place_servers_as_mxnet_does(tmp_path):
-    nodes = [Node(f"n{i}", address=f"10.9.0.{i + 1}", scope={"interfaces": "eth0"})
+    nodes = [Node(f"n{i}", address=f"10.9.0.{i + 1}", scope=NodeScope(interfaces=("eth0",)))
              for i in range(4)]
     ps = get_engine("torch")
     master = ps.plan(_cell(devices=3), nodes, tmp_path, TINY)

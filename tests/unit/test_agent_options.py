@@ -12,7 +12,7 @@ from profiler.metrics.launch import agent_argv
 from profiler.agent.options import influx_options, interval_option
 from profiler.metrics.cli import ship
 from profiler.metrics.targets import target_from_options
-from profiler.cluster.base import Node
+from profiler.cluster.base import Node, NodeScope
 from profiler.errors import ConfigError
 
 
@@ -70,9 +70,9 @@ def test_commands_have_help_with_example():
 
 def test_agent_argv_carries_scope_and_tags(tmp_path):
     node = Node(name="n1", address="10.0.0.2", cpu_cores=1.0, memory_mb=1024,
-                scope={"interfaces": "eth0", "netns": "ep-n1",
-                       "cgroup_cpu": "/sys/fs/cgroup/cpuacct/ep/n1",
-                       "cgroup_memory": "/sys/fs/cgroup/memory/ep/n1"})
+                scope=NodeScope(interfaces=("eth0",), netns="ep-n1",
+                                cgroup_cpu="/sys/fs/cgroup/cpuacct/ep/n1",
+                                cgroup_memory="/sys/fs/cgroup/memory/ep/n1"))
     argv = agent_argv(node, tmp_path / "spool", tmp_path / "pids.json",
                       {"sweep": "s1", "cell": "c1", "node": "n1", "layers": "20"}, 0.5)
     assert argv[:3] == [sys.executable, "-m", "profiler.agent"]

@@ -22,11 +22,13 @@ import pytest
 
 from profiler.metrics.summary import throttled_during
 from profiler.cell import CellConfig
-from profiler.cluster import check_straggler
-from profiler.cluster.base import Node
+from profiler.cluster import PROVIDERS, cluster_settings
+from profiler.cluster.base import Cluster, Node
 from profiler.cluster.cgroups import NodeCgroup, cfs_quota_us
-from profiler.cluster.inventory import (STRAGGLER_PERIOD_US, Host, check_hosts,
-                                        cpu_max_command, straggler_answer)
+from profiler.cluster.inventory.hosts import Host
+from profiler.cluster.inventory.probe import check_hosts
+from profiler.cluster.inventory.straggler import (STRAGGLER_PERIOD_US, cpu_max_command,
+                                                  straggler_answer)
 from profiler.engines.base import ProcessSpec
 from profiler.errors import ClusterError, ConfigError
 from profiler.sweep import grid, stragglers
@@ -82,11 +84,11 @@ def test_the_grid_crosses_stragglers_with_every_other_setting():
 def test_only_clusters_that_can_slow_a_node_take_a_straggler():
     cells = [CellConfig(straggler="none"), CellConfig(straggler="0.5@10")]
     with pytest.raises(ConfigError) as err:
-        check_straggler("local", cells)
+        cluster_settings("local").check(cells)
     assert "--straggler 0.5@10" in str(err.value) and "--cluster emulated" in str(err.value)
-    check_straggler("local", cells[:1])
-    for name in ("emulated", "inventory"):
-        check_straggler(name, cells)
+    cluster_settings("local").check(cells[:1])
+    assert {name for name, settings in PROVIDERS.items()
+            if settings.cluster_type().can_slow_node} == {"emulated", "inventory"}
 
 
 def _specs(*nodes_roles):
@@ -105,10 +107,11 @@ def test_the_straggler_is_the_node_of_the_last_worker_and_profiles_are_recorded(
     assert stragglers.node_profiles([Node("local0"), Node("local1")]) is None
 
 
-class RecordingCluster:
+class RecordingCluster(Cluster):
     """Stands in for a provider: records when each node was slowed and restored."""
 
     name = "recording"
+    can_slow_node = True
 
     def __init__(self, fail_slow: bool = False, fail_restore: bool = False):
         self.calls: list[tuple[str, str, float, dict]] = []
@@ -212,7 +215,7 @@ def test_a_failed_restore_is_named_but_keeps_the_result(tmp_path):
 
 
 def test_a_cluster_that_cannot_slow_a_node_is_an_error_and_none_is_a_no_op(tmp_path):
-    class Local:
+    class Local(Cluster):
         name = "local"
 
     with pytest.raises(ClusterError, match="the local cluster cannot slow a node"):

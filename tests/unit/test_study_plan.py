@@ -230,10 +230,10 @@ def test_the_study_plans_on_a_mix_paced_by_its_slowest_node():
     settings = dict(scale=0.01, parts=("table1",), devices=(1, 2, 4))
     mix = plan(StudySettings(profile="mix-2pi4-8pi3b-park2019", **settings))
     uniform = plan(StudySettings(**settings))
-    assert mix.sweep.profile == "mix-2pi4-8pi3b-park2019"
+    assert mix.sweep.cluster.identity()["profile"] == "mix-2pi4-8pi3b-park2019"
     assert [c.cell_id for c in mix.sweep.cells] == [c.cell_id for c in uniform.sweep.cells]
     # One and two devices (colocated: nodes 0-1) run on Pi 4s, four reach the Pi 3Bs.
-    rate = {c.devices: estimate.node_rate(c, "emulated", "mix-2pi4-8pi3b-park2019", catalog)
+    rate = {c.devices: estimate.node_rate(c, "profile", "mix-2pi4-8pi3b-park2019", catalog)
             for c in mix.sweep.cells}
     assert rate[2] == pytest.approx(rate[1]) and rate[4] == pytest.approx(rate[1] * 3 / 7,
                                                                          rel=1e-3)

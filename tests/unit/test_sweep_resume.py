@@ -11,9 +11,11 @@ import time
 import pytest
 
 from profiler.cell import CELL_FORMAT, CellConfig
+from profiler.cluster import cluster_settings
 from profiler.errors import ConfigError
+from profiler.sweep.folder import next_attempt, prepare_sweep_dir
 from profiler.sweep.interrupts import StopRequest, SweepInterrupted
-from profiler.sweep.sweep import SweepSettings, next_attempt, prepare_sweep_dir
+from profiler.sweep.sweep import SweepSettings
 from profiler.sweep.timeouts import cell_timeout_s, default_timeout_s
 
 
@@ -23,14 +25,21 @@ def _made(tmp_path, **kw) -> SweepSettings:
     return settings
 
 
-@pytest.mark.parametrize("change, words", [
-    (dict(cluster="emulated"), ["--cluster emulated", "local"]),
-    (dict(threads_per_process=2), ["--threads 2", "1"]),
-    (dict(val_samples=100), ["--val-samples 100", "(none)"]),
-    (dict(profile="pi4"), ["--profile pi4"]),
+def _emulated(profile=None, speedup=1.0):
+    return cluster_settings("emulated", profile=profile, speedup=speedup)
+
+
+@pytest.mark.parametrize("first, change, words", [
+    ({}, dict(cluster=_emulated()), ["--cluster emulated", "local"]),
+    ({}, dict(threads_per_process=2), ["--threads 2", "1"]),
+    ({}, dict(val_samples=100), ["--val-samples 100", "(none)"]),
+    (dict(cluster=_emulated("pi3b")), dict(cluster=_emulated("pi4")),
+     ["--profile pi4", "pi3b"]),
+    (dict(cluster=_emulated()), dict(cluster=_emulated(speedup=4)), ["--speedup 4", "1.0"]),
 ])
-def test_resume_with_other_settings_is_refused_naming_the_difference(tmp_path, change, words):
-    _made(tmp_path)
+def test_resume_with_other_settings_is_refused_naming_the_difference(tmp_path, first, change,
+                                                                      words):
+    _made(tmp_path, **first)
     again = SweepSettings(cells=[CellConfig()], out_dir=tmp_path / "s", resume=True, **change)
     with pytest.raises(ConfigError) as err:
         prepare_sweep_dir(again)
@@ -40,9 +49,9 @@ def test_resume_with_other_settings_is_refused_naming_the_difference(tmp_path, c
 
 
 def test_resume_with_the_same_settings_and_no_profile_is_accepted(tmp_path):
-    _made(tmp_path, cluster="emulated", profile="pi3b")
+    _made(tmp_path, cluster=_emulated("pi3b"))
     again = SweepSettings(cells=[CellConfig()], out_dir=tmp_path / "s", resume=True,
-                          cluster="emulated")
+                          cluster=_emulated())
     sweep_id, out = prepare_sweep_dir(again)
     assert out == tmp_path / "s" and sweep_id
 
@@ -141,3 +150,19 @@ def test_stop_request_records_the_first_signal_and_a_second_asks_for_haste():
     with StopRequest():
         pass
     assert signal.getsignal(signal.SIGTERM) == before  # restored when nothing happened
+
+
+def test_a_sweep_written_before_providers_were_plugins_still_resumes(tmp_path):
+    """sweep.json's identity keeps its keys (cluster, profile, inventory, speedup): a
+    folder written by the edgeprof before this one resumes with the same options."""
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "sweep.json").write_text(json.dumps({
+        "sweep_id": "20260101-000000", "cells": [], "identity": {
+            "cell_format": CELL_FORMAT, "cluster": "emulated", "profile": "pi3b",
+            "data_dir": None, "threads": 1, "seed": 42, "val_samples": None,
+            "inventory": None, "speedup": 2.0}}))
+    again = SweepSettings(cells=[CellConfig()], out_dir=tmp_path / "s", resume=True,
+                          cluster=_emulated(speedup=2))
+    assert prepare_sweep_dir(again) == ("20260101-000000", tmp_path / "s")
+    assert set(again.identity()) == {"cell_format", "cluster", "profile", "inventory",
+                                     "speedup", "data_dir", "threads", "seed", "val_samples"}

@@ -1,0 +1,130 @@
+"""Writing profiles files: the counterpart of ``cluster/profiles.py``'s parser.
+
+``write_profile`` adds a calibration's result (``calibrate``) to a profiles file,
+``write_user_profile`` a re-calibrated profile (``calibrate.check``); both read the file
+as it is, change one profile and write it back atomically, then read the whole catalog
+back through the parser, so that a file written here always loads.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import yaml
+
+from ..cluster.profiles import USER_PROFILES, Profile, load_catalog, profile_files
+from ..errors import ConfigError
+from ..fsutil import atomic_write_text
+
+if TYPE_CHECKING:
+    from . import Calibration
+
+
+def write_profile(result: Calibration, path: Path | None = None) -> Path:
+    """Add (or replace) the calibrated profile in ``path`` (default: the user's file).
+
+    A model quota (``result.model``) goes into the profile's ``cpu_cores_by_model``,
+    the profile otherwise kept as it is (copied into ``path`` if it came from another
+    file); a fresh ``cpu_cores`` makes a new profile from the base's link and memory.
+    """
+    path = Path(path or USER_PROFILES).expanduser()
+    doc = read_profiles_file(path, "give another --to FILE")
+    note = (f"{result.workload} at {result.samples_per_s:.1f} samples/s (target "
+            f"{result.target_samples_per_s:g})")
+    if result.check_ratio is not None:
+        note += (f"; {result.check_workload} {result.check_samples_per_s:.2f} samples/s, "
+                 f"{result.check_ratio:.2f} x its reference {result.check_target_samples_per_s:g}")
+    measured = {"host": platform.node(), "date": time.strftime("%Y-%m-%d"),
+                **{k: v for k, v in asdict(result).items()
+                   if k not in ("steps", "model", "dilations", "board_rate")}}
+    if result.dilations:
+        measured["dilations"] = {k: {"quota_cores": round(m.quota_cores, 5),
+                                     "samples_per_s": m.samples_per_s}
+                                 for k, m in sorted(result.dilations.items())}
+    dilated = {float(k): round(m.quota_cores, 5) for k, m in sorted(result.dilations.items())}
+    dilated_model = result.model or _model_of(result.workload)
+    if result.model is not None:
+        entry = dict((doc.get("profiles") or {}).get(result.profile) or
+                     profile_to_extend(result.profile, path).as_spec())
+        entry["cpu_cores_by_model"] = {**(entry.get("cpu_cores_by_model") or {}),
+                                       result.model: round(result.quota_cores, 5)}
+        calibration = entry.get("calibration")
+        if not isinstance(calibration, dict) or "workload" in calibration:
+            # An older profile kept one calibration, its cpu_cores'.
+            calibration = {"cpu_cores": calibration} if calibration else {}
+        entry["calibration"] = {**calibration, result.model: measured}
+        entry["board_rates"] = {**(entry.get("board_rates") or {}),
+                                result.model: result.board_rate.as_spec()}
+        if dilated:
+            entry["cpu_cores_dilated"] = {**(entry.get("cpu_cores_dilated") or {}),
+                                          result.model: dilated}
+    else:
+        base = named_base_profile(result.base)
+        entry = {"description": f"{base.description or base.name}, CPU calibrated ({note})",
+                 "link_mbit": base.link_mbit, "memory_mb": base.memory_mb,
+                 "cpu_cores": round(result.quota_cores, 5),
+                 **({"board_cores": base.board_cores} if base.board_cores else {}),
+                 **({"cpu_cores_dilated": {dilated_model: dilated}} if dilated else {}),
+                 "board_rates": {dilated_model: result.board_rate.as_spec()},
+                 "calibration": {"cpu_cores": measured}}
+    doc.setdefault("profiles", {})[result.profile] = entry
+    save_profiles_file(path, doc)
+    return path
+
+
+def read_profiles_file(path: Path, fix: str) -> dict:
+    """The profiles file at ``path`` as a mapping ({} if there is none yet); ``fix``
+    ends the one line that refuses a file that is not one."""
+    if not path.exists():
+        return {}
+    doc = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path} is not a profiles file (no mapping at the top): {fix}")
+    return doc
+
+
+def save_profiles_file(path: Path, doc: dict) -> None:
+    """Write ``doc`` to ``path`` atomically; it must read back as profiles."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False))
+    load_catalog()  # the file just written must read back (raises one line if not)
+
+
+def _model_of(label: str) -> str:
+    """The model family of a workload label (``resnet-32 batch 32`` -> ``resnet``)."""
+    name = label.split()[0]
+    return "resnet" if name.startswith("resnet") else name
+
+
+def profile_to_extend(name: str, to_file: Path | None) -> Profile:
+    """The profile a model quota is added to: from ``to_file`` if it has it, else known."""
+    files = None
+    if to_file is not None and Path(to_file).expanduser().is_file():
+        files = [*profile_files(), Path(to_file).expanduser()]
+    catalog = load_catalog(files)
+    if name not in catalog.profiles:
+        raise ConfigError(f"--model-quota adds to an existing profile, and {name!r} is none: "
+                          "calibrate its cpu_cores first (the same command without "
+                          "--model-quota)")
+    return catalog.profiles[name]
+
+
+def named_base_profile(name: str) -> Profile:
+    catalog = load_catalog()
+    if name not in catalog.profiles:
+        raise ConfigError(f"unknown base profile {name!r}: use one of "
+                          f"{', '.join(sorted(catalog.profiles))} (its link and memory are kept)")
+    return catalog.profiles[name]
+
+
+def write_user_profile(profile: Profile, path: Path | None = None) -> Path:
+    """Write ``profile`` whole into the user's profiles file (replacing one of its name)."""
+    path = Path(path or USER_PROFILES).expanduser()
+    doc = read_profiles_file(path, "move it away or fix it")
+    doc.setdefault("profiles", {})[profile.name] = profile.as_spec()
+    save_profiles_file(path, doc)
+    return path

@@ -1,0 +1,188 @@
+"""The hosts of an Ansible inventory, as edgeprof reaches them over SSH.
+
+Hosts are read with Ansible's own parser (``ansible-inventory --list``), so group_vars,
+host_vars, ``ansible_host``, ``ansible_port``, ``ansible_user``,
+``ansible_ssh_private_key_file`` and ``ansible_ssh_common_args``/``_extra_args`` mean what
+they mean to the playbook that provisioned the hosts. Nodes are the ``master`` hosts, then
+the ``workers`` (node 0 is the master: the engines put the scheduler and server there).
+Commands are argument lists quoted for the remote shell with ``shlex.join``; host keys
+are checked (BatchMode: never a prompt).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Mapping, Sequence
+
+from ...errors import ClusterError, ConfigError
+from ..base import Node, NodeScope, child_env
+
+DEFAULT_PYTHON = "/opt/edgeprof/venv/bin/python"
+DEFAULT_WORKDIR = "/var/lib/edgeprof/runs"
+DEFAULT_INTERFACE = "eth0"
+GROUPS = ("master", "workers")
+SSH_CONNECT_TIMEOUT_S = 10
+INVENTORY_TIMEOUT_S = 60
+
+
+@dataclass(frozen=True)
+class Host:
+    """One inventory host as edgeprof reaches it."""
+
+    name: str
+    address: str
+    port: int | None = None
+    user: str | None = None
+    key_file: str | None = None
+    ssh_args: tuple[str, ...] = ()
+    python: str = DEFAULT_PYTHON
+    workdir: str = DEFAULT_WORKDIR
+    data_dir: str | None = None
+    interface: str = DEFAULT_INTERFACE
+    profile: str = "host"
+
+    def ssh(self, remote: Sequence[str]) -> list[str]:
+        """The local ``ssh`` argv running ``remote`` (an argv) on this host."""
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}",
+                "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=6"]
+        if self.port:
+            argv += ["-p", str(self.port)]
+        if self.user:
+            argv += ["-l", self.user]
+        if self.key_file:
+            argv += ["-i", self.key_file]
+        return [*argv, *self.ssh_args, self.address, "--", shlex.join(remote)]
+
+    def node(self) -> Node:
+        return Node(name=self.name, address=self.address, profile=self.profile,
+                    scope=NodeScope(interfaces=(self.interface,), ssh_host=self.name))
+
+
+def read_inventory(path: Path) -> list[Host]:
+    """The ``master`` then ``workers`` hosts of an Ansible inventory; one line on any problem."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"--inventory {path} does not exist: copy "
+                          "ansible/inventory.example.ini and list your nodes")
+    binary = shutil.which("ansible-inventory") or str(Path(sys.executable).parent /
+                                                      "ansible-inventory")
+    if not Path(binary).exists():
+        raise ClusterError("ansible-inventory not found: install ansible-core "
+                           "(scripts/setup.sh does)")
+    try:
+        done = subprocess.run([binary, "-i", str(path), "--list"], capture_output=True,
+                              text=True, timeout=INVENTORY_TIMEOUT_S,
+                              env={**plain_env(),
+                                   # A file no plugin can parse is an error, not an
+                                   # empty inventory with a warning.
+                                   "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
+                                   "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True",
+                                   "ANSIBLE_LOCALHOST_WARNING": "False"})
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"--inventory {path}: ansible-inventory took over "
+                          f"{INVENTORY_TIMEOUT_S} s: check the file") from None
+    if done.returncode != 0:
+        raise ConfigError(f"--inventory {path} cannot be parsed "
+                          f"({last_line(done.stderr).removeprefix('[ERROR]: ')}): fix it; "
+                          f"`ansible-inventory -i {path} --list` shows the details")
+    try:
+        data = json.loads(done.stdout)
+    except ValueError:
+        raise ConfigError(f"--inventory {path} cannot be parsed: fix its syntax") from None
+    return hosts_from_inventory(data, str(path))
+
+
+def hosts_from_inventory(data: Mapping, label: str) -> list[Host]:
+    """Hosts from ``ansible-inventory --list`` output (a pure function, tested alone)."""
+    hostvars = data.get("_meta", {}).get("hostvars", {})
+    names: list[str] = []
+    for group in GROUPS:
+        for name in _group_hosts(data, group):
+            if name in names:
+                raise ConfigError(f"--inventory {label}: host {name} is listed as master and "
+                                  "worker: a node has one role, list it once")
+            names.append(name)
+    if not names:
+        raise ConfigError(f"--inventory {label} has no hosts in the groups master and "
+                          "workers: list your nodes under [master] and [workers] (see "
+                          "ansible/inventory.example.ini)")
+    if not _group_hosts(data, "workers"):
+        raise ConfigError(f"--inventory {label} has no [workers] hosts: list the nodes "
+                          "that train under [workers]")
+    hosts = [_host(name, hostvars.get(name, {}), label) for name in names]
+    seen: dict[tuple[str, int | None], str] = {}
+    for host in hosts:
+        key = (host.address, host.port)
+        if key in seen:
+            raise ConfigError(f"--inventory {label}: hosts {seen[key]} and {host.name} are "
+                              f"the same machine ({host.address}): list each node once")
+        seen[key] = host.name
+    return hosts
+
+
+def _group_hosts(data: Mapping, group: str) -> list[str]:
+    """Hosts of ``group`` and of its child groups, in inventory order."""
+    out: list[str] = []
+    stack = [group]
+    visited: set[str] = set()
+    while stack:
+        name = stack.pop(0)
+        if name in visited:
+            continue
+        visited.add(name)
+        entry = data.get(name, {}) or {}
+        out += [h for h in entry.get("hosts", []) if h not in out]
+        stack += entry.get("children", [])
+    return out
+
+
+def _host(name: str, hv: Mapping, label: str) -> Host:
+    address = str(hv.get("ansible_host") or "").strip()
+    if not address:
+        raise ConfigError(f"--inventory {label}: host {name} has no ansible_host: give its "
+                          f"address, e.g. `{name} ansible_host=192.168.1.21`")
+    ssh_args: list[str] = []
+    for key in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        if hv.get(key):
+            ssh_args += shlex.split(str(hv[key]))
+    port = hv.get("ansible_port") or hv.get("ansible_ssh_port")
+    return Host(
+        name=name, address=address, port=int(port) if port else None,
+        user=hv.get("ansible_user") or hv.get("ansible_ssh_user"),
+        key_file=hv.get("ansible_ssh_private_key_file"), ssh_args=tuple(ssh_args),
+        python=_python(hv),
+        workdir=str(hv.get("edgeprof_workdir") or DEFAULT_WORKDIR),
+        data_dir=str(hv["edgeprof_data_dir"]) if hv.get("edgeprof_data_dir") else None,
+        interface=str(hv.get("edgeprof_interface") or DEFAULT_INTERFACE),
+        profile=str(hv.get("edgeprof_profile") or "host"))
+
+
+def _python(hv: Mapping) -> str:
+    """``edgeprof_python``, else ``edgeprof_venv``'s python (as group_vars/all.yml derives it).
+
+    ``ansible-inventory`` does not render Jinja, so a templated value is derived here.
+    """
+    python = str(hv.get("edgeprof_python") or "")
+    if python and "{{" not in python:
+        return python
+    venv = str(hv.get("edgeprof_venv") or "")
+    if venv and "{{" not in venv:
+        return str(PurePosixPath(venv) / "bin" / "python")
+    return DEFAULT_PYTHON
+
+
+def plain_env() -> dict[str, str]:
+    """The environment of the local ``ssh`` and ``ansible-inventory``: ours, less secrets."""
+    return child_env({})
+
+
+def last_line(text: str) -> str:
+    """The last non-empty line of a tool's output (its error), shortened."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "no message"

@@ -1,0 +1,166 @@
+"""A sweep's folder: created or reopened, its ``sweep.json``, and what ``--resume`` compares.
+
+``sweep.json`` keeps the sweep's id, its cells, what ran it (``versions``) and its
+*identity* (``SweepSettings.identity``: the cell format, the provider's ``identity``,
+data, threads, seed, validation set), which a resumed sweep must match: otherwise its
+results would mix two setups. Each run of a cell is an attempt with a folder of its own
+(``cells/<cell_id>/attempt-<N>/``, ``next_attempt``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..engines import ENGINES, distributions
+from ..errors import ConfigError
+from ..fsutil import atomic_write_text
+
+if TYPE_CHECKING:
+    from .sweep import SweepSettings
+
+
+def new_sweep_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def check_sweep_dir(settings: SweepSettings) -> dict | None:
+    """Refuse an ``--out`` (and ``--resume``) that cannot work, writing nothing.
+
+    Returns the earlier sweep's ``sweep.json`` when resuming, else None. The CLI calls it
+    before it prints anything; ``prepare_sweep_dir`` calls it again (the Python API).
+    """
+    out = settings.out_dir
+    if settings.resume:
+        if out is None or not (Path(out) / "sweep.json").is_file():
+            where = "" if out is None else f" ({out} has no sweep.json)"
+            raise ConfigError(f"--resume needs --out DIR of an earlier sweep{where}: give "
+                              "the folder that sweep wrote, e.g. --out runs/<sweep_id>")
+        meta = read_sweep_meta(Path(out))
+        check_resume(meta, settings)
+        return meta
+    if out is not None:
+        out = Path(out)
+        if (out / "results.jsonl").exists():
+            raise ConfigError(f"--out {out} already holds a sweep: add --resume to continue "
+                              "it, or choose another --out")
+        existing = next((p for p in (out, *out.parents) if p.exists()), None)
+        if existing is not None and not existing.is_dir():
+            raise ConfigError(f"--out {out} cannot be created ({existing} is a file): "
+                              "choose another --out")
+    return None
+
+
+def prepare_sweep_dir(settings: SweepSettings) -> tuple[str, Path]:
+    """Create (or, with ``resume``, reopen and check) the sweep folder; check it is writable."""
+    meta = check_sweep_dir(settings)
+    if meta is not None:
+        _check_writable(Path(settings.out_dir))
+        return meta["sweep_id"], Path(settings.out_dir)
+    sweep_id = new_sweep_id()
+    out = Path(settings.out_dir) if settings.out_dir is not None else Path("runs") / sweep_id
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out {out} cannot be created ({exc.strerror}): "
+                          "choose a writable folder") from None
+    _check_writable(out)
+    meta = {"sweep_id": sweep_id, "created": time.time(), "timeout_s": settings.timeout_s,
+            "interval_s": settings.interval_s, "identity": settings.identity(),
+            "cells": [asdict(c) for c in settings.cells], "versions": _versions(),
+            **({"extra": settings.extra} if settings.extra else {})}
+    atomic_write_text(out / "sweep.json", json.dumps(meta, indent=1, sort_keys=True))
+    return sweep_id, out
+
+
+def _versions() -> dict:
+    """What ran the sweep, for its report (which may be written elsewhere, later).
+
+    From package metadata, not ``import mxnet``: importing MXNet costs the controller
+    seconds. Packages that are not installed are left out.
+    """
+    import platform
+    from importlib import metadata
+
+    from .. import __version__
+
+    found = {"edgeprof": __version__, "python": platform.python_version()}
+    for package in distributions(ENGINES):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def read_sweep_meta(sweep_dir: Path) -> dict:
+    """``sweep.json`` of a sweep folder; ``ConfigError`` (one line) when it is unusable."""
+    path = Path(sweep_dir) / "sweep.json"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path} cannot be read ({exc.strerror}): check --out") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is corrupt ({exc}): restore it, or start a new sweep "
+                          "with another --out") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("sweep_id"), str):
+        raise ConfigError(f"{path} has no sweep_id: it is not an edgeprof sweep; start a new "
+                          "sweep with another --out")
+    return meta
+
+
+def check_resume(meta: dict, settings: SweepSettings) -> None:
+    """Refuse to resume with settings that change what the cells measure."""
+    recorded = meta.get("identity")
+    if not isinstance(recorded, dict):
+        # A sweep from before identities were kept: older than cell formats too (format 1),
+        # so it is refused below like any sweep of another cell format.
+        recorded = {}
+    now = settings.identity()
+    if recorded.get("cell_format") != now["cell_format"]:
+        raise ConfigError(
+            f"--resume: the sweep in {settings.out_dir} was written by another edgeprof "
+            f"version (cell format {recorded.get('cell_format', 1)}, this one "
+            f"{now['cell_format']}), whose cells this one cannot match: start a new sweep "
+            "with another --out")
+    if now["profile"] is None:
+        now["profile"] = recorded.get("profile")  # no --profile: the sweep's own
+    for key, value in now.items():
+        if key in recorded and recorded[key] != value:
+            option = RESUME_OPTIONS.get(key, key)
+            raise ConfigError(
+                f"--resume: {option} {_shown(value)} differs from the sweep's "
+                f"{_shown(recorded[key])}: resume with {option} {_shown(recorded[key])}, "
+                "or start a new sweep with another --out")
+
+
+RESUME_OPTIONS = {"cluster": "--cluster", "profile": "--profile", "data_dir": "--data-dir",
+                  "threads": "--threads", "seed": "seed", "val_samples": "--val-samples",
+                  "inventory": "--inventory", "speedup": "--speedup"}
+
+
+def _shown(value) -> str:
+    return "(none)" if value is None else str(value)
+
+
+def next_attempt(cell_root: Path) -> int:
+    """The number of the next attempt of a cell: one more than the last one started."""
+    numbers = [int(path.parent.name.split("-", 1)[1])
+               for path in cell_root.glob("attempt-*/cell.json")
+               if path.parent.name.split("-", 1)[1].isdigit()]
+    return max(numbers, default=0) + 1
+
+
+def _check_writable(path: Path) -> None:
+    # os.access says yes to root everywhere; only a real write tells (read-only mounts).
+    probe = path / f".write-test-{os.getpid()}"
+    try:
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"--out {path} is not writable ({exc.strerror}): "
+                          "choose a folder you can write to") from None
