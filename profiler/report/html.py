@@ -24,7 +24,9 @@ from .ratios import Ratio, summary
 STATUS_COLUMNS = [("config", "configuration"), ("status", "status"), ("reason", "reason"),
                   ("dataset", "dataset"), ("train_s", "train s"), ("samples_per_s", "samples/s"),
                   ("val_accuracy", "val acc"), ("cpu_percent_mean", "CPU %"),
-                  ("mem_used_mb_peak", "mem peak MB"), ("net_sent_kb_per_s", "sent KB/s"),
+                  # The cell's processes, then the node's (the host, on the local cluster).
+                  ("rss_mb_peak", "mem peak MB"), ("mem_used_mb_peak", "node mem peak MB"),
+                  ("net_sent_kb_per_s", "sent KB/s"),
                   ("net_recv_kb_per_s", "recv KB/s"), ("metrics_nodes", "nodes")]
 TEXT_COLUMNS = ("config", "status", "reason", "dataset")  # left-aligned
 BREAKDOWN_COLUMNS = [("compute_ms_mean", "compute"), ("comm_ms_mean", "comm"),

@@ -1,4 +1,12 @@
-"""The plain-text table printed at the end of a sweep, in the spirit of the study's Table 1."""
+"""The plain-text table printed at the end of a sweep, in the spirit of the study's Table 1.
+
+Memory is two columns, because on the local cluster a node is the whole host: ``mem_MB``
+is the cell's own, the summed RSS of a worker node's training processes (mean over the
+cell's life, then over worker nodes: ``rss_mb_mean``), which is what a reader takes the
+model's footprint to be; ``node_mem_MB`` is the node's used memory (``mem_used_mb_mean``:
+the host's on the local cluster, the node's cgroup on the emulated one, the board's on
+real nodes), which includes everything else running there.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +16,8 @@ COLUMNS = [  # (header, record key, format)
     ("status", "status", "{}"), ("elapsed_s", "elapsed_s", "{:.1f}"),
     ("val_acc", "val_accuracy", "{:.3f}"), ("samples/s", "samples_per_s", "{:.1f}"),
     ("syncs", "syncs_per_worker", "{:.0f}"), ("cpu_%", "cpu_percent_mean", "{:.1f}"),
-    ("mem_MB", "mem_used_mb_mean", "{:.0f}"), ("sent_KB", "net_sent_kb", "{:.0f}"),
+    ("mem_MB", "rss_mb_mean", "{:.0f}"), ("node_mem_MB", "mem_used_mb_mean", "{:.0f}"),
+    ("sent_KB", "net_sent_kb", "{:.0f}"),
     ("recv_KB", "net_recv_kb", "{:.0f}"),
 ]
 

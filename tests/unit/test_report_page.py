@@ -274,3 +274,9 @@ def test_no_network_panels_when_no_cell_had_two_devices():
     section = page.split("<h2>Per-node time series</h2>")[1]
     assert "No network panels: no cell ran on two or more devices" in section
     assert "No network panels" not in _page([_record(devices=2)])
+
+
+def test_cells_table_shows_the_cells_memory_and_the_nodes_apart():
+    rows = _rows(_page([_record(rss_mb_peak=185.5, mem_used_mb_peak=5120.0)]), "<h2>Cells</h2>")
+    shown = dict(zip(rows[0], rows[1]))
+    assert (shown["mem peak MB"], shown["node mem peak MB"]) == ("185.5", "5,120.0")

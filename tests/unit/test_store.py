@@ -49,6 +49,15 @@ def test_table_formats_missing_values():
     assert " - " in lines[3]
 
 
+def test_table_shows_the_cells_processes_memory_and_the_nodes_apart():
+    """``mem_MB`` is the worker processes' RSS (what the model takes); on the local cluster
+    the node's used memory is the whole host's, so it has a column of its own."""
+    lines = format_table([_record("a", "ok", rss_mb_mean=185.4, mem_used_mb_mean=5120.2,
+                                  rss_mb_peak=190.0)]).splitlines()
+    row = dict(zip(lines[0].split(), lines[2].split()))
+    assert (row["mem_MB"], row["node_mem_MB"]) == ("185", "5120")
+
+
 
 def test_append_after_a_torn_line_keeps_the_next_record(tmp_path):
     """A crash mid-append leaves a torn line; the next record must not be glued to it."""
