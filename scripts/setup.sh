@@ -14,8 +14,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# ganglia-monitor, collectd-core and prometheus-node-exporter: the monitors
+# benchmarks/bench_agent_peers.py starts beside the agent (with its own configs). Their
+# packaged daemons must not run: RUNLEVEL=1 below (and a policy-rc.d that exits 101, where
+# there is one) keeps invoke-rc.d from starting them; after an install
+# `pgrep -af 'gmond|collectd|node-exporter'` prints nothing (and `systemctl is-active
+# ganglia-monitor collectd prometheus-node-exporter` says inactive where systemd runs).
 APT_PACKAGES=(python3-venv python3-dev g++ cmake make iproute2 ethtool influxdb victoria-metrics
-              curl procps dataset-fashion-mnist openssh-server openssh-client chromium iptables)
+              curl procps dataset-fashion-mnist openssh-server openssh-client chromium iptables
+              ganglia-monitor collectd-core prometheus-node-exporter)
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
