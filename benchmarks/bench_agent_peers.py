@@ -63,9 +63,13 @@ def gmond_config(work: Path) -> Path:
     port = free_port()
     metrics = "\n".join(f'  metric {{ name = "{name}" value_threshold = 0 }}'
                         for name in GMOND_METRICS)
-    modules = "\n".join(
-        f'  module {{ name = "{name}_module" path = "mod{name}.so" }}'
-        for name in ("cpu", "disk", "load", "mem", "net"))
+    found = sorted(Path("/usr/lib").glob("*/ganglia/modcpu.so")) + sorted(
+        Path("/usr/lib").glob("ganglia/modcpu.so"))
+    if not found:
+        sys.exit("gmond's modules (modcpu.so) are not under /usr/lib: reinstall ganglia-monitor")
+    modules = "\n".join(['  module { name = "core_metrics" }'] + [
+        f'  module {{ name = "{name}_module" path = "{found[0].parent}/mod{name}.so" }}'
+        for name in ("cpu", "disk", "load", "mem", "net")])
     path = work / "gmond.conf"
     path.write_text(f"""globals {{
   daemonize = no
@@ -256,6 +260,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=300.0)
     parser.add_argument("--warmup", type=float, default=10.0)
     args = parser.parse_args()
+    # A SIGTERM (timeout, kill) unwinds like Ctrl-C: the monitors started are stopped.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     results, scraper = measure(args.seconds, args.warmup)
     collectd_cpu, collectd_rss = results["collectd"]
     gmond_cpu, gmond_rss = results["gmond"]
