@@ -1,8 +1,9 @@
 """``edgeprof cluster up|down|status|profiles``: the emulated Pi cluster from the shell,
 and ``status --inventory`` for the real hosts of an Ansible inventory.
 
-A thin Click layer over ``profiler.cluster.emulated`` and ``.inventory``; library errors (not root, a kernel
-feature missing, a cluster already up) become one line on stderr and exit status 2.
+A thin Click layer over ``profiler.cluster.emulated`` and ``.inventory.status``; library
+errors (not root, a kernel feature missing, a cluster already up) become one line on
+stderr and exit status 2.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ class InventorySettings(ClusterSettings):
 
     inventory: Path | None = None
     # (when, hosts, engines, answers) of the last ``check``, which ``open`` reuses.
-    _checked: tuple | None = field(default=None, repr=False, compare=False)
+    _checked: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     name = "inventory"
     help = "real nodes over SSH, with --inventory"
