@@ -16,7 +16,7 @@ from profiler.dashboards.push import DATASOURCE_UID, FOLDER_UID, Datasource
 from tests.conftest import ROOT
 
 PROVISIONING = ROOT / "dashboards" / "provisioning"
-# What the monitor role passes (ansible/roles/monitor/defaults/main.yml); values only
+# What the monitor role passes (its defaults and the influx role's); values only
 # need to render.
 ROLE_VARS = {"ansible_managed": "Ansible managed", "edgeprof_grafana_dashboards_dir": "/d",
              "edgeprof_grafana_influx_url": "http://127.0.0.1:8086",

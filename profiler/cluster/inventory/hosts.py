@@ -164,7 +164,7 @@ def _host(name: str, hv: Mapping, label: str) -> Host:
 
 
 def _python(hv: Mapping) -> str:
-    """``edgeprof_python``, else ``edgeprof_venv``'s python (as group_vars/all.yml derives it).
+    """``edgeprof_python``, else ``edgeprof_venv``'s python (``bin/python`` in the venv).
 
     ``ansible-inventory`` does not render Jinja, so a templated value is derived here.
     """
