@@ -8,7 +8,9 @@ the end, each process with its children):
   disk modules, every metric collected every second and sent to itself (unicast UDP on
   loopback, as a one-node cluster would);
 - ``collectd`` (Debian ``collectd-core``): the cpu (per core), memory, interface, disk
-  and load plugins at ``Interval 1``, written to CSV files (edgeprof writes a spool);
+  and load plugins at ``Interval 1``, twice: written to CSV files (on disk, as edgeprof
+  writes a spool) and sent with its ``network`` plugin (UDP on loopback, nothing on
+  disk: the cheaper of the two, and the one the ratios are against);
 - ``prometheus-node-exporter``: the cpu, cpufreq, meminfo, netdev, diskstats, loadavg
   and hwmon collectors, scraped once a second by this script (a scrape is when it
   samples); the scraper's own CPU is counted apart, as it would be Prometheus's;
@@ -98,12 +100,23 @@ collection_group {{
     return path
 
 
-def collectd_config(work: Path) -> Path:
-    path = work / "collectd.conf"
+def collectd_config(work: Path, writer: str) -> Path:
+    """collectd's config, writing with ``writer``: ``csv`` (files) or ``network`` (UDP)."""
+    path = work / f"collectd-{writer}.conf"
+    write = {"csv": f"""LoadPlugin csv
+<Plugin csv>
+  DataDir "{work}/collectd-csv"
+  StoreRates true
+</Plugin>
+""", "network": f"""LoadPlugin network
+<Plugin network>
+  Server "127.0.0.1" "{free_port()}"
+</Plugin>
+"""}[writer]
     path.write_text(f"""Hostname "bench"
 FQDNLookup false
-BaseDir "{work}/collectd"
-PIDFile "{work}/collectd.pid"
+BaseDir "{work}/collectd-{writer}"
+PIDFile "{work}/collectd-{writer}.pid"
 PluginDir "/usr/lib/collectd"
 TypesDB "/usr/share/collectd/types.db"
 Interval 1
@@ -117,13 +130,8 @@ LoadPlugin memory
 LoadPlugin interface
 LoadPlugin disk
 LoadPlugin load
-LoadPlugin csv
-<Plugin csv>
-  DataDir "{work}/collectd-csv"
-  StoreRates true
-</Plugin>
-""")
-    (work / "collectd").mkdir()
+{write}""")
+    (work / f"collectd-{writer}").mkdir()
     return path
 
 
@@ -151,7 +159,8 @@ def commands(work: Path, exporter_port: int) -> dict[str, list[str]]:
     agent = ["--interval", "1", "--spool"]
     return {
         "gmond": ["gmond", "-f", "-c", str(gmond_config(work))],
-        "collectd": ["collectd", "-f", "-C", str(collectd_config(work))],
+        "collectd (network)": ["collectd", "-f", "-C", str(collectd_config(work, "network"))],
+        "collectd (csv)": ["collectd", "-f", "-C", str(collectd_config(work, "csv"))],
         "node_exporter": ["prometheus-node-exporter",
                           f"--web.listen-address=127.0.0.1:{exporter_port}",
                           "--collector.disable-defaults",
@@ -263,7 +272,7 @@ def main() -> None:
     # A SIGTERM (timeout, kill) unwinds like Ctrl-C: the monitors started are stopped.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     results, scraper = measure(args.seconds, args.warmup)
-    collectd_cpu, collectd_rss = results["collectd"]
+    collectd_cpu, collectd_rss = results["collectd (network)"]
     gmond_cpu, gmond_rss = results["gmond"]
     print(f"{args.seconds:.0f} s at 1 Hz, all at once, on {os.cpu_count()} cores; "
           f"node_exporter scraped {scraper.scrapes} times")
@@ -272,7 +281,7 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     rows = list(results.items())
-    rows.insert(3, ("node_exporter + its scrapes", (results["node_exporter"][0] + scraper.cpu_s,
+    rows.insert(4, ("node_exporter + its scrapes", (results["node_exporter"][0] + scraper.cpu_s,
                                                      results["node_exporter"][1])))
     for name, (cpu, rss) in rows:
         print(f"{name:36} {cpu:9.5f} {rss:7.1f} {ratio(cpu, collectd_cpu):>13} "

@@ -45,17 +45,29 @@ def encode(measurement: str, tags: Mapping[str, str], fields: Mapping[str, float
     non-finite floats and None are dropped: influxdb-client's ``Point`` output.
     """
     parts = []
-    for key, value in sorted(fields.items()):
-        if value is None:
+    for key in sorted(fields):
+        value = fields[key]
+        # Exact types first (the agent's fields are plain floats and ints): one type()
+        # test each instead of isinstance chains, a tenth of a tick at 1 Hz.
+        kind = type(value)
+        if kind is float:
+            if value - value != 0.0:  # inf or nan: dropped, as Point drops them
+                continue
+            text = repr(value)
+            parts.append(f"{_key(key)}={text[:-2] if text.endswith('.0') else text}")
+        elif kind is int:
+            parts.append(f"{_key(key)}={value}i")
+        elif value is None:
             continue
-        if isinstance(value, bool):
+        elif isinstance(value, bool):
             parts.append(f"{_key(key)}={str(value).lower()}")
         elif isinstance(value, int):
-            parts.append(f"{_key(key)}={value}i")
+            parts.append(f"{_key(key)}={int(value)}i")
         else:
+            value = float(value)
             if not math.isfinite(value):
                 continue
-            text = str(float(value))
+            text = repr(value)
             parts.append(f"{_key(key)}={text[:-2] if text.endswith('.0') else text}")
     if not parts:
         return ""

