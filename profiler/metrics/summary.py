@@ -108,6 +108,7 @@ def _node(spool_dir: Path, start_ms: int, end_ms: int, shipper: dict) -> dict:
     cores: list[float] = []
     mem: list[tuple[int, float]] = []
     rss_by_time: dict[int, float] = {}
+    before_rss: dict[int, float] = {}
     counters: dict[str, list[tuple[int, dict]]] = {}
     throttle: list[tuple[int, int]] = []
     mhz: list[tuple[int, float]] = []
@@ -120,6 +121,9 @@ def _node(spool_dir: Path, start_ms: int, end_ms: int, shipper: dict) -> dict:
             # The sample before the window is the sticky bits' baseline: keep it too.
             throttle.append((point.time_ms, int(point.fields["flags"])))
         elif point.time_ms < start_ms:
+            if point.measurement == "proc" and point.tags.get("role") == "worker":
+                before_rss[point.time_ms] = before_rss.get(point.time_ms, 0.0) + \
+                    point.fields["rss_mb"]
             continue
         elif point.measurement == "cpu_freq" and "freq_mhz" in point.fields:
             mhz.append((point.time_ms, float(point.fields["freq_mhz"])))
@@ -145,7 +149,11 @@ def _node(spool_dir: Path, start_ms: int, end_ms: int, shipper: dict) -> dict:
     mem_values = _in_window(mem, end_ms)
     if mem_values:
         out.update(mem_used_mb_mean=fmean(mem_values), mem_used_mb_peak=max(mem_values))
-    rss_values = _in_window(sorted(rss_by_time.items()), end_ms)
+    # A cell shorter than the interval whose workers were gone by the next sample has
+    # no worker sample in or after its window: the last one before it (the workers
+    # loaded, about to train) is the nearest reading of their memory there is.
+    rss_values = _in_window(sorted(rss_by_time.items()), end_ms) or (
+        [before_rss[max(before_rss)]] if before_rss else [])
     if rss_values:
         out.update(rss_mb_mean=fmean(rss_values), rss_mb_peak=max(rss_values))
     if counters:

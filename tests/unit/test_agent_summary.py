@@ -93,3 +93,18 @@ def test_the_window_first_cpu_sample_holds_start_up_and_is_skipped(tmp_path):
     _spool(cell, "n1", "eth0", [0, 300, 50, 60, 70], 1024)
     row = summarize_cell(cell, ["n1"], 101.0, 104.0)
     assert row["cpu_percent_peak"] == 70.0 and row["cpu_percent_mean"] == 60.0
+
+
+def test_workers_gone_before_the_next_sample_keep_their_last_memory(tmp_path):
+    # A cell shorter than the interval: its workers were sampled once while loading,
+    # then ended before the next tick. mem_MB (rss) must not be empty.
+    cell = tmp_path / "sweep" / "cells" / "c1"
+    writer = SpoolWriter(cell / "metrics" / "n1", {"node": "n1"})
+    writer.append([lineproto.encode("mem", {"role": "worker"}, {"used_mb": 900.0}, 100_000),
+                   lineproto.encode("proc", {"role": "worker", "proc": "worker-0"},
+                                    {"rss_mb": 210.0}, 100_000),
+                   lineproto.encode("mem", {"role": "none"}, {"used_mb": 700.0}, 101_000)])
+    writer.close()
+    row = summarize_cell(cell, ["n1"], 100.2, 100.8)
+    assert row["rss_mb_mean"] == 210.0 and row["rss_mb_peak"] == 210.0
+    assert row["mem_used_mb_mean"] == 700.0
