@@ -187,10 +187,14 @@ def test_async_workers_keep_their_pace_beside_a_straggler(cluster, tmp_path):
     assert slowed["straggler_node"] == "n4"
     # The median of the other three: one worker held up by the host's other load (seen
     # here: one of four at 0.75 of the others in a run without a straggler) must not
-    # decide.
+    # decide. Not dragged down to the straggler's pace, as sync workers are (at most
+    # 0.75 x there, 0.5 x in effect): at least 0.8 x. Measured in whole-suite runs on
+    # this 2-core host: 0.82 (the straggler's slow sends hold the server's replies up
+    # a little, docs/emulated.md) and 1.30 (the baseline run slowed by other load);
+    # alone, 0.9 to 1.1. A faster run beside the straggler is no failure of the property.
     others = ("n1", "n2", "n3")
     ratio = median(after[n] for n in others) / median(before[n] for n in others)
-    assert 0.9 <= ratio <= 1.1, (ratio, before, after)
+    assert ratio >= 0.8, (ratio, before, after)
     assert after["n4"] <= 0.7 * before["n4"], (before, after)
 
 
