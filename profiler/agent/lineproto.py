@@ -53,8 +53,7 @@ def encode(measurement: str, tags: Mapping[str, str], fields: Mapping[str, float
         if kind is float:
             if value - value != 0.0:  # inf or nan: dropped, as Point drops them
                 continue
-            text = repr(value)
-            parts.append(f"{_key(key)}={text[:-2] if text.endswith('.0') else text}")
+            parts.append(f"{_key(key)}={_float_text(value)}")
         elif kind is int:
             parts.append(f"{_key(key)}={value}i")
         elif value is None:
@@ -65,13 +64,17 @@ def encode(measurement: str, tags: Mapping[str, str], fields: Mapping[str, float
             parts.append(f"{_key(key)}={int(value)}i")
         else:
             value = float(value)
-            if not math.isfinite(value):
-                continue
-            text = repr(value)
-            parts.append(f"{_key(key)}={text[:-2] if text.endswith('.0') else text}")
+            if math.isfinite(value):
+                parts.append(f"{_key(key)}={_float_text(value)}")
     if not parts:
         return ""
     return f"{_series(measurement, tuple(sorted(tags.items())))} {','.join(parts)} {int(time_ms)}"
+
+
+def _float_text(value: float) -> str:
+    """A float as Point writes it: ``repr`` without a trailing ``.0``."""
+    text = repr(value)
+    return text[:-2] if text.endswith(".0") else text
 
 
 # An agent writes the same few series and field names every tick: escaping them once

@@ -15,16 +15,12 @@ from .base import Cluster, ClusterSettings, Node, NodeScope, popen_in_group
 
 
 class LocalCluster(Cluster):
-    """``count`` local slots named ``local0`` … ``localN``; grows on demand."""
+    """``count`` local slots named ``local0`` … ``localN``."""
 
     name = "local"
 
     def __init__(self, count: int = 1):
         self._count = max(1, count)
-
-    def ensure(self, count: int) -> None:
-        """Local slots cost nothing: make sure at least ``count`` exist."""
-        self._count = max(self._count, count)
 
     def nodes(self) -> list[Node]:
         return [Node(name=f"local{i}", address="127.0.0.1", profile="host",
