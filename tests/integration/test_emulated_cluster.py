@@ -337,12 +337,25 @@ def test_down_after_a_crash_leaves_nothing(emulated, tmp_path):
     from profiler.cluster import emulated as em
     node = emulated.nodes()[0]
     # A crashed sweep: processes still running, confined and not, and a lost state file.
-    procs = [_start(emulated, node, "import time; time.sleep(60)", log=tmp_path / f"s{c}.log",
-                    confine=c) for c in (True, False)]
-    em.STATE_FILE.unlink()
-    removed = em.down()
-    for proc in procs:
-        assert proc.wait(timeout=10) == -9
+    # Each says so once it runs: Popen returns when nsenter has started, before it has
+    # entered the namespace, and a `down` in that gap cannot see the process there (CI
+    # once caught an unconfined one so, left alive in a deleted namespace).
+    logs = [tmp_path / f"s{c}.log" for c in (True, False)]
+    procs = [_start(emulated, node, "import time; print('up', flush=True); time.sleep(60)",
+                    log=log, confine=c) for log, c in zip(logs, (True, False))]
+    try:
+        deadline = time.monotonic() + 30
+        while not all(log.exists() and "up" in log.read_text() for log in logs):
+            assert time.monotonic() < deadline, "the sleepers did not start"
+            time.sleep(0.05)
+        em.STATE_FILE.unlink()
+        removed = em.down()
+        assert [proc.wait(timeout=10) for proc in procs] == [-9, -9]
+    finally:
+        for proc in procs:  # never left to a later test's count of children
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     assert any(item.startswith("netns edgeprof-n0") for item in removed)
     assert _leftovers() == []
     assert em.down() == []

@@ -5,8 +5,8 @@ quota (read back from its cgroup), and a mix of profiles swept through the CLI.
 The nodes are small (0.1 cores a worker, 0.5 for the server's node, gigabit links) so
 that a step is compute-bound and the cells' quotas fit a loaded 2-core host: a worker
 node then gets its quota whatever else runs, and the margins below (a sync straggler
-cell at most 0.75 x the rate, where half is expected; the typical async worker within
-10%) hold.
+cell at most 0.75 x the rate, where half is expected; the typical async worker at least
+1.5 x the straggler's rate beside it, where 2 x is expected) hold.
 Needs root, like every emulated-cluster test; run under
 ``flock /tmp/edgeprof-emulated.lock`` (one emulated cluster per host).
 """
@@ -185,16 +185,18 @@ def test_async_workers_keep_their_pace_beside_a_straggler(cluster, tmp_path):
     before, after = steady_rates(base_dir), steady_rates(slow_dir)
     print("async steady samples/s per worker: without", before, "with n4 at 0.5:", after)
     assert slowed["straggler_node"] == "n4"
-    # The median of the other three: one worker held up by the host's other load (seen
-    # here: one of four at 0.75 of the others in a run without a straggler) must not
-    # decide. Not dragged down to the straggler's pace, as sync workers are (at most
-    # 0.75 x there, 0.5 x in effect): at least 0.8 x. Measured in whole-suite runs on
-    # this 2-core host: 0.82 (the straggler's slow sends hold the server's replies up
-    # a little, docs/emulated.md) and 1.30 (the baseline run slowed by other load);
-    # alone, 0.9 to 1.1. A faster run beside the straggler is no failure of the property.
-    others = ("n1", "n2", "n3")
-    ratio = median(after[n] for n in others) / median(before[n] for n in others)
-    assert ratio >= 0.8, (ratio, before, after)
+    # Not dragged down to the straggler's pace, as sync workers are: within the one run
+    # beside it, the other three step about twice as fast as n4 (measured 1.9-2.2; a
+    # sync cell's workers all go at n4's pace, 1:1). Within one run, not against the
+    # baseline run: the host's other load moves the two runs apart (the median of
+    # n1-n3 against the baseline was 0.965-1.03 alone, 0.82 and 1.30 in whole-suite
+    # runs, and lower still in one CI run). The median: one worker held up by that load
+    # (seen: one of four at 0.75 of the others) must not decide.
+    others = median(after[n] for n in ("n1", "n2", "n3"))
+    print("async: n1-n3 against the baseline", others / median(before[n] for n in before
+                                                               if n != "n4"),
+          "against n4 beside them", others / after["n4"])
+    assert others >= 1.5 * after["n4"], (before, after)
     assert after["n4"] <= 0.7 * before["n4"], (before, after)
 
 
