@@ -129,10 +129,12 @@ def test_the_calibrated_study_on_the_emulated_cluster_gives_each_model_its_quota
         emulated.down()
 
 
-def test_a_profile_twice_as_fast_as_its_board_is_refused_before_the_grid_runs(tmp_path):
+def test_a_profile_far_faster_than_its_board_is_refused_before_the_grid_runs(tmp_path):
     """The host check (profiler.calibrate.check): one real measurement of the profile's
-    quota on this host, here against a board rate set to half what that quota trains
-    (measured first, the same way): the study stops in one line before any cell."""
+    quota on this host, here against a board rate set to a quarter of what that quota
+    trains (measured first, the same way): the study stops in one line before any cell.
+    A quarter, not a half: two such short measurements on a busy host differed by 1.74 x
+    in a whole-suite run, which put a half within the check's tolerance."""
     need_root()
     from profiler.calibrate import Workload, _Measurer
     from profiler.cluster import emulated
@@ -147,7 +149,7 @@ def test_a_profile_twice_as_fast_as_its_board_is_refused_before_the_grid_runs(tm
     profiles = tmp_path / "profiles.yaml"
     profiles.write_text(yaml.safe_dump({"profiles": {"pi3b-2x": {
         "link_mbit": 100, "memory_mb": 1024, "cpu_cores": quota, "board_cores": 4,
-        "board_rates": {"lenet-mlp": {"batch": 64, "samples_per_s": measured / 2}}}}}))
+        "board_rates": {"lenet-mlp": {"batch": 64, "samples_per_s": measured / 4}}}}}))
     out = tmp_path / "study"
     done = subprocess.run(
         [*EDGEPROF, "study", "park2019", "--parts", "table1", "--devices", "2", "--scale",
@@ -159,5 +161,5 @@ def test_a_profile_twice_as_fast_as_its_board_is_refused_before_the_grid_runs(tm
     assert last.startswith("edgeprof: error: pi3b-2x: lenet-mlp batch 64 trains at"), last
     assert "--profile-check recalibrate" in last and "edgeprof cluster calibrate" in last
     ratio = float(re.search(r"([0-9.]+) x the board's", last).group(1))
-    assert 1.5 < ratio < 2.7, last  # 2 within a short measurement's noise
+    assert 1.5 < ratio < 8, last  # 4 within two short measurements' noise
     assert not (out / "results.jsonl").exists()  # no cell ran

@@ -286,8 +286,10 @@ def test_a_mix_swept_through_the_cli_records_each_nodes_profile(profiles, tmp_pa
     with open(out / "results.csv", newline="") as table:
         rows = list(csv.DictReader(table))
     assert {json.loads(row["node_profiles"])["n1"] for row in rows} == {"st-fast"}
-    # Async: each at its own quota's pace, 2:1 (on a loaded host, at least 1.5:1).
-    assert 1.5 <= rates["async"]["n1"] / rates["async"]["n2"] <= 2.6
+    # Async: each at its own quota's pace, 2:1 alone (1.9-2.2). A busy host moves it
+    # either way, as the node that needs more CPU or the one with the longer CFS period
+    # loses more: 3.1:1 and 1.39:1 seen in whole-suite runs. Sync's is 1:1.
+    assert 1.25 <= rates["async"]["n1"] / rates["async"]["n2"] <= 3.5
     # Sync: both at the slow node's pace.
     sync_rate = fmean(rates["sync"].values())
     assert sync_rate <= 1.25 * rates["async"]["n2"]
