@@ -57,12 +57,14 @@ def python() -> str:
     return sys.executable
 
 
-def sshd_nodes(workdir: Path, count: int, *, confine: bool = True, extra_binaries=()):
+def sshd_nodes(workdir: Path, count: int, *, confine: bool = True, extra_binaries=(),
+               profile: str | None = None):
     """Emulated nodes each serving sshd (``profiler.testing.sshd``): yields the started
     ``SshdNodes``; stops them, and takes the cluster down if this call brought it up.
 
     ``confine``: run each sshd (and so what it starts) in its node's CPU and memory
-    cgroups, like the emulated cluster's own processes.
+    cgroups, like the emulated cluster's own processes. ``profile``: the nodes' profile
+    (None: whatever is up, ``pi3b`` when bringing one up).
     """
     from profiler.cluster import emulated
     from profiler.testing.sshd import SSHD, SshdNodes
@@ -70,7 +72,7 @@ def sshd_nodes(workdir: Path, count: int, *, confine: bool = True, extra_binarie
     need_root()
     for binary in (*emulated.REQUIRED_BINARIES, "ssh", "ssh-keygen", SSHD, *extra_binaries):
         need_binary(binary)
-    cluster, brought_up = emulated.ensure_cluster(count)
+    cluster, brought_up = emulated.ensure_cluster(count, profile)
     sshd = SshdNodes(cluster.nodes()[:count], workdir, cluster=cluster if confine else None)
     try:
         yield sshd.start()
