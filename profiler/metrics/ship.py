@@ -260,8 +260,10 @@ class LiveShipper:
 
     Never raises into the sweep: failures are logged at WARNING and retried with
     exponential backoff (0.5 s doubling to 30 s). ``stop()`` makes a final drain, retried
-    the same way but bounded in time; what it cannot deliver stays in the spools for
-    ``edgeprof ship``.
+    the same way but bounded in time when the server answered during the run (its
+    health check, or a delivery), tried once when it never did: waiting for a server
+    that was down all along would only hold the sweep's exit. What it cannot deliver
+    stays in the spools for ``edgeprof ship``.
     """
 
     def __init__(self, root: Path, target: InfluxTarget, *, interval_s: float = 1.0,
@@ -282,6 +284,7 @@ class LiveShipper:
         self._writer = None
         self._traffic_mark = (0, 0, 0)
         self._delivered_all = False  # set by the final round
+        self._answered = False  # the server answered its health check or took points
 
     def start(self) -> "LiveShipper":
         self._writer = self.target.writer()
@@ -310,6 +313,7 @@ class LiveShipper:
             healthy = self._writer.healthy()
         except Exception:
             healthy = False
+        self._answered = healthy
         if not healthy:
             log.warning("%s does not answer its health check: points stay in the spool "
                         "and are shipped when it comes back", self.target.label)
@@ -333,6 +337,11 @@ class LiveShipper:
                 if self._delivered_all:
                     break
             except Exception as exc:
+                if not (self._answered or self.points_sent):
+                    log.warning("final shipping to %s failed: it has not answered during "
+                                "this run, so it is not waited for: %s",
+                                self.target.label, exc)
+                    break
                 log.warning("final shipping to %s failed, retrying in %.1f s: %s",
                             self.target.label, backoff.delay_s, exc)
             if self._abort.wait(backoff.next_s()):

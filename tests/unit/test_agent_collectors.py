@@ -93,3 +93,43 @@ def test_the_docs_table_is_generated_from_the_fields():
         "`python -m profiler.agent.schema` between its markers")
     for field in schema.fields():
         assert f"| `{field.measurement}` | `{field.name}` |" in doc
+
+
+def test_cpu_freq_reads_each_policy_file_every_tick(tmp_path):
+    """Where the kernel has cpufreq (a Pi), every tick reads each policy's current clock."""
+    from profiler.agent.collectors.cpu_freq import CpuFreq
+
+    files = [tmp_path / "policy0", tmp_path / "policy1"]
+    for path, khz in zip(files, (600000, 1200000)):
+        path.write_text(f"{khz}\n")
+    freq = CpuFreq(policy_files=[str(p) for p in files])
+    assert freq.collect() == [("cpu_freq", {}, {"freq_mhz": 900.0})]
+    files[0].write_text("1200000\n")  # the first core's clock came back up
+    assert freq.collect() == [("cpu_freq", {}, {"freq_mhz": 1200.0})]
+
+
+def test_cpu_freq_without_cpufreq_reads_proc_cpuinfo_every_10_s(monkeypatch):
+    """No cpufreq in sysfs (VMs): /proc/cpuinfo, the dearest read, at most every 10 s;
+    the last reading is repeated in between."""
+    import types
+
+    from profiler.agent.collectors import cpu_freq
+
+    readings = iter([2000.0, 2000.0, 1500.0])
+    calls = []
+
+    def fake_cpu_freq():
+        calls.append(1)
+        return types.SimpleNamespace(current=next(readings))
+
+    clock = [100.0]
+    monkeypatch.setattr(cpu_freq.psutil, "cpu_freq", fake_cpu_freq)
+    monkeypatch.setattr(cpu_freq.time, "monotonic", lambda: clock[0])
+    freq = cpu_freq.CpuFreq(policy_files=[])  # the constructor's check is one reading
+    ticks = []
+    for _ in range(10):  # nine more 1 s ticks: no new reading
+        clock[0] += 1.0
+        ticks.append(freq.collect()[0][2]["freq_mhz"])
+    assert len(calls) == 2 and ticks == [2000.0] * 10
+    clock[0] += 9.0  # 10 s after the first tick's reading
+    assert freq.collect() == [("cpu_freq", {}, {"freq_mhz": 1500.0})] and len(calls) == 3

@@ -4,12 +4,15 @@ Where the kernel has cpufreq (a Pi does), each policy's ``scaling_cur_freq`` is 
 directly, one small sysfs file per policy, as collectd's cpufreq plugin does:
 ``psutil.cpu_freq()`` also parses /proc/cpuinfo and reads every policy's min and max,
 three times the reads for the one number kept here. Without cpufreq in sysfs (most VMs)
-psutil's /proc/cpuinfo reading is the fallback.
+psutil's /proc/cpuinfo reading is the fallback, every ``CPUINFO_EVERY_S`` (the last
+reading is repeated in between): /proc/cpuinfo lists every field of every core, the
+dearest read of a tick, for a clock that no cpufreq driver of this kernel changes.
 """
 
 from __future__ import annotations
 
 import glob
+import time
 
 import psutil
 
@@ -20,9 +23,11 @@ POLICY_GLOB = "/sys/devices/system/cpu/cpufreq/policy[0-9]*/scaling_cur_freq"
 
 class CpuFreq(Collector):
     FIELDS = (Field("cpu_freq", "freq_mhz", "MHz", "current CPU frequency, mean over cores"),)
+    CPUINFO_EVERY_S = 10.0
 
     def __init__(self, policy_files: list[str] | None = None):
         self.files = sorted(glob.glob(POLICY_GLOB)) if policy_files is None else policy_files
+        self._cpuinfo: tuple[float, float] | None = None  # (monotonic s, MHz) of the fallback
         if not self.files and (not hasattr(psutil, "cpu_freq") or not psutil.cpu_freq()):
             raise Unavailable("CPU frequency (no cpufreq in /sys or /proc/cpuinfo)")
 
@@ -33,5 +38,10 @@ class CpuFreq(Collector):
                 with open(path, "rb") as f:
                     khz.append(int(f.read()))
             return [("cpu_freq", {}, {"freq_mhz": sum(khz) / len(khz) / 1000.0})]
-        freq = psutil.cpu_freq()
-        return [("cpu_freq", {}, {"freq_mhz": float(freq.current)})] if freq else []
+        now = time.monotonic()
+        if self._cpuinfo is None or now - self._cpuinfo[0] >= self.CPUINFO_EVERY_S:
+            freq = psutil.cpu_freq()
+            if not freq:
+                return []
+            self._cpuinfo = (now, float(freq.current))
+        return [("cpu_freq", {}, {"freq_mhz": self._cpuinfo[1]})]
