@@ -58,9 +58,10 @@ def _training(out: Path) -> bool:
     ("torch", "worker"), ("torch", "server")])
 def test_a_role_killed_mid_cell_fails_the_cell_naming_it(tmp_path, engine, role):
     out = tmp_path / "sweep"
-    # Two cells: the long one first (batch 8), then a short one that must run ok.
+    # Two cells: the long one first (batch 8: 750 steps a worker, killed as it starts
+    # training), then a short one that must run ok.
     cmd = [*EDGEPROF, "sweep", "--model", "lenet-mlp", "--devices", "2", "--batch", "8,64",
-           "--max-samples", "12000", "--val-samples", "200", "--epochs", "2",
+           "--max-samples", "6000", "--val-samples", "200", "--epochs", "2",
            "--interval", "0.5", "--timeout", str(TIMEOUT_S), "--engine", engine,
            "--out", str(out)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
