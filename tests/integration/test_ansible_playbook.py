@@ -143,8 +143,8 @@ def _env(work: Path) -> dict[str, str]:
 def provisioned(tmp_path_factory):
     work = tmp_path_factory.mktemp("ansible")
     # sshd outside the nodes' CPU quota: pip installs under 0.3 cores would take minutes.
-    # Pi 4 nodes: their Gigabit links carry the 300 MB wheelhouse in ~3 s, where a Pi 3B's
-    # 100 Mbit took 25 s a node.
+    # Pi 4 nodes: their Gigabit links carry the 300 MB wheelhouse in ~5 s a node, where a
+    # Pi 3B's 100 Mbit would hold it to 12 MB/s (25 s).
     for sshd in sshd_nodes(work, 3, confine=False, profile="pi4",
                            extra_binaries=("python3", str(BIN / "ansible-playbook"))):
         source = _source_copy(work / "source")

@@ -28,8 +28,11 @@ class CpuFreq(Collector):
     def __init__(self, policy_files: list[str] | None = None):
         self.files = sorted(glob.glob(POLICY_GLOB)) if policy_files is None else policy_files
         self._cpuinfo: tuple[float, float] | None = None  # (monotonic s, MHz) of the fallback
-        if not self.files and (not hasattr(psutil, "cpu_freq") or not psutil.cpu_freq()):
-            raise Unavailable("CPU frequency (no cpufreq in /sys or /proc/cpuinfo)")
+        if not self.files:
+            freq = psutil.cpu_freq() if hasattr(psutil, "cpu_freq") else None
+            if not freq:
+                raise Unavailable("CPU frequency (no cpufreq in /sys or /proc/cpuinfo)")
+            self._cpuinfo = (time.monotonic(), float(freq.current))  # the first tick's
 
     def collect(self) -> list[Sample]:
         if self.files:
