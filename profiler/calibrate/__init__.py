@@ -43,6 +43,8 @@ from ..sweep.sweep import SweepSettings, run_sweep
 from .profiles_file import named_base_profile, profile_to_extend
 
 MEASURE_TRAIN_S = 8.0  # training seconds per measurement at the target rate
+# Below this, a measurement is a few dozen CFS periods of 100 ms: too few for a quota.
+MIN_MEASURE_S = 1.0
 MEASURE_STEPS = 8  # and at least this many steps: the first pays MKL-DNN's set-up
 MAX_STEPS = 5
 DEFAULT_TOLERANCE = 0.05
@@ -122,6 +124,7 @@ def calibrate(profile: str, base: str, workload: Workload, target_samples_per_s:
               check: tuple[Workload, float] | None = None,
               tolerance: float = DEFAULT_TOLERANCE, model_quota: bool = False,
               to_file: Path | None = None, dilations: tuple[float, ...] = (),
+              measure_s: float = MEASURE_TRAIN_S,
               report: Callable[[str], None] = lambda line: None) -> Calibration:
     """Find the quota; see the module docstring. ``report`` gets one line per step.
 
@@ -129,8 +132,12 @@ def calibrate(profile: str, base: str, workload: Workload, target_samples_per_s:
     existing profile ``profile`` (read from ``to_file`` or the known profiles), whose
     link and memory are kept; ``base`` is then not used. ``dilations``: speedups k for
     which the quota of k times the rate is found too (``cpu_cores_dilated``), up to
-    the first that would need more than one core.
+    the first that would need more than one core. ``measure_s``: seconds of training
+    per measurement at the rate expected.
     """
+    if not measure_s >= MIN_MEASURE_S:
+        raise ConfigError(f"--measure-s {measure_s:g}: give the seconds of training per "
+                          f"measurement, at least {MIN_MEASURE_S:g}, e.g. 8")
     if any(not 1 < k <= MAX_SPEEDUP for k in dilations):
         raise ConfigError(f"--dilations {','.join(f'{k:g}' for k in dilations)}: give "
                           f"speedups above 1 and up to {MAX_SPEEDUP:g}, e.g. 2,4,8,16")
@@ -150,7 +157,7 @@ def calibrate(profile: str, base: str, workload: Workload, target_samples_per_s:
                          board_rate=BoardRate(workload.model, workload.layers,
                                               workload.batch, target_samples_per_s))
     with tempfile.TemporaryDirectory(prefix="edgeprof-calibrate-") as tmp:
-        measure = _Measurer(Path(tmp), base_profile)
+        measure = _Measurer(Path(tmp), base_profile, train_s=measure_s)
         found = _search(measure, workload, target_samples_per_s, start, tolerance, report)
         result.quota_cores, result.samples_per_s = found[-1].quota_cores, found[-1].samples_per_s
         result.steps += found
@@ -257,16 +264,18 @@ def _next_quota(steps: list[Measurement], target: float) -> float:
 class _Measurer:
     """Runs one-device cells at a given quota, each on a freshly built one-node cluster."""
 
-    def __init__(self, work: Path, base: Profile, steps: int = MEASURE_STEPS):
+    def __init__(self, work: Path, base: Profile, steps: int = MEASURE_STEPS,
+                 train_s: float = MEASURE_TRAIN_S):
         self.work, self.base, self.count, self.steps = work, base, 0, steps
+        self.train_s = train_s
 
     def __call__(self, workload: Workload, quota: float, expected_rate: float) -> Measurement:
         self.count += 1
         self.work.mkdir(parents=True, exist_ok=True)
         # The rate at this quota is expected near target x quota ratio; a few steps at
-        # least, about MEASURE_TRAIN_S of training at the target rate otherwise.
+        # least, about train_s of training at the target rate otherwise.
         samples = max(self.steps * workload.batch,
-                      int(math.ceil(expected_rate * MEASURE_TRAIN_S)))
+                      int(math.ceil(expected_rate * self.train_s)))
         # A new name: the cluster is rebuilt with the candidate quota.
         candidate = Profile(name=f"calibrating-{self.count}", link_mbit=self.base.link_mbit,
                             memory_mb=self.base.memory_mb, cpu_cores=round(quota, 5))

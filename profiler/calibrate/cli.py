@@ -42,12 +42,15 @@ from ..engines import ENGINES
                    "found too, for --speedup (time dilation).")
 @click.option("--tolerance", default=0.05, show_default=True, type=float,
               help="How close to the rate the quota must bring the node (fraction).")
+@click.option("--measure-s", "measure_s", default=None, type=float,
+              help="Seconds of training per measurement at the rate expected (default 8): "
+                   "longer is steadier on a busy host, shorter is quicker.")
 @click.option("--to", "to_file", default=None, type=click.Path(path_type=Path),
               help="Profiles file to write (default ~/.config/edgeprof/profiles.yaml).")
 @reports_errors
 def calibrate(profile, base, workload, samples_per_s, batch, engine, check_workload,
               check_samples_per_s, check_batch, model_quota, dilations, tolerance,
-              to_file) -> None:
+              measure_s, to_file) -> None:
     """Find the CPU quota at which one emulated node trains like a real board (root).
 
     Measure the board first: `edgeprof run` (or a one-device sweep) on it gives
@@ -90,6 +93,7 @@ def calibrate(profile, base, workload, samples_per_s, batch, engine, check_workl
     result = run_calibration(profile, base, main, samples_per_s, check=check,
                              tolerance=tolerance, model_quota=model_quota, to_file=to_file,
                              dilations=speedups,
+                             **({} if measure_s is None else {"measure_s": measure_s}),
                              report=lambda line: click.echo(line, err=True))
     path = write_profile(result, to_file)
     what = f"cpu_cores_by_model.{main.model}" if model_quota else "cpu_cores"
