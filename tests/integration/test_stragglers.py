@@ -290,7 +290,10 @@ def test_a_mix_swept_through_the_cli_records_each_nodes_profile(profiles, tmp_pa
     # either way, as the node that needs more CPU or the one with the longer CFS period
     # loses more: 3.1:1 and 1.39:1 seen in whole-suite runs. Sync's is 1:1.
     assert 1.25 <= rates["async"]["n1"] / rates["async"]["n2"] <= 3.5
-    # Sync: both at the slow node's pace.
-    sync_rate = fmean(rates["sync"].values())
-    assert sync_rate <= 1.25 * rates["async"]["n2"]
-    assert rates["async"]["n1"] >= 1.4 * sync_rate
+    # Sync: both at the slow node's pace, 1:1 within the run (measured 1.01). Against the
+    # async run the host's load moves the rates (a CI run saw n2 at 578 samples/s async
+    # and both workers at 750 sync), so across the two runs only a loose check: the
+    # fast node stepped below its own async pace (1.47 and 1.88 x seen; 2 x by quota).
+    sync = rates["sync"]
+    assert max(sync.values()) <= 1.15 * min(sync.values()), sync
+    assert rates["async"]["n1"] >= 1.1 * fmean(sync.values()), rates
