@@ -111,6 +111,7 @@ def test_cpu_freq_reads_each_policy_file_every_tick(tmp_path):
 def test_cpu_freq_without_cpufreq_reads_proc_cpuinfo_every_10_s(monkeypatch):
     """No cpufreq in sysfs (VMs): /proc/cpuinfo, the dearest read, at most every 10 s;
     the last reading is repeated in between."""
+    import time
     import types
 
     from profiler.agent.collectors import cpu_freq
@@ -124,7 +125,7 @@ def test_cpu_freq_without_cpufreq_reads_proc_cpuinfo_every_10_s(monkeypatch):
 
     clock = [100.0]
     monkeypatch.setattr(cpu_freq.psutil, "cpu_freq", fake_cpu_freq)
-    monkeypatch.setattr(cpu_freq.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     freq = cpu_freq.CpuFreq(policy_files=[])  # its check's reading serves the first ticks
     ticks = []
     for _ in range(9):  # nine 1 s ticks: no new reading

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, Callable, ClassVar
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,28 @@ def build(config, spool) -> list[Collector]:
         if collector is not None:
             built.append(collector)
     return built
+
+
+class Periodic:
+    """A reading too dear for every tick, taken again at most every ``period_s``; the
+    last one is repeated in between.
+
+    The time is noted before the read: a read that raises or hangs is tried again only
+    after ``period_s``, not on every tick, and gives None meanwhile.
+    """
+
+    def __init__(self, period_s: float, read: Callable[[], Any], first: Any = None):
+        self.period_s, self.read = period_s, read
+        # A reading already taken (a collector's check in its constructor) serves first.
+        self._at = None if first is None else time.monotonic()
+        self._value = first
+
+    def __call__(self) -> Any:
+        now = time.monotonic()
+        if self._at is None or now - self._at >= self.period_s:
+            self._at, self._value = now, None
+            self._value = self.read()
+        return self._value
 
 
 class Deltas:

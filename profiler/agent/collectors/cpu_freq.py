@@ -12,11 +12,10 @@ dearest read of a tick, for a clock that no cpufreq driver of this kernel change
 from __future__ import annotations
 
 import glob
-import time
 
 import psutil
 
-from .base import Collector, Field, Sample, Unavailable
+from .base import Collector, Field, Periodic, Sample, Unavailable
 
 POLICY_GLOB = "/sys/devices/system/cpu/cpufreq/policy[0-9]*/scaling_cur_freq"
 
@@ -27,12 +26,11 @@ class CpuFreq(Collector):
 
     def __init__(self, policy_files: list[str] | None = None):
         self.files = sorted(glob.glob(POLICY_GLOB)) if policy_files is None else policy_files
-        self._cpuinfo: tuple[float, float] | None = None  # (monotonic s, MHz) of the fallback
         if not self.files:
-            freq = psutil.cpu_freq() if hasattr(psutil, "cpu_freq") else None
-            if not freq:
+            mhz = _cpuinfo_mhz()
+            if mhz is None:
                 raise Unavailable("CPU frequency (no cpufreq in /sys or /proc/cpuinfo)")
-            self._cpuinfo = (time.monotonic(), float(freq.current))  # the first tick's
+            self._cpuinfo = Periodic(self.CPUINFO_EVERY_S, _cpuinfo_mhz, first=mhz)
 
     def collect(self) -> list[Sample]:
         if self.files:
@@ -41,10 +39,10 @@ class CpuFreq(Collector):
                 with open(path, "rb") as f:
                     khz.append(int(f.read()))
             return [("cpu_freq", {}, {"freq_mhz": sum(khz) / len(khz) / 1000.0})]
-        now = time.monotonic()
-        if self._cpuinfo is None or now - self._cpuinfo[0] >= self.CPUINFO_EVERY_S:
-            freq = psutil.cpu_freq()
-            if not freq:
-                return []
-            self._cpuinfo = (now, float(freq.current))
-        return [("cpu_freq", {}, {"freq_mhz": self._cpuinfo[1]})]
+        mhz = self._cpuinfo()
+        return [] if mhz is None else [("cpu_freq", {}, {"freq_mhz": mhz})]
+
+
+def _cpuinfo_mhz() -> float | None:
+    freq = psutil.cpu_freq() if hasattr(psutil, "cpu_freq") else None
+    return float(freq.current) if freq else None

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
-from .base import Collector, Field, Sample, Unavailable
+from .base import Collector, Field, Periodic, Sample, Unavailable
 
 # Bits of the Raspberry Pi firmware's get_throttled word.
 THROTTLE_BITS = {"under_voltage": 0, "freq_capped": 1, "throttled": 2, "soft_temp_limit": 3,
@@ -28,26 +27,25 @@ class PiThrottling(Collector):
     VCGENCMD_EVERY_S = 10.0
     VCGENCMD_TIMEOUT_S = 5.0
 
-    def __init__(self, sysfs: Path = THROTTLED_SYSFS):
+    def __init__(self, sysfs: Path | None = None):
+        sysfs = THROTTLED_SYSFS if sysfs is None else sysfs
         self.sysfs = sysfs if sysfs.exists() else None
         self.vcgencmd = None if self.sysfs else shutil.which("vcgencmd")
         if not self.sysfs and not self.vcgencmd:
             raise Unavailable("Raspberry Pi throttling flags (no vcgencmd)")
-        self._cached: tuple[float, int | None] | None = None
+        # A vcgencmd that fails or hangs is tried again only after VCGENCMD_EVERY_S, not
+        # on every tick (the sampler logs the error).
+        self._vcgencmd_flags = Periodic(self.VCGENCMD_EVERY_S, self._run_vcgencmd)
 
     def _flags(self) -> int | None:
         if self.sysfs:
             return int(self.sysfs.read_text().strip(), 16)
-        now = time.monotonic()
-        if self._cached is None or now - self._cached[0] >= self.VCGENCMD_EVERY_S:
-            # Cached before running it: a vcgencmd that fails or hangs is tried again
-            # only after VCGENCMD_EVERY_S, not on every tick (the sampler logs the error).
-            self._cached = (now, None)
-            out = subprocess.run([self.vcgencmd, "get_throttled"], capture_output=True,
-                                 text=True, timeout=self.VCGENCMD_TIMEOUT_S,
-                                 check=True).stdout
-            self._cached = (now, int(out.strip().split("=")[-1], 16))
-        return self._cached[1]
+        return self._vcgencmd_flags()
+
+    def _run_vcgencmd(self) -> int:
+        out = subprocess.run([self.vcgencmd, "get_throttled"], capture_output=True, text=True,
+                             timeout=self.VCGENCMD_TIMEOUT_S, check=True).stdout
+        return int(out.strip().split("=")[-1], 16)
 
     def collect(self) -> list[Sample]:
         flags = self._flags()
