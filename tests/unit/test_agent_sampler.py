@@ -26,8 +26,8 @@ def _vcgencmd(tmp_path: Path, monkeypatch, body: str) -> Path:
     script.write_text(f"#!/bin/sh\necho call >> {calls}\n{body}\n")
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    if c.pi_throttling.THROTTLED_SYSFS.exists():
-        pytest.skip("this machine has the Pi firmware's sysfs file: vcgencmd is not used")
+    # On a Pi the firmware's sysfs file would be read instead: point it away.
+    monkeypatch.setattr(c.pi_throttling, "THROTTLED_SYSFS", tmp_path / "no-get_throttled")
     return calls
 
 
