@@ -72,7 +72,7 @@ def calibrate(profile, base, workload, samples_per_s, batch, engine, check_workl
         sudo edgeprof cluster calibrate --profile pi4-torch --engine torch \\
             --workload lenet-mlp --samples-per-s 2400
     """
-    from . import Workload, calibrate as run_calibration
+    from . import MEASURE_TRAIN_S, Workload, calibrate as run_calibration
     from .profiles_file import write_profile
     from ..errors import ConfigError
 
@@ -93,7 +93,7 @@ def calibrate(profile, base, workload, samples_per_s, batch, engine, check_workl
     result = run_calibration(profile, base, main, samples_per_s, check=check,
                              tolerance=tolerance, model_quota=model_quota, to_file=to_file,
                              dilations=speedups,
-                             **({} if measure_s is None else {"measure_s": measure_s}),
+                             measure_s=MEASURE_TRAIN_S if measure_s is None else measure_s,
                              report=lambda line: click.echo(line, err=True))
     path = write_profile(result, to_file)
     what = f"cpu_cores_by_model.{main.model}" if model_quota else "cpu_cores"

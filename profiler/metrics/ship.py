@@ -284,7 +284,6 @@ class LiveShipper:
         self._writer = None
         self._traffic_mark = (0, 0, 0)
         self._delivered_all = False  # set by the final round
-        self._answered = False  # the server answered its health check or took points
 
     def start(self) -> "LiveShipper":
         self._writer = self.target.writer()
@@ -313,7 +312,6 @@ class LiveShipper:
             healthy = self._writer.healthy()
         except Exception:
             healthy = False
-        self._answered = healthy
         if not healthy:
             log.warning("%s does not answer its health check: points stay in the spool "
                         "and are shipped when it comes back", self.target.label)
@@ -337,7 +335,7 @@ class LiveShipper:
                 if self._delivered_all:
                     break
             except Exception as exc:
-                if not (self._answered or self.points_sent):
+                if not (healthy or self.points_sent):  # it never answered
                     log.warning("final shipping to %s failed: it has not answered during "
                                 "this run, so it is not waited for: %s",
                                 self.target.label, exc)
