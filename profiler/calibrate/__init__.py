@@ -284,13 +284,14 @@ class _Measurer:
                                  cluster=cluster_settings("emulated", profile=candidate),
                                  interval_s=None, val_samples=workload.batch)
         record = run_sweep(settings, progress=False).records[0]
-        if record["status"] != "ok" or not record.get("steady_s_per_sample"):
+        s_per_sample = record.get("robust_s_per_sample") or record.get("steady_s_per_sample")
+        if record["status"] != "ok" or not s_per_sample:
             raise ClusterError(f"the calibration cell ({workload.label} at {quota:.4f} "
                                f"cores) ended {record['status']}: {record.get('reason')}")
-        # The steady rate, without the first step's one-off set-up: what a board's epoch
-        # of hundreds of steps shows, and what the report compares (report/ratios.py).
-        return Measurement(quota, 1.0 / float(record["steady_s_per_sample"]),
-                           float(record["train_s"]))
+        # The steady rate, without the first step's one-off set-up and the host's slow
+        # moments (timeline/rate.py): what a board's epoch of hundreds of steps shows, and
+        # what the report compares (report/ratios.py).
+        return Measurement(quota, 1.0 / float(s_per_sample), float(record["train_s"]))
 
 
 def _refuse_a_running_cluster() -> None:

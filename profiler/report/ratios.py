@@ -7,10 +7,12 @@ mode and epochs. So every comparison here is a ratio of two of our cells (most o
 to the one-device baseline) beside the same ratio of the study's numbers, where the
 hardware's speed and the amount of data cancel.
 
-Times are the first epoch's training time per training sample, without its first step
-(``steady_s_per_sample``: the first step's one-off costs, MKL-DNN's set-up and the
+Times are the cell's training time per training sample over its run, without the
+run's first step and with slow moments of the host left out (``robust_s_per_sample``,
+``profiler.timeline.rate``; the first step's one-off costs, MKL-DNN's set-up and the
 KVStore's first round, weigh on a cut-down epoch of a few steps as they did not on the
-study's hundreds; ``epoch_s[0] / train_samples`` for older records): within a
+study's hundreds). Records without it fall back on the first epoch's figure
+(``steady_s_per_sample``), then on ``epoch_s[0] / train_samples``: within a
 configuration every cell trains the same samples, and across
 configurations (depth, batch) the per-sample time compares cells whose data was cut
 differently. Table 4 uses the cumulative time of the first k epochs of one cell, epoch
@@ -117,12 +119,13 @@ class _Cells:
 
 
 def _per_sample_s(r: dict | None) -> float | None:
-    """First-epoch training time per sample, without the first step (one-off costs a
-    full-sized epoch spreads over hundreds of steps), in the board's time (undilated)."""
+    """Training time per sample, without the first step (one-off costs a full-sized
+    epoch spreads over hundreds of steps), in the board's time (undilated)."""
     if not r:
         return None
-    if r.get("steady_s_per_sample"):
-        return board_time.value(r, "steady_s_per_sample")
+    for column in ("robust_s_per_sample", "steady_s_per_sample"):  # the robust one first
+        if r.get(column):
+            return board_time.value(r, column)
     if not r.get("epoch_s") or not r.get("train_samples"):
         return None
     return float(r["epoch_s"][0]) / float(r["train_samples"]) * board_time.speedup(r)
@@ -349,7 +352,8 @@ def _figure7(cells: _Cells, ref: dict) -> list[Ratio]:
 def _steady_epoch_s(r: dict) -> float | None:
     """Epoch 1's time at its steady rate: steady time per sample x the epoch's samples
     (whole steps of ``batch`` on every worker), in the record's own (dilated) time."""
-    per_sample, total = r.get("steady_s_per_sample"), r.get("train_samples")
+    per_sample = r.get("robust_s_per_sample") or r.get("steady_s_per_sample")
+    total = r.get("train_samples")
     batch, devices = r.get("batch") or 0, r.get("devices") or 1
     if not per_sample or not total or not batch:
         return None

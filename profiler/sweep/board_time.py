@@ -9,8 +9,8 @@ tables and its ratios all read dilated cells through here.
 
 from __future__ import annotations
 
-TIME_COLUMNS = ("train_s", "elapsed_s", "steady_s_per_sample", "steady_step_ms",
-                "step_ms_mean")
+TIME_COLUMNS = ("train_s", "elapsed_s", "steady_s_per_sample", "robust_s_per_sample",
+                "steady_step_ms", "step_ms_mean")
 # The step breakdown's ms per step (profiler.timeline.steps): per phase, and per worker.
 STEP_SUFFIXES = ("_ms_mean", "_ms_p50", "_ms_p95")
 BY_WORKER_SUFFIX = "_ms_by_worker"

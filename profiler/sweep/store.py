@@ -23,7 +23,9 @@ CONFIG_COLUMNS = [f for f in CellConfig.__dataclass_fields__]
 RESULT_COLUMNS = [
     "status", "reason", "elapsed_s", "train_s", "first_step_s", "epoch_s", "val_accuracy",
     "val_accuracy_per_epoch", "diverged", "train_loss_per_epoch", "lr_applied",
-    "samples_per_s", "syncs_per_worker", "train_samples", "steady_s_per_sample", "speedup",
+    "samples_per_s", "syncs_per_worker", "train_samples", "steady_s_per_sample",
+    # The cell's rate over the run, slow moments left out (profiler.timeline.rate).
+    "robust_s_per_sample", "robust_from", "robust_slow_blocks", "speedup",
     # Unequal nodes (profiler.sweep.stragglers): the node slowed, and each node's profile.
     "straggler_node", "straggler_factor", "straggler_after_s", "straggler_started_s",
     "node_profiles",

@@ -4,7 +4,9 @@ Called by the cell runner once a cell's processes are reaped (and, on real nodes
 files fetched): reads the step lines (``profiler.timeline.steps``), summarizes them into
 results columns and writes ``trace.json`` beside the cell's events
 (``profiler.timeline.trace``). A cell whose processes timed nothing (``--breakdown off``,
-or killed before their first epoch ended) gets empty columns and no trace.
+or killed before their first epoch ended) gets empty columns and no trace. The cell's
+robust rate (``profiler.timeline.rate``) is taken here too, from the step lines where
+every step was timed and from the epochs otherwise.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Sequence
 
 from . import steps as step_lines
 from . import trace
+from .rate import robust_columns
 
 TRACE_FILE = "trace.json"
 
@@ -43,6 +46,8 @@ def breakdown_columns(cell, cell_dir: Path, events, specs: Sequence,
     start0 = next((e for e in events.by_rank.get(0, []) if e.get("event") == "start"), {})
     columns = step_lines.summarize(loaded, events.epochs_by_rank(),
                                    start0.get("steps_per_epoch"), cell.sync == "sync")
+    columns.update(robust_columns(loaded.workers, events.epochs_by_rank(), start0,
+                                  every_step_timed=not loaded.sampled))
     columns["clock_offsets_s"] = offsets_s or None
     columns["trace_file"] = None
     if loaded.workers:
