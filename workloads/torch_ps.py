@@ -35,6 +35,7 @@ import time
 from . import optim
 from .node_limits import join_cpu_limit
 from .steps import StepLog
+from .torch_sgd import SGD
 from .torch_worker import TorchWorker, env_int, init_gloo, set_threads
 
 SERVERS_ENV = "EDGEPROF_PS_SERVERS"
@@ -132,8 +133,7 @@ def serve(args: argparse.Namespace) -> None:
     start, stop = slices(initial.numel(), servers)[rank]
     weights = torch.nn.Parameter(initial[start:stop].clone())
     lr = optim.applied_lr(args.lr, args.lr_scaling, args.comm, len(workers))
-    optimizer = torch.optim.SGD([weights], lr=lr, momentum=args.momentum,
-                                weight_decay=args.wd)
+    optimizer = SGD([weights], lr=lr, momentum=args.momentum, weight_decay=args.wd)
     pushes = {}
     for worker in workers:
         count = torch.zeros(1, dtype=torch.int64)

@@ -1,8 +1,9 @@
 """The PyTorch worker alone on one device, and the loop the torch engines share.
 
 ``TorchWorker`` trains ``workloads.torch_models`` (the MXNet models layer for layer)
-with SGD (momentum, weight decay; ``workloads.optim``) and softmax cross-entropy, the
-mean over the batch. The engines' workers subclass it and replace two steps:
+with SGD (momentum, weight decay; ``workloads.optim``; ``workloads.torch_sgd``: torch's
+own update without the 68 MB that ``torch.optim.SGD`` costs in ``torch._dynamo``) and
+softmax cross-entropy, the mean over the batch. The engines' workers subclass it and replace two steps:
 ``communicate`` (after the backward pass: push and pull, or nothing when DDP's hooks
 already averaged the gradients) and ``update`` (a local optimizer step, or nothing when
 the parameter server runs the optimizer).
@@ -19,6 +20,7 @@ import time
 from datetime import timedelta
 
 from . import optim
+from .torch_sgd import SGD
 from .worker import Worker
 
 # Gloo's collectives and point-to-point waits time out after this (torch's default is
@@ -67,8 +69,8 @@ class TorchWorker(Worker):
         self.net = self.model  # what the loop calls (DDP wraps the model)
         self.lr_applied = optim.applied_lr(args.lr, args.lr_scaling, args.comm,
                                            self.num_workers)
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=self.lr_applied,
-                                         momentum=args.momentum, weight_decay=args.wd)
+        self.optimizer = SGD(self.model.parameters(), lr=self.lr_applied,
+                             momentum=args.momentum, weight_decay=args.wd)
         self.loss_fn = torch.nn.CrossEntropyLoss()
 
     def communicate(self) -> None:
@@ -79,7 +81,7 @@ class TorchWorker(Worker):
         self.optimizer.step()
 
     def zero_grad(self) -> None:
-        self.optimizer.zero_grad(set_to_none=False)
+        self.optimizer.zero_grad()
 
     def train_epoch(self, epoch: int, on_first_step) -> tuple[float, float]:
         import torch

@@ -559,3 +559,50 @@ def test_a_mnist5k_file_with_windows_line_ends_and_a_blank_last_line_is_read(tmp
     path.write_bytes(gzip.compress(("\r\n".join(_row(label=d) for d in range(10)) + "\r\n\r\n")
                                    .encode()))
     assert mnist5k.check(path, "fix") == 10
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_a_shard_read_alone_is_the_slice_of_the_whole_set(tmp_path, gz):
+    """``idx.read`` of some rows gives those rows of the file, however far in they start
+    (the gzip stream is decompressed past the rows before, never kept)."""
+    arrays = make_mnist(tmp_path, train_n=50, test_n=7, gz=gz)
+    found = idx.check(tmp_path, "MNIST", "fix")
+    x, y = arrays["train"]
+    for rows in (slice(0, 50), slice(13, 29), slice(49, 50), slice(20, 20)):
+        part_x, part_y = idx.read(found, "train", rows)
+        np.testing.assert_array_equal(part_x[:, 0], x[rows])
+        np.testing.assert_array_equal(part_y, y[rows])
+        assert part_x.base is None  # its own memory, not a view of the whole file
+
+
+def test_a_cifar_shard_spanning_two_batch_files_reads_only_its_records(tmp_path):
+    arrays = make_cifar(tmp_path / "cifar-10-batches-bin", per_batch=6)
+    found = cifar.check(tmp_path, "fix")
+    x, y = arrays["train"]
+    assert cifar.count(found, "train") == 30
+    for rows in (slice(4, 9), slice(0, 30), slice(24, 30), slice(7, 7)):
+        part_x, part_y = cifar.read(found, "train", "fix", rows)
+        np.testing.assert_array_equal(part_x, x[rows])
+        np.testing.assert_array_equal(part_y, y[rows])
+
+
+def test_a_worker_never_holds_the_whole_training_set(tmp_path):
+    """A rank's shard of a 2,000-image gz set: the process grows by about its shard, not
+    by the set (before, the whole file was read as bytes and sliced: RSS rose by twice
+    the set and stayed there). Measured in a fresh process: nothing else allocates."""
+    make_mnist(tmp_path / "mnist", train_n=20_000, test_n=10)
+    probe = ("import sys; import numpy as np\n"
+             "from workloads.datasets import loader\n"
+             "def rss():\n"
+             "    return int([l for l in open('/proc/self/status') if l.startswith('VmHWM')]"
+             "[0].split()[1]) * 1024\n"
+             "before = rss()\n"
+             f"d = loader.load('lenet-mlp', {str(tmp_path)!r}, rank=3, num_workers=10, "
+             "raw=True)\n"
+             "print(len(d.x_train), rss() - before)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True, cwd=Path(__file__).resolve().parents[2])
+    rows, grown_bytes = map(int, done.stdout.split())
+    whole_bytes = 20_000 * 28 * 28
+    assert rows == 2_000
+    assert grown_bytes < 0.5 * whole_bytes, (grown_bytes, whole_bytes)

@@ -54,12 +54,31 @@ def check(data_dir: Path, fix: str) -> dict[str, list[Path]]:
     return found
 
 
-def read(found: dict[str, list[Path]], split: str, fix: str) -> tuple[np.ndarray, np.ndarray]:
-    """uint8 images (N, 3, 32, 32) and int32 labels of one split."""
+def count(found: dict[str, list[Path]], split: str) -> int:
+    """Records in one split, from the files' sizes."""
+    return sum(p.stat().st_size // RECORD_BYTES for p in found[split])
+
+
+def read(found: dict[str, list[Path]], split: str, fix: str,
+         rows: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+    """uint8 images (N, 3, 32, 32) and int32 labels of ``rows`` of one split; only those
+    records are read (a worker's shard, not the 150 MB set)."""
     import numpy as np
 
-    records = np.concatenate([np.fromfile(p, dtype=np.uint8).reshape(-1, RECORD_BYTES)
-                              for p in found[split]])
+    start, stop, step = rows.indices(count(found, split))
+    if step != 1:
+        raise ValueError(f"rows must be contiguous, not {rows}")
+    parts, first = [], 0  # first: the split's row at the start of each file
+    for path in found[split]:
+        records = path.stat().st_size // RECORD_BYTES
+        lo, hi = max(start, first), min(stop, first + records)
+        if lo < hi:
+            parts.append(np.fromfile(path, dtype=np.uint8, count=(hi - lo) * RECORD_BYTES,
+                                     offset=(lo - first) * RECORD_BYTES
+                                     ).reshape(-1, RECORD_BYTES))
+        first += records
+    parts = parts or [np.empty((0, RECORD_BYTES), dtype=np.uint8)]
+    records = np.concatenate(parts) if len(parts) > 1 else parts[0]
     y = records[:, 0].astype(np.int32)
     if y.max(initial=0) >= CLASSES:
         raise DataError(f"CIFAR-10 {split} labels out of range in {found[split][0].parent}; "

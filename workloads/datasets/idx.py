@@ -5,7 +5,11 @@ Each set is four files (each raw or ``.gz``) in one folder:
 ``t10k-labels-idx1-ubyte``. Fashion-MNIST uses the same names and format, so a folder is
 told apart by its content: the test labels of Fashion-MNIST have a known SHA-256.
 ``check`` reads only headers and sizes (fast enough for the controller to check every
-cell's files before a sweep starts); ``read`` reads a split.
+cell's files before a sweep starts); ``read`` reads a split's rows, and only those: a
+worker's shard of 6,000 images is 4.7 MB, where reading the whole 47 MB training file
+and slicing it left the worker 92 MB larger (``gzip``'s whole-file read builds the
+bytes from chunks, and the freed heap stayed the process's) and decompressed 60,000
+images on a Pi for the sake of a few thousand.
 """
 
 from __future__ import annotations
@@ -120,11 +124,31 @@ def check(folder: Path, what: str, fix: str) -> Found:
     return found
 
 
-def read(found: Found, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """uint8 images (N, 1, 28, 28) and int32 labels of one split."""
+READ_CHUNK_BYTES = 1 << 20  # what a decompressing read holds beside the array it fills
+
+
+def read(found: Found, split: str, rows: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+    """uint8 images (N, 1, 28, 28) and int32 labels of ``rows`` of one split.
+
+    The images are decompressed straight into the array, a chunk at a time, from the
+    first row asked for (the rows before it are decompressed and dropped on the way)."""
     import numpy as np
 
     images, labels, count = found[split]
-    x = np.frombuffer(_read_bytes(images), dtype=np.uint8, offset=16)
-    y = np.frombuffer(_read_bytes(labels), dtype=np.uint8, offset=8)
-    return x.reshape(count, 1, SIDE, SIDE), y.astype(np.int32)
+    start, stop, step = rows.indices(count)
+    if step != 1:
+        raise ValueError(f"rows must be contiguous, not {rows}")
+    x = np.empty((max(0, stop - start), 1, SIDE, SIDE), dtype=np.uint8)
+    view = memoryview(x.reshape(-1))  # flat uint8: a view of x, readinto fills it
+    opener = gzip.open if images.suffix == ".gz" else open
+    with opener(images, "rb") as fh:
+        fh.seek(16 + start * SIDE * SIDE)
+        done = 0
+        while done < len(view):
+            got = fh.readinto(view[done:done + READ_CHUNK_BYTES])
+            if not got:
+                raise DataError(f"image file truncated at image {start + done // SIDE ** 2}"
+                                f": {images}")
+            done += got
+    y = np.frombuffer(_read_bytes(labels), dtype=np.uint8, offset=8)[start:stop]
+    return x, y.astype(np.int32)

@@ -41,12 +41,31 @@ class Dataset:
         return _scale(x, self.name)
 
 
-def _read(source: Source, split: str) -> tuple[np.ndarray, np.ndarray]:
-    if source.name in ("mnist", "fashion-mnist"):
-        return idx.read(idx_files(source), split)
-    if source.name == "mnist-5k":
-        return mnist5k.read(source.path, split, source.fix)
-    return cifar.read(cifar.check(source.path, source.fix), split, source.fix)
+class _Files:
+    """A located set's files, checked once: how many samples a split has, and its rows."""
+
+    def __init__(self, source: Source):
+        self.source = source
+        if source.name in ("mnist", "fashion-mnist"):
+            self.found = idx_files(source)
+        elif source.name != "mnist-5k":
+            self.found = cifar.check(source.path, source.fix)
+
+    def count(self, split: str) -> int:
+        if self.source.name in ("mnist", "fashion-mnist"):
+            return self.found[split][2]
+        if self.source.name == "mnist-5k":
+            return len(self.read(split, slice(None))[1])  # 5,000 digits: read to count
+        return cifar.count(self.found, split)
+
+    def read(self, split: str, rows: slice) -> tuple[np.ndarray, np.ndarray]:
+        """Only ``rows`` of the split are read (the large sets), as uint8 NCHW."""
+        if self.source.name in ("mnist", "fashion-mnist"):
+            return idx.read(self.found, split, rows)
+        if self.source.name == "mnist-5k":
+            x, y = mnist5k.read(self.source.path, split, self.source.fix)
+            return x[rows], y[rows]
+        return cifar.read(self.found, split, self.source.fix, rows)
 
 
 def synthetic(model: str, samples: int, seed: int, split: str = "train"
@@ -91,27 +110,36 @@ def load(model: str, data_dir: str | Path | None = None, max_samples: int | None
     if not 0 <= rank < num_workers:
         raise ValueError(f"rank {rank} outside 0..{num_workers - 1}")
     name = check(model, data_dir, dataset)
+    files = None
     if name == "synthetic":
-        train_n = min(max_samples or _synthetic.TRAIN_SAMPLES, _synthetic.TRAIN_SAMPLES)
-        test_n = min(val_samples or _synthetic.TEST_SAMPLES, _synthetic.TEST_SAMPLES)
-        x_train, y_train = synthetic(model, train_n, seed, "train")
-        x_test, y_test = synthetic(model, test_n, seed, "test")
+        train_len = _synthetic.TRAIN_SAMPLES
     else:
-        source = locate(name, data_dir)
-        x_train, y_train = _read(source, "train")
-        x_test, y_test = _read(source, "test")
-    total = min(len(x_train), max_samples) if max_samples else len(x_train)
+        files = _Files(locate(name, data_dir))
+        train_len = files.count("train")
+    total = min(train_len, max_samples) if max_samples else train_len
     per_worker = total // num_workers
     if per_worker == 0:
         raise DataError(f"{total} training samples cannot be shared by {num_workers} "
                         f"workers: raise --max-samples")
     shard = slice(rank * per_worker, (rank + 1) * per_worker)
-    if val_samples:
-        x_test, y_test = x_test[:val_samples], y_test[:val_samples]
-    x_train, x_test = _pad(x_train[shard], model), _pad(x_test, model)
+    if files is None:
+        test_n = min(val_samples or _synthetic.TEST_SAMPLES, _synthetic.TEST_SAMPLES)
+        x_train, y_train = (a[shard] for a in synthetic(model, total, seed, "train"))
+        x_test, y_test = synthetic(model, test_n, seed, "test")
+    else:
+        # Only this worker's rows: the rest of the set never enters its memory.
+        x_train, y_train = files.read("train", shard)
+        x_test, y_test = files.read("test", slice(val_samples))
+    x_train, x_test = _pad(x_train, model), _pad(x_test, model)
     if raw:
-        # Copies, so the full set read from disk can be freed once the shard is taken.
-        return Dataset(name, x_train.copy(), y_train[shard].copy(), x_test.copy(),
-                       y_test.copy(), total, raw=True)
-    return Dataset(name, _scale(x_train, name), y_train[shard].copy(),
-                   _scale(x_test, name), y_test.copy(), total)
+        # Copies where a slice still views a larger array (synthetic, mnist-5k), so that
+        # the rest can be freed; a read's own arrays are kept as they are.
+        return Dataset(name, _own(x_train), _own(y_train), _own(x_test), _own(y_test),
+                       total, raw=True)
+    return Dataset(name, _scale(x_train, name), _own(y_train), _scale(x_test, name),
+                   _own(y_test), total)
+
+
+def _own(a: np.ndarray) -> np.ndarray:
+    """``a`` itself if it owns its memory, else a copy that does."""
+    return a if a.base is None else a.copy()
