@@ -119,7 +119,7 @@ def test_sampled_steps_are_not_the_rate(tmp_path):
 def test_cpu_throttled_steps_give_their_mean_not_a_median():
     # A CFS quota of 1 ms of CPU every 6.7 ms (0.15 cores), 0.3 ms steps: three steps
     # run in each slice, the fourth waits out the 5.7 ms freeze. A median over single
-    # steps would say 0.3 ms (7 x too fast); blocks of 50 ms hold the freezes.
+    # steps would say 0.3 ms (5.8 x too fast); blocks of 50 ms hold the freezes.
     intervals = [0.0003, 0.0003, 0.0003, 0.0003 + 0.0057] * 400
     lines = _steps(intervals, epoch=2)
     columns = robust_columns({0: lines}, {}, {"batch": BATCH, "steps_per_epoch": 1600},
