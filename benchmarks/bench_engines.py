@@ -22,11 +22,18 @@ framing: a ratio to the floor just above 1 means no waste.
     python benchmarks/bench_engines.py --cluster local       # loopback: see below
 
 Also per engine: ``1st_step_s``, launch to the first completed step (every process
-started, the framework imported, the group joined, one step), against the time a fresh
-process takes to ``import torch`` or ``import mxnet`` on the host (``/import``: what no
-launch can beat), and ``rss_MB``, the peak resident memory of a worker process (with its
-children) as the node's agent sampled it. Busiest/P on a parameter server is its server
-node's bytes sent + received per step, against 2N (N pushes in, N pulls out).
+started, the framework imported, the group joined, one step), against two floors:
+``/import``, the time one fresh process takes to import what the engine needs (the
+framework; for DDP also ``torch._dynamo``, which its constructor imports; for Horovod its
+MXNet binding), and ``/all_imp``, the time the cell's K processes take to do that all at
+once on this host, what no launch of the cell can beat here: on the emulated cluster the
+nodes share the host's cores while they start (their quotas apply after start-up), so
+five processes importing torch on two cores take about 2.5 x one. The start-up table at
+the end splits each worker's start into its phases (the ``start`` event's
+``startup_s``). ``rss_MB`` is the peak resident memory of a worker process (with its
+children) as the node's agent sampled it, ``budget`` what it may hold: a fresh
+process's RSS after the same imports, plus the worker's uint8 data (shard and
+validation set), plus the model's weights, gradients and momentum, plus 30 MB.
 
 On ``--cluster local`` every node shares the host's ``lo``: only the total over the cell
 can be counted (each byte once, as sent), not per node.
@@ -133,18 +140,77 @@ def run_once(cluster, engine_name: str, model: str, layers, workers: int, batch:
     return rec, moved, worker_nodes
 
 
-def import_floor_s(framework: str, repeats: int = 3) -> float:
-    """The fastest of ``repeats`` fresh ``python -c "import <framework>"`` on this host:
-    what no launch can beat (a worker imports its framework before anything else)."""
+# What each engine's processes must import before their first step: the framework, and
+# what the engine's own library pulls in (DDP's constructor imports torch._dynamo:
+# 68 MB and 0.8 CPU-s here; Horovod's MXNet binding its extension).
+ENGINE_IMPORTS = {"mxnet": "mxnet", "horovod": "mxnet, horovod.mxnet", "torch": "torch",
+                  "torch-ddp": "torch, torch._dynamo"}
+
+
+def import_floor_s(modules: str, processes: int = 1, repeats: int = 3) -> float:
+    """The fastest of ``repeats`` launches of ``processes`` fresh ``python -c "import
+    <modules>"`` at once, until the last has exited: what no launch of a cell with that
+    many processes can beat on this host (its processes share the host's cores while
+    they start; the emulated nodes' quotas apply after start-up)."""
     import subprocess
 
-    module = "torch" if framework == "torch" else "mxnet"
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", f"import {module}"], check=True)
+        children = [subprocess.Popen([sys.executable, "-c", f"import {modules}"])
+                    for _ in range(processes)]
+        if any(child.wait() for child in children):
+            sys.exit(f"python -c 'import {modules}' failed")
         times.append(time.perf_counter() - t0)
     return min(times)
+
+
+RSS_MARGIN_MB = 30  # issue 28's budget over import + data + model
+
+
+def import_rss_mb(modules: str) -> float:
+    """Peak resident memory of a fresh process that imports ``modules`` and stops."""
+    import subprocess
+
+    probe = (f"import {modules}\n"
+             "print([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0]"
+             ".split()[1])")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    return int(done.stdout.split()[-1]) / 1024
+
+
+def rss_budget_mb(import_mb: float, cell_dir: Path) -> float:
+    """Import + data + model + RSS_MARGIN_MB for the worker of rank 0: its uint8 shard
+    and validation set, and the model's float32 weights, gradients and momentum."""
+    from math import prod
+
+    from workloads.events import read_events
+    from workloads.models import input_shape
+
+    start = next(e for e in read_events(cell_dir / "events" / "worker-0.jsonl")
+                 if e["event"] == "start")
+    data_mb = (start["worker_samples"] + start["val_samples"]) * prod(
+        input_shape(start["model"])) / 1e6
+    model_mb = 3 * BYTES_PER_PARAM * start["param_count"] / 1e6
+    return import_mb + data_mb + model_mb + RSS_MARGIN_MB
+
+
+def startup_phases(rec: dict, cell_dir: Path) -> dict[str, float]:
+    """Median over the cell's workers of each start-up phase (the ``start`` event's
+    ``startup_s``), and ``to_start``: the launch to the ``start`` event."""
+    from statistics import median
+
+    from workloads.events import read_events
+
+    starts = [e for path in sorted((cell_dir / "events").glob("worker-*.jsonl"))
+              for e in read_events(path) if e["event"] == "start"]
+    phases: dict[str, list[float]] = {}
+    for start in starts:
+        for name, seconds in {**start.get("startup_s", {}),
+                              "to_start": start["t"] - rec["launched_at"]}.items():
+            phases.setdefault(name, []).append(seconds)
+    return {name: median(values) for name, values in phases.items()}
 
 
 def rec_cell(rec: dict) -> CellConfig:
@@ -171,11 +237,15 @@ def main() -> None:
     print(f"{args.model}{layers or ''} batch {args.batch} on the {args.cluster} cluster "
           f"({cluster.nodes()[0].profile}); P = 4 x {parameter_count(args.model, layers)} "
           f"params = {param_bytes / 1e3:.1f} KB; marginal over {s1} -> {s2} steps")
-    floors_s = {fw: import_floor_s(fw) for fw in
-                {get_engine(name).framework for name in args.engines.split(",")}}
-    print("import floor (fresh process, host): " + ", ".join(
-        f"{fw} {s:.2f} s" for fw, s in sorted(floors_s.items())))
-    later = (f" {'1st_step_s':>10} {'/import':>7} {'rss_MB':>7}")
+    engines = args.engines.split(",")
+    floors_s = {name: import_floor_s(ENGINE_IMPORTS[name]) for name in engines}
+    print("import floor (one fresh process, host): " + ", ".join(
+        f"{name} {s:.2f} s" for name, s in floors_s.items()))
+    imports_mb = {name: import_rss_mb(ENGINE_IMPORTS[name]) for name in engines}
+    print("import RSS (one fresh process): " + ", ".join(
+        f"{name} {mb:.0f} MB" for name, mb in imports_mb.items()))
+    later = (f" {'1st_step_s':>10} {'/import':>7} {'/all_imp':>8} {'rss_MB':>7} "
+             f"{'budget':>7}")
     if args.cluster == "emulated":
         print(f"{'engine':>9} {'N':>2} {'samples/s':>10} {'wkr_tx/P':>9} {'wkr_rx/P':>9} "
               f"{'floor/P':>8} {'tx/floor':>9} {'busiest/P':>10} {'total/P':>8} "
@@ -183,20 +253,27 @@ def main() -> None:
     else:
         print(f"{'engine':>9} {'N':>2} {'samples/s':>10} {'total/P':>8} {'floor/P':>8} "
               f"{'ratio':>6} {'pkts/step':>9}" + later)
+    startups = []
     for workers in workers_list:
         for engine_name in args.engines.split(","):
             _, short, _ = run_once(cluster, engine_name, args.model, layers, workers,
                                    args.batch, s1, out)
             rec, long, worker_nodes = run_once(cluster, engine_name, args.model, layers,
                                                workers, args.batch, s2, out)
+            startups.append((engine_name, workers, startup_phases(rec, out / rec["cell_id"])))
             per_step = {n: tuple((a - b) / (s2 - s1) for a, b in zip(long[n], short[n]))
                         for n in long}
             floor = floor_worker(engine_name, rec_cell(rec), param_bytes, workers)
             total_tx = sum(c[0] for c in per_step.values())
             first = rec.get("first_step_s")
-            floor_s = floors_s[get_engine(engine_name).framework]
-            tail = (f" {first:>10.2f} {first / floor_s:>7.2f} "
-                    f"{rec.get('rss_mb_peak') or float('nan'):>7.0f}") if first else ""
+            floor_s = floors_s[engine_name]
+            processes = len(get_engine(engine_name).plan(rec_cell(rec), cluster.nodes(),
+                                                         out, TrainOptions()))
+            all_s = import_floor_s(ENGINE_IMPORTS[engine_name], processes)
+            budget_mb = rss_budget_mb(imports_mb[engine_name], out / rec["cell_id"])
+            tail = (f" {first:>10.2f} {first / floor_s:>7.2f} {first / all_s:>8.2f} "
+                    f"{rec.get('rss_mb_peak') or float('nan'):>7.0f} {budget_mb:>7.0f}"
+                    ) if first else ""
             packets = sum(c[2] for c in per_step.values())
             if args.cluster == "emulated":
                 wtx = sum(per_step[n][0] for n in worker_nodes) / workers
@@ -214,6 +291,11 @@ def main() -> None:
                 print(f"{engine_name:>9} {workers:>2} {rec['samples_per_s']:>10.1f} "
                       f"{total_tx / param_bytes:>8.3f} {total_floor / param_bytes:>8.3f} "
                       f"{total_tx / total_floor:>6.3f} {packets:>9.0f}" + tail)
+    print("start-up, s (median over workers; launch -> start event, and its phases in the "
+          "worker: python, framework import, join, data, build):")
+    for engine_name, workers, phases in startups:
+        print(f"{engine_name:>9} {workers:>2} " + " ".join(
+            f"{name} {seconds:.2f}" for name, seconds in phases.items()))
     print(f"cells kept in {out}")
 
 

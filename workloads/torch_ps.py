@@ -126,14 +126,15 @@ def serve(args: argparse.Namespace) -> None:
     rank, world = init_gloo()
     servers = env_int(SERVERS_ENV)
     workers = range(servers, world)
-    # Start-up (importing torch, joining the group) is over: serve under the quota.
-    join_cpu_limit()
     torch.manual_seed(args.seed)
     initial, _ = flatten_into_views(torch_models.build(args.model, args.layers))
     start, stop = slices(initial.numel(), servers)[rank]
     weights = torch.nn.Parameter(initial[start:stop].clone())
     lr = optim.applied_lr(args.lr, args.lr_scaling, args.comm, len(workers))
     optimizer = SGD([weights], lr=lr, momentum=args.momentum, weight_decay=args.wd)
+    # Start-up (importing torch, joining the group, building the initial weights) is
+    # over: serve under the node's quota, as a worker trains under it.
+    join_cpu_limit()
     pushes = {}
     for worker in workers:
         count = torch.zeros(1, dtype=torch.int64)

@@ -147,7 +147,23 @@ def _leave(events, kind: str, message: str, code: int, worker=None) -> None:
     os._exit(code)
 
 
+def process_age_s() -> float | None:
+    """Seconds since this process was created (``/proc``; 10 ms ticks), else None."""
+    try:
+        with open("/proc/self/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()  # the name may hold spaces
+        with open("/proc/uptime") as uptime:
+            up_s = float(uptime.read().split()[0])
+        return max(0.0, up_s - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    import time
+
+    # The interpreter's own start and this module's imports, up to here.
+    startup_s = {"python": process_age_s()}
     args = parse_args(argv)
     # OpenMP reads these once, when the framework's library loads: set them before any
     # import of it.
@@ -162,8 +178,12 @@ def main(argv: list[str] | None = None) -> int:
             from .torch_ps import serve
             serve(args)
             _leave(None, "", "", EXIT_OK)  # skip Gloo's teardown (module doc)
+        t_import = time.perf_counter()
         worker = worker_class(args.framework, args.comm)(args)
+        t_join = time.perf_counter()
         worker.join()
+        worker.startup_s.update(startup_s, framework=t_join - t_import,
+                                join=time.perf_counter() - t_join)
         events = EventWriter(args.events_dir, worker.rank)
         worker.prepare()
         worker.run(events)

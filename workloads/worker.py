@@ -58,6 +58,9 @@ class Worker:
         self.syncs = 0  # communication rounds: KVStore push/pull, PS round, allreduce step
         self.lr_applied = args.lr
         self.step_log = StepLog(None, "worker", 0, enabled=False)  # set by ``run``
+        # Where the start-up went, in seconds by phase (``workloads.train`` and
+        # ``prepare`` fill it in; the ``start`` event carries it).
+        self.startup_s: dict[str, float] = {}
 
     # -- what a framework fills in -------------------------------------------------
     def join(self) -> None:
@@ -90,6 +93,7 @@ class Worker:
         from .datasets import loader, resolver
 
         args = self.args
+        t_data = time.perf_counter()
         # replicate: every worker loads the whole set, as one worker alone would.
         parts = resolver.parts(args.data_partition, self.num_workers)
         self.data = loader.load(args.model, args.data_dir, args.max_samples,
@@ -101,7 +105,9 @@ class Worker:
             raise ConfigError(f"{len(self.data.x_train)} samples per worker make no batch "
                               f"of {args.batch}: raise --max-samples or lower --batch")
         self.tail_start = self.steps_per_epoch - max(1, self.steps_per_epoch // 4)
+        t_build = time.perf_counter()
         self.build()
+        self.startup_s.update(data=t_build - t_data, build=time.perf_counter() - t_build)
 
     def data_digest(self) -> str:
         """A short hash of the training samples this worker holds: equal across the
@@ -150,6 +156,8 @@ class Worker:
                     val_samples=len(self.data.x_test), steps_per_epoch=self.steps_per_epoch,
                     lr=args.lr, lr_applied=self.lr_applied, lr_scaling=args.lr_scaling,
                     momentum=args.momentum, wd=args.wd,
+                    startup_s={k: round(v, 3) for k, v in self.startup_s.items()
+                               if v is not None},
                     param_count=models.parameter_count(args.model, args.layers))
         train_s = train_cpu_s = 0.0
         first_done: list[float] = []
