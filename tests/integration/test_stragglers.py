@@ -4,9 +4,10 @@ quota (read back from its cgroup), and a mix of profiles swept through the CLI.
 
 The nodes are small (0.1 cores a worker, 0.5 for the server's node, gigabit links) so
 that a step is compute-bound and the cells' quotas fit a loaded 2-core host: a worker
-node then gets its quota whatever else runs, and the margins below (a sync straggler
-cell at most 0.75 x the rate, where half is expected; the typical async worker at least
-1.5 x the straggler's rate beside it, where 2 x is expected) hold.
+node then gets its quota whatever else runs, and the margins below (a sync worker beside
+the straggler uses at most 0.75 of its quota, where half is expected; the typical async
+worker at least 1.5 x the straggler's rate beside it, where 2 x is expected) hold. Every
+comparison is within one run: the host's other load moves one run against another.
 Needs root, like every emulated-cluster test; run under
 ``flock /tmp/edgeprof-emulated.lock`` (one emulated cluster per host).
 """
@@ -22,7 +23,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from statistics import fmean, median
+from statistics import median
 
 import pytest
 
@@ -108,6 +109,19 @@ def steady_rates(cell_dir: Path) -> dict[str, float]:
     return rates
 
 
+def cpu_cores_used(cell_dir: Path) -> dict[str, float]:
+    """Each worker's CPU time over its training time (cores), by node: what its node's
+    quota let it use, less what it spent waiting. A busy host can only lower it, so a
+    bound from above holds however loaded the machine is, within one run."""
+    used = {}
+    for path in (cell_dir / "events").glob("worker-*.jsonl"):
+        events = read_events(path)
+        start = next(e for e in events if e["event"] == "start")
+        end = next(e for e in events if e["event"] == "end")
+        used[start["node"]] = end["train_cpu_s"] / end["train_s"]
+    return used
+
+
 class QuotaWatch:
     """Reads a node's CFS quota (cores) from its cgroup every 20 ms while a cell runs."""
 
@@ -169,11 +183,16 @@ def test_sync_follows_a_straggler_at_half_speed_and_its_quota_comes_back(cluster
                                        "n4": "st-worker"}
     # n4 ran at half its quota during the cell ...
     assert {round(cores, 3) for _, cores in watch.readings} >= {WORKER_CORES / 2}
-    # ... and every worker waited for it: each one's steps at most 0.75 x the rate
-    # without the straggler (0.5 x when the quota alone sets the pace).
-    for node, rate in after.items():
-        assert rate <= 0.75 * fmean(before.values()), (node, rate, before)
-    assert slowed["samples_per_s"] <= 0.75 * baseline["samples_per_s"]
+    # ... and every worker waited for it: within the run, each one's CPU use at most
+    # 0.75 of its own quota (about half: it waits as long as it computes), and the
+    # workers at one pace. Not against the baseline run: the host's other load moves
+    # the two runs apart (a whole-suite run failed such a comparison).
+    used = cpu_cores_used(slow_dir)
+    print("sync: cores used by each worker beside n4 at 0.5:", used,
+          "without:", cpu_cores_used(base_dir))
+    for node in ("n1", "n2", "n3"):
+        assert used[node] <= 0.75 * WORKER_CORES, (node, used)
+    assert max(after.values()) <= 1.15 * min(after.values()), after
     # Restored: the cgroup holds the profile's quota again, the state forgets the slowing.
     assert _quota_in_force(n4) == cfs_quota_us(WORKER_CORES)
     assert "straggler" not in emulated.attach().state["nodes"][4]
@@ -197,7 +216,9 @@ def test_async_workers_keep_their_pace_beside_a_straggler(cluster, tmp_path):
                                                                if n != "n4"),
           "against n4 beside them", others / after["n4"])
     assert others >= 1.5 * after["n4"], (before, after)
-    assert after["n4"] <= 0.7 * before["n4"], (before, after)
+    # n4 itself ran at its halved quota: at most 0.7 of the whole one, in CPU it used
+    # (a bound that host load cannot break; its rate against the baseline run's could).
+    assert cpu_cores_used(slow_dir)["n4"] <= 0.7 * WORKER_CORES, cpu_cores_used(slow_dir)
 
 
 def test_a_straggler_after_t_is_slowed_only_from_t(cluster, tmp_path):
@@ -290,10 +311,12 @@ def test_a_mix_swept_through_the_cli_records_each_nodes_profile(profiles, tmp_pa
     # either way, as the node that needs more CPU or the one with the longer CFS period
     # loses more: 3.1:1 and 1.39:1 seen in whole-suite runs. Sync's is 1:1.
     assert 1.25 <= rates["async"]["n1"] / rates["async"]["n2"] <= 3.5
-    # Sync: both at the slow node's pace, 1:1 within the run (measured 1.01). Against the
-    # async run the host's load moves the rates (a CI run saw n2 at 578 samples/s async
-    # and both workers at 750 sync), so across the two runs only a loose check: the
-    # fast node stepped below its own async pace (1.47 and 1.88 x seen; 2 x by quota).
+    # Sync: both at the slow node's pace, 1:1 within the run (measured 1.01), and the
+    # fast node waited: it used at most 0.75 of its 0.2 cores (about half). Nothing is
+    # compared across the two runs: the host's load moves them apart (a CI run saw n2
+    # at 578 samples/s async and both workers at 750 sync).
     sync = rates["sync"]
     assert max(sync.values()) <= 1.15 * min(sync.values()), sync
-    assert rates["async"]["n1"] >= 1.1 * fmean(sync.values()), rates
+    used = cpu_cores_used(out / "cells" / records["sync"]["cell_id"] / "attempt-1")
+    print("sync: cores used (n1 0.2-core quota, n2 0.1):", used)
+    assert used["n1"] <= 0.75 * FAST_CORES, used
