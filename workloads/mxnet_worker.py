@@ -36,6 +36,8 @@ class MXNetWorker(Worker):
 
     def __init__(self, args):
         super().__init__(args)
+        import mxnet  # noqa: F401 - here, so that start-up's "framework" phase holds it
+
         self.kvstore = KVSTORES[args.comm]
         self.kv = None
 
