@@ -8,9 +8,10 @@ measured 54,042 samples/s once (its first epoch 0.242 s, the second 0.164 s) and
 the slow stretches left out:
 
 - each worker's timed steps (``workloads.steps``; every step on the torch engines) are
-  cut, epoch by epoch, into **blocks** of consecutive steps at least ``BLOCK_S`` long
-  (the run's first step, with its one-off set-up, left out). A step's time is from its
-  start to the next step's start, so the loop's own overhead between steps counts;
+  cut, epoch by epoch, into **blocks** of consecutive steps at least ``BLOCK_S`` long,
+  or an eighth of the epoch where epochs are shorter than 8 x ``BLOCK_S`` (the run's
+  first step, with its one-off set-up, left out). A step's time is from its start to
+  the next step's start, so the loop's own overhead between steps counts;
 - blocks whose time per step exceeds ``SLOW_FACTOR`` x the median block's are **left
   out**: a stall of the host (another process, a page-fault storm) lands in one or two
   blocks and leaves the rest alone;
@@ -42,6 +43,9 @@ import statistics
 from workloads.datasets.resolver import parts as data_parts
 
 BLOCK_S = 0.05
+# Short epochs (a fast host's 0.07 s LeNet-MLP epoch) still get blocks to compare: a
+# node slow enough for its CPU quota's periods to matter has long epochs.
+BLOCKS_PER_EPOCH = 8
 SLOW_FACTOR = 1.5
 COLUMNS = ("robust_s_per_sample", "robust_from", "robust_slow_blocks")
 
@@ -104,7 +108,7 @@ def step_blocks(lines: list[dict]) -> list[tuple[float, int]]:
             # Start to the next step's start: what the loop spends between steps counts.
             consecutive = after is not None and after["step"] == line["step"] + 1
             spans.append(after["t"] - line["t"] if consecutive else line["step_s"])
-        blocks += _group(spans)
+        blocks += _group(spans, min(BLOCK_S, sum(spans) / BLOCKS_PER_EPOCH))
     return blocks
 
 
@@ -122,14 +126,14 @@ def epoch_blocks(epochs: list[dict], steps_per_epoch: int) -> list[tuple[float, 
     return blocks
 
 
-def _group(spans: list[float]) -> list[tuple[float, int]]:
-    """Consecutive spans summed into blocks of at least ``BLOCK_S``; a shorter rest joins
+def _group(spans: list[float], block_s: float) -> list[tuple[float, int]]:
+    """Consecutive spans summed into blocks of at least ``block_s``; a shorter rest joins
     the block before it (a block of a few steps would be noisier than the others)."""
     blocks: list[tuple[float, int]] = []
     seconds, steps = 0.0, 0
     for span in spans:
         seconds, steps = seconds + span, steps + 1
-        if seconds >= BLOCK_S:
+        if seconds >= block_s:
             blocks.append((seconds, steps))
             seconds, steps = 0.0, 0
     if steps:

@@ -11,7 +11,8 @@ from profiler.cell import CellConfig
 from profiler.report.ratios import _per_sample_s
 from profiler.sweep import board_time
 from profiler.sweep.events import read_cell_events
-from profiler.timeline.rate import BLOCK_S, SLOW_FACTOR, robust_columns, typical_s_per_step
+from profiler.timeline.rate import (BLOCK_S, BLOCKS_PER_EPOCH, SLOW_FACTOR, robust_columns,
+                                    step_blocks, typical_s_per_step)
 from profiler.timeline.record import breakdown_columns
 from workloads.steps import steps_path
 
@@ -145,6 +146,14 @@ def test_blocks_are_long_enough_for_a_cpu_quota():
     # Blocks hold at least BLOCK_S; one freeze more at 0.0415 cores (24 ms periods) then
     # moves a block by less than the factor that marks it slow.
     assert 1 + 0.024 / BLOCK_S < SLOW_FACTOR
+
+
+def test_a_short_epoch_is_cut_into_eighths():
+    # A fast host's 0.07 s epoch: seven or eight blocks of whole steps, not one (which
+    # nothing could judge).
+    assert BLOCKS_PER_EPOCH - 1 <= len(step_blocks(_steps([0.0007] * 101))) <= BLOCKS_PER_EPOCH
+    # A 1 s epoch: blocks of BLOCK_S.
+    assert 19 <= len(step_blocks(_steps([0.001] * 1001))) <= 1 / BLOCK_S
 
 
 def test_the_report_reads_the_robust_rate_first_in_the_boards_time():
