@@ -1,10 +1,16 @@
-"""``build_report``: a sweep folder → ``report.html`` (self-contained) and ``report/*.png``."""
+"""``build_report``: a sweep folder → ``report.html`` (self-contained) and ``report/*.png``.
+
+The per-cell figures (one a cell: most of the time of a large sweep's report) are read
+and drawn in a pool of processes when the sweep has enough cells to repay starting it.
+"""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import platform
 import time
+from concurrent.futures import ProcessPoolExecutor
 from importlib import metadata
 from pathlib import Path
 
@@ -12,11 +18,20 @@ from .. import __version__
 from ..engines import ENGINES, distributions
 from ..errors import ConfigError
 from ..fsutil import atomic_write_text
-from .sweep_data import Sweep, load_sweep
+from .sweep_data import Sweep, load_sweep, read_cell_series
+
+# A worker process starts in ~0.5 s (matplotlib's import): below this many cells per
+# worker a pool costs more than it saves.
+CELLS_PER_WORKER_MIN = 8
 
 
-def build_report(sweep_dir: Path, out: Path | None = None) -> Path:
-    """Write the report of ``sweep_dir``; return the HTML file's path."""
+def build_report(sweep_dir: Path, out: Path | None = None, *,
+                 workers: int | None = None) -> Path:
+    """Write the report of ``sweep_dir``; return the HTML file's path.
+
+    ``workers``: processes drawing the per-cell figures (1: this one alone); None: one
+    per CPU this process may use, as far as the cells keep each busy.
+    """
     sweep = load_sweep(Path(sweep_dir))
     out = Path(out) if out is not None else sweep.path / "report.html"
     figures_dir = out.parent / f"{out.stem}-figures"  # the PNGs, beside the page
@@ -29,13 +44,22 @@ def build_report(sweep_dir: Path, out: Path | None = None) -> Path:
     from ..study.reference import _config, matches
     from .ratios import reproduce
 
-    drawn = [build(sweep.records) for build in figs.SWEEP_FIGURES]
     network = figs.network_drawn(sweep.records)
-    cell_figures = []
-    for record in sweep.records:
-        figure = figs.node_series(record, sweep.node_series(record), network)
-        if figure is not None:
-            cell_figures.append(figure)
+    jobs = [(sweep.cell_dir(r) / "metrics", r, network) for r in sweep.records]
+    if workers is None:
+        workers = min(_cpus(), len(jobs) // CELLS_PER_WORKER_MIN)
+    if workers > 1:
+        # forkserver, not fork: the caller may have threads (a study's sweep), and a
+        # forked child would inherit whatever locks they held.
+        with ProcessPoolExecutor(workers,
+                                 mp_context=multiprocessing.get_context("forkserver")) as pool:
+            pending = pool.map(_cell_figure, jobs,
+                               chunksize=max(1, len(jobs) // (4 * workers)))
+            drawn = [build(sweep.records) for build in figs.SWEEP_FIGURES]  # meanwhile
+            cell_figures = [f for f in pending if f is not None]
+    else:
+        drawn = [build(sweep.records) for build in figs.SWEEP_FIGURES]
+        cell_figures = [f for f in map(_cell_figure, jobs) if f is not None]
     page = render(title=f"edgeprof sweep {sweep.sweep_id}", environment=environment(sweep),
                   records=sweep.records, config_of=_config, figures=drawn,
                   cell_figures=cell_figures, matches=matches(sweep.records),
@@ -50,6 +74,20 @@ def build_report(sweep_dir: Path, out: Path | None = None) -> Path:
         raise ConfigError(f"cannot write the report to {out} ({exc.strerror}): give "
                           "--out FILE in a writable folder") from None
     return out
+
+
+def _cpus() -> int:
+    """CPUs this process may run on (its affinity where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _cell_figure(job: tuple[Path, dict, bool]):
+    """One cell's per-node figure from its spools (None: no samples); a pool's task."""
+    from .figures import node_series
+    metrics_dir, record, network = job
+    return node_series(record, read_cell_series(metrics_dir, record), network)
 
 
 def _trace_links(sweep: Sweep, out: Path) -> dict[str, str]:

@@ -306,23 +306,69 @@ def network_drawn(records: list[dict]) -> bool:
     return any((r.get("devices") or 1) >= 2 for r in records)
 
 
+# The per-node figure is drawn once per cell (50 cells: 50 figures), so it is one figure
+# per panel count, made once and drawn again with each cell's lines, at a fixed layout:
+# making the axes and their ticks anew and savefig's tight bounding box (a second draw)
+# for every cell were most of a 50-cell report's time (docs/report.md).
+NODE_PANEL_IN = 2.7  # width of one panel with its share of the margins
+NODE_HEIGHT_IN = 2.55
+NODE_MARGINS_IN = {"left": 0.55, "right": 0.12, "bottom": 0.48, "top": 0.28, "gap": 0.6}
+_node_canvases: dict[int, tuple] = {}
+
+
+def _node_canvas(panels: list[tuple[str, str]]):
+    """The figure and axes the per-node plots of ``len(panels)`` panels are drawn on."""
+    key = len(panels)
+    if key not in _node_canvases:
+        # A Figure outside pyplot: nothing keeps it in pyplot's list of open figures.
+        from matplotlib.figure import Figure as MplFigure
+        width_in = NODE_PANEL_IN * key
+        m = NODE_MARGINS_IN
+        fig = MplFigure(figsize=(width_in, NODE_HEIGHT_IN))
+        panel_in = (width_in - m["left"] - m["right"] - m["gap"] * (key - 1)) / key
+        fig.subplots_adjust(left=m["left"] / width_in, right=1 - m["right"] / width_in,
+                            bottom=m["bottom"] / NODE_HEIGHT_IN,
+                            top=1 - m["top"] / NODE_HEIGHT_IN, wspace=m["gap"] / panel_in)
+        axes = fig.subplots(1, key, squeeze=False)[0]
+        for ax, (_column, ylabel) in zip(axes, panels):
+            ax.set_title(ylabel, fontsize=9)
+            ax.set_xlabel("s since launch", fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+        _node_canvases[key] = (fig, axes)
+    return _node_canvases[key]
+
+
 def node_series(record: dict, nodes: dict, network: bool = True) -> Figure | None:
     """One cell's per-node CPU, memory and (``network``) network over its life (None: no
     samples)."""
     if not nodes:
         return None
     panels = NODE_PANELS + (NETWORK_PANELS if network else [])
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.25 * len(panels), 2.4), squeeze=False)
-    for ax, (column, ylabel) in zip(axes[0], panels):
+    fig, axes = _node_canvas(panels)
+    for ax, (column, _ylabel) in zip(axes, panels):
+        for line in list(ax.lines):
+            line.remove()
+        ax.set_prop_cycle(None)  # node i gets the same colour in every cell
+        ax.set_autoscale_on(True)
+        drawn = False
         for node, series in nodes.items():
             points = series.get(column)
             if points:
                 xs, ys = zip(*points)
                 ax.plot(xs, ys, linewidth=1, label=node)
-        ax.set_title(ylabel, fontsize=9)
-        ax.set_xlabel("s since launch", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=6, ncol=2)
+                drawn = True
+        ax.relim()
+        if drawn:
+            ax.autoscale_view()
+        else:  # what a fresh, empty axes shows
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1)
+    if axes[0].get_legend() is not None:
+        axes[0].get_legend().remove()
+    if axes[0].lines:
+        axes[0].legend(fontsize=6, ncol=2)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI)
     return Figure(f"fig-cell-{record['cell_id']}", _series_label(record),
-                  f"status {record.get('status')}", _png(fig))
+                  f"status {record.get('status')}", buffer.getvalue())

@@ -19,6 +19,7 @@ from ..sweep.store import ResultsStore
 # What the per-node plots show: (measurement, field) → series name.
 SERIES = {("cpu", "cpu_percent"): "cpu_percent", ("mem", "used_mb"): "mem_used_mb"}
 NET_FIELDS = {"sent_bytes_per_s": "net_sent_kb_per_s", "recv_bytes_per_s": "net_recv_kb_per_s"}
+MEASUREMENTS = frozenset({m for m, _ in SERIES} | {"net"})  # the only ones parsed
 
 
 @dataclass
@@ -43,7 +44,7 @@ class Sweep:
         """Per node: series name → [(seconds since the cell's launch, value)] in its window."""
         key = (record["cell_id"], record.get("attempt"))
         if key not in self.series_cache:
-            self.series_cache[key] = _read_cell_series(self.cell_dir(record) / "metrics",
+            self.series_cache[key] = read_cell_series(self.cell_dir(record) / "metrics",
                                                        record)
         return self.series_cache[key]
 
@@ -82,7 +83,8 @@ def _grid_ids(settings: dict) -> list[str]:
     return ids
 
 
-def _read_cell_series(metrics_dir: Path, record: dict) -> dict:
+def read_cell_series(metrics_dir: Path, record: dict) -> dict:
+    """Per node: series name → [(seconds since the cell's launch, value)] in its window."""
     if not metrics_dir.is_dir():
         return {}
     start_ms = int((record.get("launched_at") or 0) * 1000)
@@ -91,7 +93,7 @@ def _read_cell_series(metrics_dir: Path, record: dict) -> dict:
     for node_dir in sorted(p for p in metrics_dir.iterdir() if p.is_dir()):
         series: dict[str, list[tuple[float, float]]] = {}
         net: dict[int, dict[str, dict[str, float]]] = {}
-        for _base, point in read_points(node_dir):
+        for _base, point in read_points(node_dir, MEASUREMENTS):
             if point.time_ms < start_ms or (end_ms and point.time_ms > end_ms + 1000):
                 continue
             t_s = (point.time_ms - start_ms) / 1000
