@@ -312,6 +312,7 @@ def network_drawn(records: list[dict]) -> bool:
 # for every cell were most of a 50-cell report's time (docs/report.md).
 NODE_PANEL_IN = 2.7  # width of one panel with its share of the margins
 NODE_HEIGHT_IN = 2.55
+NODE_XLABEL_IN = 0.27  # the x label's top below the axes: under 7-point tick labels
 NODE_MARGINS_IN = {"left": 0.55, "right": 0.12, "bottom": 0.48, "top": 0.28, "gap": 0.6}
 _node_canvases: dict[int, tuple] = {}
 
@@ -331,8 +332,14 @@ def _node_canvas(panels: list[tuple[str, str]]):
                             top=1 - m["top"] / NODE_HEIGHT_IN, wspace=m["gap"] / panel_in)
         axes = fig.subplots(1, key, squeeze=False)[0]
         for ax, (_column, ylabel) in zip(axes, panels):
-            ax.set_title(ylabel, fontsize=9)
+            # Title and label at fixed places: left to matplotlib, each draw measures
+            # every tick label to place them (a quarter of the draw), for a result that
+            # the fixed font sizes make the same in every cell.
+            ax.set_title(ylabel, fontsize=9, y=1.0, pad=4)
             ax.set_xlabel("s since launch", fontsize=8)
+            ax.xaxis.set_label_coords(0.5, -NODE_XLABEL_IN / (NODE_HEIGHT_IN - m["bottom"]
+                                                               - m["top"]))
+            ax.yaxis.set_label_coords(-0.1, 0.5)  # no label; spares measuring for it
             ax.tick_params(labelsize=7)
             ax.grid(alpha=0.3)
         _node_canvases[key] = (fig, axes)
