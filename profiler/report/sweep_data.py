@@ -9,7 +9,7 @@ another machine, with no server.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..metrics.spool_reader import read_points
@@ -27,7 +27,6 @@ class Sweep:
     path: Path
     settings: dict
     records: list[dict]  # the last record of each cell, grid order first
-    series_cache: dict = field(default_factory=dict)
 
     @property
     def sweep_id(self) -> str:
@@ -39,14 +38,6 @@ class Sweep:
 
     def cell_dir(self, record: dict) -> Path:
         return self.path / "cells" / record["cell_id"] / f"attempt-{record.get('attempt', 1)}"
-
-    def node_series(self, record: dict) -> dict[str, dict[str, list[tuple[float, float]]]]:
-        """Per node: series name → [(seconds since the cell's launch, value)] in its window."""
-        key = (record["cell_id"], record.get("attempt"))
-        if key not in self.series_cache:
-            self.series_cache[key] = read_cell_series(self.cell_dir(record) / "metrics",
-                                                       record)
-        return self.series_cache[key]
 
 
 def load_sweep(path: Path) -> Sweep:
