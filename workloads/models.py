@@ -1,6 +1,17 @@
-"""The study's models as hybridizable Gluon blocks: LeNet MLP, LeNet-5 CNN, MXNet's
-example LeNet, CIFAR ResNet;
-their exact parameter counts, and MobileNetV2's (built in torch: ``workloads.torch_models``).
+"""The models edgeprof trains, as data: one ``ModelSpec`` record per model, registered here.
+
+A record says everything the rest of edgeprof asks about a model: its input shape, the
+real dataset it trains on (its data family follows from the dataset), its default
+learning rate, its depth rule (``--layers``; None: a fixed depth), its weight
+initialisation, a builder per framework (``"module:function"``, imported only when a
+model is built), and one Raspberry Pi 3B's training rate, which the default time limit
+of a cell is made from (``profiler.sweep.timeouts``). The engines' model lists, the
+grid's checks, the learning rates, the data loader's padding, the CLI's help and the
+time limits all read the record; nothing else decides by a model's name. A new model
+is one ``register(ModelSpec(...))`` below and its builders (docs/architecture.md,
+"Adding a model").
+
+The five built-in models:
 
 - ``lenet-mlp``: flatten, dense 128 relu, dense 64 relu, dense 10 (MNIST 1x28x28).
 - ``lenet-cnn``: LeNet-5 (conv 6@5x5, max pool, conv 16@5x5, max pool, dense 120, 84,
@@ -13,27 +24,33 @@ their exact parameter counts, and MobileNetV2's (built in torch: ``workloads.tor
   blocks (16/32/64 channels, the first block of stages 2 and 3 strides by 2 and projects
   its shortcut with a 1x1 conv + BN, as MXNet's own examples do), global average pool,
   dense 10. Convolutions followed by BN have no bias.
+- ``mobilenetv2`` (torch only): Sandler et al. 2018 in its CIFAR form
+  (``workloads.torch_models``).
 
-MXNet is imported inside the functions that need it, so ``import workloads.models`` and
-``parameter_count`` stay cheap (the profiler uses them to validate cells and to compare
-network bytes per step with the model's size).
+Gluon builders are in ``workloads.gluon_models``, torch ones in
+``workloads.torch_models``. No framework is imported here: the controller validates a
+grid with the records alone. ``parameter_count`` builds the model (in torch if it is
+installed, else in Gluon) and counts its trainable parameters; only tests and benchmarks
+call it on the controller, and a worker counts the model it has built.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.util
+from dataclasses import dataclass
 
-MODELS = ("lenet-mlp", "lenet-cnn", "lenet-example", "resnet", "mobilenetv2")
-# Models with CIFAR-10's 3x32x32 input (the others take MNIST's 28x28 grey images).
-CIFAR_MODELS = ("resnet", "mobilenetv2")
-RESNET_STAGE_CHANNELS = (16, 32, 64)
-RESNET_MAX_DEPTH = 1202  # deepest CIFAR ResNet He et al. trained; only bounds the message
+from profiler.errors import ConfigError
+
+# The architectures' sizes, shared by the Gluon and torch builders.
 MLP_HIDDEN = (128, 64)
 LENET_CONV_CHANNELS = (6, 16)
 LENET_DENSE = (120, 84)
 LENET_KERNEL = 5
 EXAMPLE_CONV_CHANNELS = (20, 50)  # MXNet's example LeNet (same 5x5 kernels, 2x2 pools)
 EXAMPLE_DENSE = 500
+RESNET_STAGE_CHANNELS = (16, 32, 64)
 # MobileNetV2 for CIFAR (torch engines only): (expansion t, channels c, repeats n, stride
 # s) per bottleneck stage as in Sandler et al. 2018, Table 2, with the second stage's
 # stride 1 instead of 2 (and the first convolution's): 32x32 input, not 224x224.
@@ -41,181 +58,215 @@ MOBILENETV2_FIRST, MOBILENETV2_LAST = 32, 1280
 MOBILENETV2_SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 1), (6, 32, 3, 2), (6, 64, 4, 2),
                         (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
 
+# The Python module each framework's builders need (what ``parameter_count`` looks for).
+FRAMEWORK_MODULES = {"torch": "torch", "mxnet": "mxnet"}
+# How a built model of each framework counts its trainable parameters.
+COUNTERS = {"mxnet": "workloads.gluon_models:count_parameters",
+            "torch": "workloads.torch_models:count_parameters"}
+INITS = ("xavier", "he")
 
-def _check(model: str, layers: int | None) -> int:
-    """Validate a model name and depth; return the number of blocks per ResNet stage."""
-    if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}: use one of {', '.join(MODELS)}")
-    if model != "resnet":
-        return 0
-    if layers is None or layers < 8 or (layers - 2) % 6 != 0:
-        raise ValueError(f"--layers {layers} is not a CIFAR ResNet depth: use 6n+2 "
-                         f"(8, 14, 20, 26, 32, ..., 110)")
-    return (layers - 2) // 6
+
+class ModelError(ConfigError, ValueError):
+    """An unknown model, a depth it cannot have, or a framework it has no builder in.
+
+    A ``ConfigError`` (one line, exit 2 from the CLI) and a ``ValueError`` (what the
+    workloads' callers catch)."""
+
+
+@dataclass(frozen=True)
+class Depth:
+    """A depth rule: ``layers = step * n + offset`` for n >= 1 blocks a stage."""
+
+    step: int
+    offset: int
+    default: int
+    kind: str  # what an error calls a valid depth, e.g. "a CIFAR ResNet depth"
+    shown_up_to: int  # the largest depth the error names
+
+    @property
+    def rule(self) -> str:
+        return f"{self.step}n+{self.offset}"
+
+    def blocks(self, layers: int | None) -> int:
+        """The blocks per stage of a ``layers``-deep model; ``ModelError`` if it cannot be."""
+        if layers is None or layers < self.step + self.offset or (layers - self.offset) % self.step:
+            first = ", ".join(str(self.step * n + self.offset) for n in range(1, 6))
+            raise ModelError(f"--layers {layers} is not {self.kind}: use {self.rule} "
+                             f"({first}, ..., {self.shown_up_to})")
+        return (layers - self.offset) // self.step
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model: everything edgeprof asks about it (module docstring)."""
+
+    name: str
+    description: str  # one line: what the network is
+    input_shape: tuple[int, int, int]  # one sample, (C, H, W)
+    dataset: str  # the real set it trains on (a ``datasets.catalog`` name)
+    lr: float  # default SGD learning rate (docs/workloads.md#learning-rates)
+    builders: dict[str, str]  # framework -> "module:function(spec, layers, classes)"
+    init: str  # "xavier" (uniform, average fan) or "he" (normal, fan-in): every framework
+    # One Pi 3B's training samples/s (Park et al. 2019), for the default time limit; a
+    # model with a depth rule was measured at ``board_layers`` and slows with its depth.
+    board_samples_per_s: float
+    board_layers: int | None = None
+    depth: Depth | None = None  # None: a fixed depth (--layers does not apply)
+    classes: int = 10
+
+    @property
+    def frameworks(self) -> tuple[str, ...]:
+        return tuple(self.builders)
+
+    @property
+    def family(self) -> str:
+        """The family of images it takes (``datasets.catalog``: DIGITS or COLOUR)."""
+        from .datasets.catalog import SPECS
+
+        return SPECS[self.dataset].family
+
+    @property
+    def default_layers(self) -> int | None:
+        return self.depth.default if self.depth else None
+
+    def layers(self, layers: int | None) -> int | None:
+        """``layers`` as a cell of this model has it: the default depth where none is
+        given, None for a fixed depth (checked: ``ModelError``)."""
+        if self.depth is None:
+            return None
+        layers = self.depth.default if layers is None else layers
+        self.depth.blocks(layers)
+        return layers
+
+    def blocks(self, layers: int | None) -> int:
+        """Blocks per stage (0 for a fixed depth); ``ModelError`` for a depth it cannot have."""
+        return self.depth.blocks(layers) if self.depth else 0
+
+    def board_rate(self, layers: int | None) -> float:
+        """One Pi 3B's training samples/s for this model at ``layers``."""
+        if self.board_layers is None:
+            return self.board_samples_per_s
+        return self.board_samples_per_s * self.board_layers / (layers or self.board_layers)
+
+    def build(self, framework: str, layers: int | None = None, classes: int | None = None):
+        """A new model in ``framework`` (torch: initialised from torch's seed; Gluon:
+        uninitialised, see ``gluon_models.initializer``)."""
+        self.blocks(layers)
+        if framework not in self.builders:
+            raise ModelError(f"{self.name} runs on the {' and '.join(self.frameworks)} "
+                             f"engines only, not {framework}: use an engine of that "
+                             f"framework (edgeprof sweep --help lists them)")
+        return _resolve(self.builders[framework])(self, layers, classes or self.classes)
+
+
+REGISTRY: dict[str, ModelSpec] = {}
+# ``MODELS`` is the registry itself: ``name in MODELS``, ``", ".join(MODELS)``.
+MODELS = REGISTRY
+
+
+def register(spec: ModelSpec) -> ModelSpec:
+    """Add ``spec`` to the registry (a name is registered once)."""
+    if spec.name in REGISTRY:
+        raise ModelError(f"model {spec.name!r} is registered already")
+    if spec.init not in INITS:
+        raise ModelError(f"model {spec.name}: init {spec.init!r} is not one of {INITS}")
+    REGISTRY[spec.name] = spec
+    return spec
+
+
+def unregister(name: str) -> None:
+    REGISTRY.pop(name, None)
+    parameter_count.cache_clear()
+
+
+def get(model: str) -> ModelSpec:
+    """The record of ``model``; ``ModelError`` naming the known models otherwise."""
+    try:
+        return REGISTRY[model]
+    except (KeyError, TypeError):
+        raise ModelError(f"unknown model {model!r}: use one of {', '.join(REGISTRY)}") from None
+
+
+def names(framework: str | None = None) -> tuple[str, ...]:
+    """The models registered (those with a ``framework`` builder), in registration order."""
+    return tuple(n for n, s in REGISTRY.items() if framework is None or framework in s.builders)
+
+
+def with_depth() -> tuple[str, ...]:
+    """The models that take ``--layers``."""
+    return tuple(n for n, s in REGISTRY.items() if s.depth is not None)
 
 
 def input_shape(model: str) -> tuple[int, int, int]:
     """One sample's shape (C, H, W) as the model expects it."""
-    _check(model, 8 if model == "resnet" else None)
-    if model in CIFAR_MODELS:
-        return (3, 32, 32)
-    return {"lenet-mlp": (1, 28, 28), "lenet-cnn": (1, 32, 32),
-            "lenet-example": (1, 28, 28)}[model]
+    return get(model).input_shape
 
 
 def dataset_for(model: str) -> str:
-    """The real dataset a model trains on: ``mnist`` for LeNet, ``cifar10`` for ResNet and
-    MobileNetV2."""
-    _check(model, 8 if model == "resnet" else None)
-    return "cifar10" if model in CIFAR_MODELS else "mnist"
-
-
-def _dense(n_in: int, n_out: int) -> int:
-    return n_in * n_out + n_out
-
-
-def _conv(c_in: int, c_out: int, kernel: int, bias: bool) -> int:
-    return c_in * c_out * kernel * kernel + (c_out if bias else 0)
-
-
-def parameter_count(model: str, layers: int | None = None, classes: int = 10) -> int:
-    """Exact number of trainable parameters (what KVStore/allreduce moves each step).
-
-    BatchNorm's running mean/variance are not trainable and never pushed, so they are
-    not counted; gamma and beta are. Model bytes on the wire = 4 * count (float32).
-    """
-    blocks = _check(model, layers)
-    if model == "lenet-mlp":
-        c, h, w = input_shape(model)
-        sizes = (c * h * w, *MLP_HIDDEN, classes)
-        return sum(_dense(a, b) for a, b in zip(sizes, sizes[1:]))
-    if model == "lenet-cnn":
-        c1, c2 = LENET_CONV_CHANNELS
-        k = LENET_KERNEL
-        side = ((32 - k + 1) // 2 - k + 1) // 2  # 32 -> 28 -> 14 -> 10 -> 5
-        sizes = (c2 * side * side, *LENET_DENSE, classes)
-        return (_conv(1, c1, k, True) + _conv(c1, c2, k, True)
-                + sum(_dense(a, b) for a, b in zip(sizes, sizes[1:])))
-    if model == "lenet-example":
-        c1, c2 = EXAMPLE_CONV_CHANNELS
-        k = LENET_KERNEL
-        side = ((28 - k + 1) // 2 - k + 1) // 2  # 28 -> 24 -> 12 -> 8 -> 4
-        return (_conv(1, c1, k, True) + _conv(c1, c2, k, True)
-                + _dense(c2 * side * side, EXAMPLE_DENSE) + _dense(EXAMPLE_DENSE, classes))
-    bn = 2  # gamma, beta per channel
-    if model == "mobilenetv2":
-        return _mobilenetv2_count(classes)
-    first = RESNET_STAGE_CHANNELS[0]
-    total = _conv(3, first, 3, False) + bn * first
-    c_in = first
-    for stage, channels in enumerate(RESNET_STAGE_CHANNELS):
-        for block in range(blocks):
-            total += _conv(c_in, channels, 3, False) + bn * channels
-            total += _conv(channels, channels, 3, False) + bn * channels
-            if stage > 0 and block == 0:
-                total += _conv(c_in, channels, 1, False) + bn * channels
-            c_in = channels
-    return total + _dense(c_in, classes)
-
-
-def _mobilenetv2_count(classes: int) -> int:
-    bn = 2
-    total = _conv(3, MOBILENETV2_FIRST, 3, False) + bn * MOBILENETV2_FIRST
-    c_in = MOBILENETV2_FIRST
-    for expansion, channels, repeats, _ in MOBILENETV2_SETTINGS:
-        for _ in range(repeats):
-            hidden = c_in * expansion
-            if expansion != 1:
-                total += _conv(c_in, hidden, 1, False) + bn * hidden
-            total += hidden * 3 * 3 + bn * hidden  # depthwise: one 3x3 filter a channel
-            total += _conv(hidden, channels, 1, False) + bn * channels
-            c_in = channels
-    total += _conv(c_in, MOBILENETV2_LAST, 1, False) + bn * MOBILENETV2_LAST
-    return total + _dense(MOBILENETV2_LAST, classes)
+    """The real dataset a model trains on (``mnist``, ``cifar10``)."""
+    return get(model).dataset
 
 
 def build(model: str, layers: int | None = None, classes: int = 10):
     """A new, uninitialized ``gluon.HybridBlock`` for ``model`` (call ``hybridize()``)."""
-    blocks = _check(model, layers)
-    if model == "mobilenetv2":
-        raise ValueError("mobilenetv2 runs on the torch engines only: use --engine torch "
-                         "or torch-ddp")
-    from mxnet.gluon import nn
-
-    net = nn.HybridSequential(prefix=f"{model.replace('-', '_')}_")
-    with net.name_scope():
-        if model == "lenet-mlp":
-            net.add(nn.Flatten())
-            for units in MLP_HIDDEN:
-                net.add(nn.Dense(units, activation="relu"))
-            net.add(nn.Dense(classes))
-        elif model == "lenet-cnn":
-            for channels in LENET_CONV_CHANNELS:
-                net.add(nn.Conv2D(channels, LENET_KERNEL, activation="relu"),
-                        nn.MaxPool2D(2, 2))
-            net.add(nn.Flatten())
-            for units in LENET_DENSE:
-                net.add(nn.Dense(units, activation="relu"))
-            net.add(nn.Dense(classes))
-        elif model == "lenet-example":
-            for channels in EXAMPLE_CONV_CHANNELS:
-                net.add(nn.Conv2D(channels, LENET_KERNEL, activation="tanh"),
-                        nn.MaxPool2D(2, 2))
-            net.add(nn.Flatten(), nn.Dense(EXAMPLE_DENSE, activation="tanh"),
-                    nn.Dense(classes))
-        else:
-            _add_resnet(net, blocks, classes)
-    return net
-
-
-def _add_resnet(net, blocks: int, classes: int) -> None:
-    from mxnet.gluon import nn
-
-    first = RESNET_STAGE_CHANNELS[0]
-    net.add(nn.Conv2D(first, 3, padding=1, use_bias=False), nn.BatchNorm(),
-            nn.Activation("relu"))
-    c_in = first
-    for stage, channels in enumerate(RESNET_STAGE_CHANNELS):
-        for block in range(blocks):
-            downsample = stage > 0 and block == 0
-            net.add(_BasicBlock(channels, stride=2 if downsample else 1,
-                                project=downsample, in_channels=c_in))
-            c_in = channels
-    net.add(nn.GlobalAvgPool2D(), nn.Dense(classes))
+    return get(model).build("mxnet", layers, classes)
 
 
 @functools.lru_cache(maxsize=None)
-def _basic_block_class():
-    # Defined lazily: subclassing HybridBlock needs mxnet at class-creation time.
-    from mxnet.gluon import nn
+def parameter_count(model: str, layers: int | None = None, classes: int = 10) -> int:
+    """Trainable parameters of the built model (what KVStore/allreduce moves each step).
 
-    class BasicBlock(nn.HybridBlock):
-        """conv3x3-BN-relu-conv3x3-BN + shortcut, relu (He et al. 2016, CIFAR variant)."""
-
-        def __init__(self, channels: int, stride: int, project: bool, in_channels: int,
-                     **kwargs):
-            super().__init__(**kwargs)
-            with self.name_scope():
-                self.body = nn.HybridSequential(prefix="")
-                self.body.add(nn.Conv2D(channels, 3, stride, 1, use_bias=False,
-                                        in_channels=in_channels),
-                              nn.BatchNorm(), nn.Activation("relu"),
-                              nn.Conv2D(channels, 3, 1, 1, use_bias=False,
-                                        in_channels=channels),
-                              nn.BatchNorm())
-                self.shortcut = None
-                if project:
-                    self.shortcut = nn.HybridSequential(prefix="")
-                    self.shortcut.add(nn.Conv2D(channels, 1, stride, use_bias=False,
-                                                in_channels=in_channels),
-                                      nn.BatchNorm())
-
-        def hybrid_forward(self, F, x):
-            residual = x if self.shortcut is None else self.shortcut(x)
-            return F.Activation(self.body(x) + residual, act_type="relu")
-
-    return BasicBlock
+    Built in the first of its frameworks installed here (torch builds without a forward
+    pass, so it goes first); the frameworks' counts agree (tests/unit/test_torch_models.py).
+    BatchNorm's running mean/variance are not trainable and never pushed, so they are
+    not counted; gamma and beta are. Model bytes on the wire = 4 * count (float32).
+    """
+    spec = get(model)
+    spec.blocks(layers)
+    for framework in sorted(spec.frameworks, key=lambda f: f != "torch"):
+        module = FRAMEWORK_MODULES.get(framework)
+        if module is None or importlib.util.find_spec(module) is not None:
+            return _resolve(COUNTERS[framework])(spec.build(framework, layers, classes), spec)
+    raise ModelError(f"{model}: none of {', '.join(spec.frameworks)} is installed here to "
+                     "build it and count its parameters: run ./scripts/setup.sh")
 
 
-def _BasicBlock(*args, **kwargs):
-    return _basic_block_class()(*args, **kwargs)
+def _resolve(target: str):
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+# The records. Board rates: the study's Pi 3B times for one device (Park et al. 2019,
+# Tables 1-2, Figure 5): LeNet-MLP 105 s and "LeNet (CNN)" 1,079 s an MNIST epoch (that
+# rate stands for both CNNs: docs/study.md, it was most likely MXNet's example LeNet),
+# ResNet-32 about 20,000 s for CIFAR-10's 50,000 images, its cost growing with depth.
+# MobileNetV2 (CIFAR form) was never timed on a Pi 3B; per sample it costs about what
+# ResNet-32 does in multiply-adds, but depthwise convolutions run far below a CPU's
+# peak: half ResNet-32's rate keeps the limit generous. Learning rates:
+# docs/workloads.md#learning-rates (lenet-example's 0.05 is MXNet's train_mnist.py's).
+PI3B_LENET_CNN_SAMPLES_PER_S = 60000 / 1079
+PI3B_RESNET32_SAMPLES_PER_S = 50000 / 20000
+_GLUON, _TORCH = "workloads.gluon_models", "workloads.torch_models"
+
+register(ModelSpec(
+    "lenet-mlp", "flatten, dense 128 relu, dense 64 relu, dense 10", (1, 28, 28), "mnist",
+    lr=0.02, builders={"mxnet": f"{_GLUON}:lenet_mlp", "torch": f"{_TORCH}:lenet_mlp"},
+    init="xavier", board_samples_per_s=60000 / 105))
+register(ModelSpec(
+    "lenet-cnn", "LeNet-5 on MNIST padded 28 -> 32", (1, 32, 32), "mnist",
+    lr=0.02, builders={"mxnet": f"{_GLUON}:lenet_cnn", "torch": f"{_TORCH}:lenet_cnn"},
+    init="xavier", board_samples_per_s=PI3B_LENET_CNN_SAMPLES_PER_S))
+register(ModelSpec(
+    "lenet-example", "MXNet's example LeNet (v0.9.5), the study's", (1, 28, 28), "mnist",
+    lr=0.05, builders={"mxnet": f"{_GLUON}:lenet_example",
+                       "torch": f"{_TORCH}:lenet_example"},
+    init="xavier", board_samples_per_s=PI3B_LENET_CNN_SAMPLES_PER_S))
+register(ModelSpec(
+    "resnet", "CIFAR ResNet of depth 6n+2", (3, 32, 32), "cifar10",
+    lr=0.05, builders={"mxnet": f"{_GLUON}:resnet", "torch": f"{_TORCH}:resnet"},
+    init="he", board_samples_per_s=PI3B_RESNET32_SAMPLES_PER_S, board_layers=32,
+    depth=Depth(step=6, offset=2, default=20, kind="a CIFAR ResNet depth", shown_up_to=110)))
+register(ModelSpec(
+    "mobilenetv2", "MobileNetV2, CIFAR form", (3, 32, 32), "cifar10",
+    lr=0.05, builders={"torch": f"{_TORCH}:mobilenetv2"},
+    init="he", board_samples_per_s=PI3B_RESNET32_SAMPLES_PER_S / 2))

@@ -52,19 +52,22 @@ class MXNetWorker(Worker):
 
             self.rank, self.num_workers = hvd.init()
 
+    def parameter_count(self) -> int:
+        from . import gluon_models, models
+
+        return gluon_models.count_parameters(self.net, models.get(self.args.model))
+
     def build(self) -> None:
         """Initialized hybridized net and its trainer."""
         import mxnet as mx
         from mxnet import gluon
 
-        from . import models
+        from . import gluon_models, models
 
         args = self.args
         mx.random.seed(args.seed)
         net = models.build(args.model, args.layers)
-        init = (mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2)
-                if args.model == "resnet" else mx.init.Xavier())
-        net.initialize(init)
+        net.initialize(gluon_models.initializer(models.get(args.model)))
         net.hybridize(static_alloc=True)
         # Deferred init: shapes exist only after a forward pass, and the trainer
         # (Horovod's broadcast, the KVStore's init) needs them.

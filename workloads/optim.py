@@ -33,9 +33,28 @@ already one worker's batch). ``none`` (the default, MXNet's own convention) keep
 
 from __future__ import annotations
 
-# lenet-example: 0.05, the lr of MXNet's train_mnist.py (v0.9.5), which the study ran.
-DEFAULT_LR = {"lenet-mlp": 0.02, "lenet-cnn": 0.02, "lenet-example": 0.05, "resnet": 0.05,
-              "mobilenetv2": 0.05}
+from collections.abc import Mapping
+
+from . import models
+
+
+class _DefaultLR(Mapping):
+    """Each registered model's default learning rate (its record's ``lr``), read from the
+    registry when asked, so a model registered at run time has one too."""
+
+    def __getitem__(self, model: str) -> float:
+        if model not in models.REGISTRY:
+            raise KeyError(model)
+        return models.REGISTRY[model].lr
+
+    def __iter__(self):
+        return iter(models.REGISTRY)
+
+    def __len__(self) -> int:
+        return len(models.REGISTRY)
+
+
+DEFAULT_LR = _DefaultLR()
 DEFAULT_MOMENTUM = 0.9
 DEFAULT_WD = 1e-4
 LR_SCALINGS = ("none", "linear")
@@ -43,7 +62,8 @@ SYNC_COMMS = ("ps-sync", "allreduce")
 
 
 def default_lr(model: str) -> float:
-    return DEFAULT_LR[model]
+    """The model's default learning rate (``models.ModelError`` for an unknown model)."""
+    return models.get(model).lr
 
 
 def applied_lr(lr: float, scaling: str, comm: str, num_workers: int) -> float:

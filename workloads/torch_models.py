@@ -1,6 +1,7 @@
-"""The models of ``workloads.models`` in PyTorch, layer for layer, and MobileNetV2.
+"""The torch builders of the models registered in ``workloads.models``: the Gluon models
+(``workloads.gluon_models``) layer for layer, and MobileNetV2.
 
-Each network is the Gluon one of ``workloads/models.py`` with the same layers in the
+Each network is the Gluon one of ``workloads/gluon_models.py`` with the same layers in the
 same order, the same shapes and so the same trainable parameter count
 (``tests/unit/test_torch_models.py`` checks shapes and counts against the built Gluon
 models), and the same initialisation: Xavier uniform weights for LeNet (MXNet's
@@ -14,7 +15,8 @@ batch, MXNet the running value), eps 1e-5 in both.
 bottleneck stage (``models.MOBILENETV2_SETTINGS``), width 1.0, ReLU6, a 1x1 convolution
 to 1280 channels, global average pooling and a dense layer to 10 classes.
 
-Built deterministically from the caller's ``torch.manual_seed``.
+Each builder is ``f(spec, layers, classes)``; ``build(model, layers, classes)`` finds it
+through the model's record. Built deterministically from the caller's ``torch.manual_seed``.
 """
 
 from __future__ import annotations
@@ -22,46 +24,57 @@ from __future__ import annotations
 from .models import (EXAMPLE_CONV_CHANNELS, EXAMPLE_DENSE, LENET_CONV_CHANNELS,
                      LENET_DENSE, LENET_KERNEL, MLP_HIDDEN,
                      MOBILENETV2_FIRST, MOBILENETV2_LAST, MOBILENETV2_SETTINGS,
-                     RESNET_STAGE_CHANNELS, _check, input_shape)
+                     RESNET_STAGE_CHANNELS, get, input_shape)
 
 __all__ = ["build", "input_shape"]
 
 
 def build(model: str, layers: int | None = None, classes: int = 10):
     """A new ``torch.nn.Module`` for ``model``, initialised as its MXNet twin."""
-    blocks = _check(model, layers)
+    return get(model).build("torch", layers, classes)
+
+
+def count_parameters(net, spec=None) -> int:
+    """Trainable parameters of ``net`` (BatchNorm's running statistics are buffers)."""
+    return sum(p.numel() for p in net.parameters() if p.requires_grad)
+
+
+def _side(side: int) -> int:
+    """A 5x5 convolution and a 2x2 pool, twice: 32 -> 28 -> 14 -> 10 -> 5."""
+    return ((side - LENET_KERNEL + 1) // 2 - LENET_KERNEL + 1) // 2
+
+
+def lenet_mlp(spec, layers, classes: int):
     from torch import nn
 
-    if model == "lenet-mlp":
-        c, h, w = input_shape(model)
-        sizes = (c * h * w, *MLP_HIDDEN)
-        net = nn.Sequential(nn.Flatten(), *_dense_relu(sizes), nn.Linear(sizes[-1], classes))
-        _init(net, he=False)
-    elif model == "lenet-cnn":
-        c1, c2 = LENET_CONV_CHANNELS
-        side = ((32 - LENET_KERNEL + 1) // 2 - LENET_KERNEL + 1) // 2  # 32 -> 28 -> 14 -> 10 -> 5
-        sizes = (c2 * side * side, *LENET_DENSE)
-        net = nn.Sequential(
-            nn.Conv2d(1, c1, LENET_KERNEL), nn.ReLU(), nn.MaxPool2d(2, 2),
-            nn.Conv2d(c1, c2, LENET_KERNEL), nn.ReLU(), nn.MaxPool2d(2, 2),
-            nn.Flatten(), *_dense_relu(sizes), nn.Linear(sizes[-1], classes))
-        _init(net, he=False)
-    elif model == "lenet-example":
-        c1, c2 = EXAMPLE_CONV_CHANNELS
-        side = ((28 - LENET_KERNEL + 1) // 2 - LENET_KERNEL + 1) // 2  # 28 -> 24 -> 12 -> 8 -> 4
-        net = nn.Sequential(
-            nn.Conv2d(1, c1, LENET_KERNEL), nn.Tanh(), nn.MaxPool2d(2, 2),
-            nn.Conv2d(c1, c2, LENET_KERNEL), nn.Tanh(), nn.MaxPool2d(2, 2),
-            nn.Flatten(), nn.Linear(c2 * side * side, EXAMPLE_DENSE), nn.Tanh(),
-            nn.Linear(EXAMPLE_DENSE, classes))
-        _init(net, he=False)
-    elif model == "resnet":
-        net = _resnet(blocks, classes)
-        _init(net, he=True)
-    else:
-        net = _mobilenetv2(classes)
-        _init(net, he=True)
-    return net
+    c, h, w = spec.input_shape
+    sizes = (c * h * w, *MLP_HIDDEN)
+    return _init(nn.Sequential(nn.Flatten(), *_dense_relu(sizes),
+                               nn.Linear(sizes[-1], classes)), spec)
+
+
+def lenet_cnn(spec, layers, classes: int):
+    from torch import nn
+
+    c1, c2 = LENET_CONV_CHANNELS
+    side = _side(spec.input_shape[1])
+    sizes = (c2 * side * side, *LENET_DENSE)
+    return _init(nn.Sequential(
+        nn.Conv2d(spec.input_shape[0], c1, LENET_KERNEL), nn.ReLU(), nn.MaxPool2d(2, 2),
+        nn.Conv2d(c1, c2, LENET_KERNEL), nn.ReLU(), nn.MaxPool2d(2, 2),
+        nn.Flatten(), *_dense_relu(sizes), nn.Linear(sizes[-1], classes)), spec)
+
+
+def lenet_example(spec, layers, classes: int):
+    from torch import nn
+
+    c1, c2 = EXAMPLE_CONV_CHANNELS
+    side = _side(spec.input_shape[1])
+    return _init(nn.Sequential(
+        nn.Conv2d(spec.input_shape[0], c1, LENET_KERNEL), nn.Tanh(), nn.MaxPool2d(2, 2),
+        nn.Conv2d(c1, c2, LENET_KERNEL), nn.Tanh(), nn.MaxPool2d(2, 2),
+        nn.Flatten(), nn.Linear(c2 * side * side, EXAMPLE_DENSE), nn.Tanh(),
+        nn.Linear(EXAMPLE_DENSE, classes)), spec)
 
 
 def _dense_relu(sizes):
@@ -79,41 +92,44 @@ def _bn(channels: int):
     return nn.BatchNorm2d(channels, eps=1e-5, momentum=0.1)
 
 
-def _resnet(blocks: int, classes: int):
+def resnet(spec, layers, classes: int):
     from torch import nn
 
+    blocks = spec.blocks(layers)
     first = RESNET_STAGE_CHANNELS[0]
-    layers = [nn.Conv2d(3, first, 3, padding=1, bias=False), _bn(first), nn.ReLU()]
+    modules = [nn.Conv2d(3, first, 3, padding=1, bias=False), _bn(first), nn.ReLU()]
     c_in = first
     for stage, channels in enumerate(RESNET_STAGE_CHANNELS):
         for block in range(blocks):
             downsample = stage > 0 and block == 0
-            layers.append(_BasicBlock(c_in, channels, 2 if downsample else 1, downsample))
+            modules.append(_BasicBlock(c_in, channels, 2 if downsample else 1, downsample))
             c_in = channels
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, classes)]
-    return nn.Sequential(*layers)
+    modules += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, classes)]
+    return _init(nn.Sequential(*modules), spec)
 
 
-def _mobilenetv2(classes: int):
+def mobilenetv2(spec, layers, classes: int):
     from torch import nn
 
-    layers = [nn.Conv2d(3, MOBILENETV2_FIRST, 3, 1, 1, bias=False), _bn(MOBILENETV2_FIRST),
-              nn.ReLU6()]
+    modules = [nn.Conv2d(3, MOBILENETV2_FIRST, 3, 1, 1, bias=False), _bn(MOBILENETV2_FIRST),
+               nn.ReLU6()]
     c_in = MOBILENETV2_FIRST
     for expansion, channels, repeats, stride in MOBILENETV2_SETTINGS:
         for index in range(repeats):
-            layers.append(_InvertedResidual(c_in, channels, stride if index == 0 else 1,
-                                            expansion))
+            modules.append(_InvertedResidual(c_in, channels, stride if index == 0 else 1,
+                                             expansion))
             c_in = channels
-    layers += [nn.Conv2d(c_in, MOBILENETV2_LAST, 1, bias=False), _bn(MOBILENETV2_LAST),
-               nn.ReLU6(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-               nn.Linear(MOBILENETV2_LAST, classes)]
-    return nn.Sequential(*layers)
+    modules += [nn.Conv2d(c_in, MOBILENETV2_LAST, 1, bias=False), _bn(MOBILENETV2_LAST),
+                nn.ReLU6(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                nn.Linear(MOBILENETV2_LAST, classes)]
+    return _init(nn.Sequential(*modules), spec)
 
 
-def _init(net, he: bool) -> None:
+def _init(net, spec):
+    """``net`` initialised as its record says (``spec.init``), as MXNet would."""
     from torch import nn
 
+    he = spec.init == "he"
     for module in net.modules():
         if isinstance(module, (nn.Conv2d, nn.Linear)):
             if he:
@@ -125,6 +141,7 @@ def _init(net, he: bool) -> None:
         elif isinstance(module, nn.BatchNorm2d):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
+    return net
 
 
 def _BasicBlock(c_in: int, channels: int, stride: int, project: bool):

@@ -73,6 +73,11 @@ class TorchWorker(Worker):
                              momentum=args.momentum, weight_decay=args.wd)
         self.loss_fn = torch.nn.CrossEntropyLoss()
 
+    def parameter_count(self) -> int:
+        from . import torch_models
+
+        return torch_models.count_parameters(self.model)
+
     def communicate(self) -> None:
         """After the backward pass: make the gradients the cell's (nothing alone)."""
 

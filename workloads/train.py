@@ -45,7 +45,7 @@ EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_OOM = 0, 1, 2, 3
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from .datasets.resolver import PARTITIONS
-    from .models import MODELS
+    from .models import MODELS, get
 
     parser = argparse.ArgumentParser(prog="python -m workloads.train",
                                      description="Train one worker of an edgeprof cell.")
@@ -56,7 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="server: a torch parameter server (--comm ps-*)")
     parser.add_argument("--model", required=True, choices=MODELS)
     parser.add_argument("--layers", type=int, default=None,
-                        help="ResNet depth 6n+2 (default 20); ignored for other models")
+                        help="depth, for a model with a depth rule (ResNet 6n+2, default "
+                             "20); ignored for the others")
     parser.add_argument("--batch", type=int, default=32, help="samples per worker step")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--lr", type=float, default=None,
@@ -83,22 +84,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="time each step's phases into steps-*.jsonl "
                              "(workloads.steps)")
     args = parser.parse_args(argv)
-    if args.model == "resnet" and args.layers is None:
-        args.layers = 20
-    if args.model != "resnet":
+    spec = get(args.model)
+    # Checked in _validate (exit 2 with the rule); here only the default or None.
+    args.layers = spec.default_layers if args.layers is None else args.layers
+    if spec.depth is None:
         args.layers = None
     if args.lr is None:
-        args.lr = optim.default_lr(args.model)
+        args.lr = spec.lr
     return args
 
 
 def _validate(args: argparse.Namespace) -> None:
     from . import models
 
-    try:
-        models.parameter_count(args.model, args.layers)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
+    models.get(args.model).blocks(args.layers)  # a ModelError: one line, exit 2
     for name in ("batch", "epochs", "threads", "max_samples", "val_samples"):
         value = getattr(args, name)
         if value is not None and value < 1:

@@ -70,6 +70,10 @@ class Worker:
         """Model, optimizer and communication, once the data is loaded."""
         raise NotImplementedError
 
+    def parameter_count(self) -> int:
+        """Trainable parameters of the model ``build`` made (what a step moves)."""
+        raise NotImplementedError
+
     def train_epoch(self, epoch: int, on_first_step) -> tuple[float, float]:
         """One pass over the shard (``batches(epoch)``); returns the mean training loss
         over the epoch and over its last quarter of steps. Calls ``on_first_step()``
@@ -139,8 +143,6 @@ class Worker:
             yield self.data.normalize(x[start:start + batch]), y[start:start + batch]
 
     def run(self, events) -> None:
-        from . import models
-
         args = self.args
         # Start-up is over: from here on the node's CPU quota applies (emulated cluster).
         join_cpu_limit()
@@ -158,7 +160,7 @@ class Worker:
                     momentum=args.momentum, wd=args.wd,
                     startup_s={k: round(v, 3) for k, v in self.startup_s.items()
                                if v is not None},
-                    param_count=models.parameter_count(args.model, args.layers))
+                    param_count=self.parameter_count())
         train_s = train_cpu_s = 0.0
         first_done: list[float] = []
 

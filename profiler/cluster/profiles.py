@@ -26,6 +26,8 @@ from pathlib import Path
 
 import yaml
 
+from workloads import models as model_registry
+
 from ..errors import ConfigError
 
 PACKAGED_PROFILES = Path(__file__).with_name("profiles.yaml")
@@ -34,12 +36,14 @@ PROFILES_ENV = "EDGEPROF_PROFILES"
 # CFS takes a quota of at least 1 ms per period and a period of at most 1 s, so the
 # smallest quota is 1 ms per second (cgroups.cfs_period_us).
 MIN_CPU_CORES = 0.001
-MODELS = ("lenet-mlp", "lenet-cnn", "lenet-example", "resnet")  # keys of cpu_cores_by_model
+# The keys of cpu_cores_by_model, cpu_cores_dilated and board_rates: the models
+# registered in ``workloads.models`` (``model_registry.MODELS``, read when a file is).
 
 
 @dataclass(frozen=True)
 class BoardRate:
-    """A board's measured training rate: ``model`` (``layers`` for ResNet) at ``batch``."""
+    """A board's measured training rate: ``model`` (at ``layers`` if it has a depth
+    rule) at ``batch``."""
 
     model: str
     layers: int | None
@@ -66,7 +70,7 @@ class Profile:
     memory_mb: int
     cpu_cores: float
     description: str = ""
-    # A model family's own quota (keys in MODELS); others train at ``cpu_cores``.
+    # A model family's own quota (keys: registered models); others train at ``cpu_cores``.
     cpu_cores_by_model: dict[str, float] = field(default_factory=dict, hash=False,
                                                  compare=False)
     # How many cores the board has (a Pi 3B: 4): its CPU % is a share of all of them.
@@ -209,23 +213,24 @@ def _parse_profile(path: Path, name: str, spec) -> Profile:
     missing = [k for k in ("link_mbit", "memory_mb", "cpu_cores") if k not in spec]
     if missing:
         raise ConfigError(f"{path}: profile {name} lacks {', '.join(missing)}: add them")
+    known = model_registry.MODELS
     by_model = spec.get("cpu_cores_by_model") or {}
-    if not isinstance(by_model, dict) or not set(by_model) <= set(MODELS):
+    if not isinstance(by_model, dict) or not set(by_model) <= set(known):
         raise ConfigError(f"{path}: profile {name}: cpu_cores_by_model must map "
-                          f"{', '.join(MODELS)} to cores, e.g. {{lenet-cnn: 0.01}}")
+                          f"{', '.join(known)} to cores, e.g. {{lenet-cnn: 0.01}}")
     dilated = spec.get("cpu_cores_dilated") or {}
-    if not isinstance(dilated, dict) or not set(dilated) <= set(MODELS) or not all(
+    if not isinstance(dilated, dict) or not set(dilated) <= set(known) or not all(
             isinstance(v, dict) for v in dilated.values()):
         raise ConfigError(f"{path}: profile {name}: cpu_cores_dilated must map "
-                          f"{', '.join(MODELS)} to {{speedup: cores}}, e.g. "
+                          f"{', '.join(known)} to {{speedup: cores}}, e.g. "
                           "{lenet-cnn: {10: 0.3}}")
     rates = spec.get("board_rates") or {}
-    if not isinstance(rates, dict) or not set(rates) <= set(MODELS) or not all(
+    if not isinstance(rates, dict) or not set(rates) <= set(known) or not all(
             isinstance(v, dict) and "samples_per_s" in v and "batch" in v
             for v in rates.values()):
         raise ConfigError(f"{path}: profile {name}: board_rates must map "
-                          f"{', '.join(MODELS)} to {{batch: B, samples_per_s: R}} (resnet "
-                          "with layers: N too)")
+                          f"{', '.join(known)} to {{batch: B, samples_per_s: R}} (with "
+                          f"layers: N for {', '.join(model_registry.with_depth())})")
     try:
         board_rates = {str(m): BoardRate(str(m), int(v["layers"]) if v.get("layers") else None,
                                          int(v["batch"]), float(v["samples_per_s"]))

@@ -6,7 +6,8 @@ cluster, watches them, and reaps them; engines only plan. Every worker runs
 own launcher around it) and writes its JSON-lines events into the cell's ``events/``.
 
 An engine declares, as data, what the rest of edgeprof derives from it: the sync modes
-it trains in, the models its framework has, the Python packages it needs (their
+it trains in, the models it trains (by default every model registered in
+``workloads.models`` with a builder in its ``framework``), the Python packages it needs (their
 versions are recorded with each sweep), how it is checked on this machine before a
 sweep (``check_installed``) and on a real node (``probe_host`` runs there;
 ``host_problem`` judges the answer on the controller). Engines register in one place,
@@ -22,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from workloads import models as model_registry
+
 from ..cluster.base import Node
 from ..cell import CellConfig
 from ..errors import ClusterError
-
-LENET_AND_RESNET = ("lenet-mlp", "lenet-cnn", "lenet-example", "resnet")
 
 
 @dataclass(frozen=True)
@@ -73,12 +74,17 @@ class Engine:
     description: str = ""  # one line, for --help and docs
     framework: str = ""  # the worker's training loop: workloads.frameworks.<framework>
     sync_modes: tuple[str, ...] = ("sync", "async")
-    models: tuple[str, ...] = LENET_AND_RESNET
     packages: tuple[Package, ...] = ()
     install_hint: str = "run ./scripts/setup.sh"
     # Whether planning a cell needs the packages on the controller (Horovod's runner
     # assigns the ranks), so that an inventory sweep checks them here too.
     plans_with_packages: bool = False
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The models this engine trains: those with a builder in its framework (a
+        subclass may name fewer with a class attribute)."""
+        return model_registry.names(self.framework)
 
     def nodes_needed(self, cell: CellConfig) -> int:
         """How many nodes the cell occupies (e.g. devices + 1 with a master node)."""

@@ -33,8 +33,8 @@ from pathlib import Path
 from ..cell import CellConfig
 from ..cluster.base import Node
 from ..ports import free_port
-from .base import (LENET_AND_RESNET, Engine, Package, ProcessSpec, TrainOptions,
-                   gloo_interface, parameter_server_nodes)
+from .base import (Engine, Package, ProcessSpec, TrainOptions, gloo_interface,
+                   parameter_server_nodes)
 
 INSTALL_HINT = ("run ./scripts/setup.sh (it installs the CPU build torch==2.13.0+cpu; "
                 "README: PyTorch on other machines)")
@@ -65,7 +65,6 @@ def _process_env(common: dict[str, str], rank: int, node: Node) -> dict[str, str
 
 class _TorchEngine(Engine):
     framework = "torch"
-    models = (*LENET_AND_RESNET, "mobilenetv2")
     packages = (Package("torch", "torch"),)
     install_hint = INSTALL_HINT
 

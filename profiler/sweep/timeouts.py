@@ -13,22 +13,13 @@ turns it off.
 
 from __future__ import annotations
 
+from workloads import models
 from workloads.datasets.catalog import SPECS
 
 from ..cell import CellConfig
 
-# Training samples per second of one Pi 3B (Park et al. 2019, Tables 1-2, Figure 5).
-# The study's "LeNet (CNN)" rate stands for both CNNs (docs/study.md: it was most likely
-# MXNet's example LeNet, seven times LeNet-5's parameters).
-PI3B_SAMPLES_PER_S = {"lenet-mlp": 60000 / 105, "lenet-cnn": 60000 / 1079,
-                      "lenet-example": 60000 / 1079}
-# ResNet-32 took about 20,000 s for CIFAR-10's 50,000 images on one board; the cost of a
-# CIFAR ResNet grows with its depth.
-PI3B_RESNET32_SAMPLES_PER_S = 50000 / 20000
-# MobileNetV2 (CIFAR form) was never timed on a Pi 3B; per sample it costs about what
-# ResNet-32 does in multiply-adds, but depthwise convolutions run far below a CPU's peak:
-# half ResNet-32's rate keeps the limit generous.
-PI3B_MOBILENETV2_SAMPLES_PER_S = PI3B_RESNET32_SAMPLES_PER_S / 2
+# The training samples per second of one Pi 3B are the model's record's
+# (``workloads.models``: ``ModelSpec.board_rate``, with where each rate comes from).
 # Validation is a forward pass only: about a third of a training step's cost per sample.
 VALIDATION_COST = 1 / 3
 SLACK = 10
@@ -37,12 +28,7 @@ STARTUP_ALLOWANCE_S = 300.0  # importing MXNet, the scheduler's rendezvous, data
 
 def default_timeout_s(cell: CellConfig, val_samples: int | None = None) -> float:
     """Seconds ``cell`` may run before the runner stops it as ``timeout``."""
-    if cell.model == "resnet":
-        rate = PI3B_RESNET32_SAMPLES_PER_S * 32 / (cell.layers or 32)
-    elif cell.model == "mobilenetv2":
-        rate = PI3B_MOBILENETV2_SAMPLES_PER_S
-    else:
-        rate = PI3B_SAMPLES_PER_S[cell.model]
+    rate = models.get(cell.model).board_rate(cell.layers)
     # The dataset's full size when --max-samples is not given.
     spec = SPECS.get(cell.dataset, SPECS["mnist"])
     train = spec.train_samples

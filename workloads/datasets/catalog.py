@@ -65,10 +65,11 @@ AUTO_ORDER = {DIGITS: ("fashion-mnist", "mnist-5k"), COLOUR: ()}
 
 
 def family_of(model: str) -> str:
-    """The family of images ``model`` takes (``models`` validates the name)."""
+    """The family of images ``model`` takes: its record's dataset's (``models`` validates
+    the name)."""
     from .. import models
 
-    return COLOUR if models.dataset_for(model) == "cifar10" else DIGITS
+    return models.get(model).family
 
 
 def fits(name: str, model: str) -> bool:

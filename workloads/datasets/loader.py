@@ -18,10 +18,9 @@ from profiler.errors import DataError
 
 from . import cifar, idx, mnist5k
 from . import synthetic as _synthetic
+from .. import models
 from .catalog import DIGITS, SPECS, family_of
 from .resolver import AUTO, Source, check, idx_files, locate
-
-LENET_CNN_PAD = 2  # 28x28 -> 32x32, LeNet-5's input size
 
 
 @dataclass
@@ -76,10 +75,14 @@ def synthetic(model: str, samples: int, seed: int, split: str = "train"
 
 
 def _pad(x: np.ndarray, model: str) -> np.ndarray:
-    if model != "lenet-cnn":
+    """Images zero-padded on every side up to the model's input (its record's shape):
+    LeNet-5 takes MNIST's 28x28 digits as 32x32, as in the study."""
+    height, width = models.input_shape(model)[1:]
+    pad_h, pad_w = (height - x.shape[2]) // 2, (width - x.shape[3]) // 2
+    if pad_h <= 0 and pad_w <= 0:
         return x
-    pad = LENET_CNN_PAD
-    return np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    pad_h, pad_w = max(pad_h, 0), max(pad_w, 0)
+    return np.pad(x, ((0, 0), (0, 0), (pad_h, pad_h), (pad_w, pad_w)))
 
 
 def _scale(x: np.ndarray, name: str) -> np.ndarray:
