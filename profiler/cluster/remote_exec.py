@@ -4,7 +4,9 @@ The inventory cluster starts ``python -m profiler.cluster.remote_exec ... -- ARG
 ``ssh``. Killing the local ``ssh`` does not stop a remote command (without a terminal,
 sshd sends it no signal), so this wrapper:
 
-- starts ARGV in a session of its own, with the given environment and working folder;
+- starts ARGV in a session of its own, with the given environment (``--setenv``, or
+  with ``--env-stdin`` a JSON object on the first line of stdin, which keeps it off every
+  command line: the controller's and the node's ``ps``);
 - registers the child's pid under its role in the node's pids file (``--pids-file``,
   ``{"worker": [pid], ...}``, updated under a lock: the scheduler and a server may share a
   node), so that the node's metrics agent measures the right processes;
@@ -12,7 +14,8 @@ sshd sends it no signal), so this wrapper:
   controller stopped the cell (or died, or the link broke); it then stops the child's
   whole group (SIGTERM, then SIGKILL after a grace), as it does on SIGTERM or SIGHUP;
 - exits with the child's status (128 + the signal's number if a signal ended it), which
-  ``ssh`` hands back to the controller.
+  ``ssh`` hands back to the controller, as soon as the child ends (a thread waits on it:
+  no polling interval).
 
 Only the standard library: it must start fast on a Pi.
 """
@@ -38,13 +41,15 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.setenv:
         key, _, value = item.partition("=")
         env[key] = value
+    if args.env_stdin:
+        env.update(_read_env_line())
     for folder in args.mkdir:
         os.makedirs(folder, exist_ok=True)
     child = subprocess.Popen(args.command, env=env, start_new_session=True,
                              stdin=subprocess.DEVNULL)
     if args.pids_file and args.role:
         _register(args.pids_file, args.role, child.pid)
-    stopping = threading.Event()
+    stopping = threading.Event()  # set when the child ends, or the cell is over
 
     def stop(*_signal) -> None:
         stopping.set()
@@ -53,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, stop)
     signal.signal(signal.SIGINT, stop)
     threading.Thread(target=_wait_for_eof, args=(stopping,), daemon=True).start()
-    while child.poll() is None and not stopping.wait(0.05):
+    threading.Thread(target=lambda: (child.wait(), stopping.set()), daemon=True).start()
+    # The timeout only bounds how late a signal's handler may run.
+    while not stopping.wait(1.0):
         pass
     if child.poll() is None:
         _stop_group(child)
@@ -64,11 +71,31 @@ def main(argv: list[str] | None = None) -> int:
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m profiler.cluster.remote_exec")
     parser.add_argument("--setenv", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--env-stdin", action="store_true",
+                        help="read a JSON object of environment variables from stdin's "
+                             "first line")
     parser.add_argument("--mkdir", action="append", default=[], metavar="DIR")
     parser.add_argument("--pids-file")
     parser.add_argument("--role")
     parser.add_argument("command", nargs="+")
     return parser.parse_args(argv)
+
+
+def _read_env_line() -> dict[str, str]:
+    """The JSON object on stdin's first line, read from the descriptor itself (nothing
+    buffered past it: the rest of stdin is watched for its end)."""
+    data = b""
+    while not data.endswith(b"\n"):
+        # The controller sends nothing after the line until the end, so a large read
+        # never takes more than the line.
+        chunk = os.read(sys.stdin.fileno(), 65536)
+        if not chunk:
+            break
+        data += chunk
+    env = json.loads(data or b"{}")
+    if not isinstance(env, dict):
+        raise SystemExit("remote_exec: --env-stdin wants a JSON object on one line")
+    return {str(k): str(v) for k, v in env.items()}
 
 
 def _wait_for_eof(stopping: threading.Event) -> None:

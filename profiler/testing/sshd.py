@@ -10,21 +10,45 @@ Facts checked on these machines: sshd in a namespace needs ``/run/sshd`` to exis
 absolute path to the binary, a PidFile per instance and ``UsePAM no``. The nodes share
 this host's filesystem, so "remote" files are files here: tests give each node its own
 work folder to keep that honest.
+
+A login shell like a fresh board's (``stock_shell_rc``, the default): sshd runs every
+command through the user's shell, and Debian's bash reads ``~/.bashrc`` when sshd starts
+it. A stock ``.bashrc`` (``/etc/skel``, what Raspberry Pi OS gives its user) returns at
+once for a non-interactive shell; this machine's root ``.bashrc`` runs ``pyenv init``
+(about 100 processes, 0.09 s of CPU a session, 0.3 s at a Pi 3B's 0.3-core quota). So
+each sshd runs in a mount namespace of its own where the user's ``.bashrc`` is the stock
+one (a bind mount that nothing outside sees); ``stock_shell_rc=False`` keeps this
+machine's.
+
+Start-up outside the CPU quota, as on the emulated cluster (``startup_outside_quota``,
+the default, where the quota is a cgroup hierarchy of its own): each sshd runs in its
+node's memory limit and CPU accounting but outside its CPU quota, and names the quota's
+cgroup to every session (``SetEnv EDGEPROF_JOIN_CPU_CGROUP``), so that a worker, server
+or scheduler started over SSH joins the quota when its start-up ends
+(``workloads.node_limits``), exactly as the emulated cluster starts them; what runs
+beside them (sshd, ``remote_exec``, the metrics agent) stays outside, as the emulated
+cluster's agent does. With ``False`` every session pays everything at the node's quota
+(on a 4-core board a one-thread worker leaves three cores to them).
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import shlex
 import socket
 import subprocess
 import time
 from pathlib import Path
 
+from workloads.node_limits import JOIN_CPU_CGROUP_ENV
+
+from ..cluster import cgroups
 from ..cluster.base import Node, kill_groups, popen_in_group
 from ..errors import ClusterError
 
 SSHD = "/usr/sbin/sshd"
+STOCK_BASHRC = "/etc/skel/.bashrc"
 START_TIMEOUT_S = 20.0
 
 _CONFIG = """\
@@ -41,14 +65,15 @@ StrictModes no
 PrintMotd no
 AcceptEnv LANG LC_*
 Subsystem sftp internal-sftp
-"""
+{set_env}"""
 
 
 class SshdNodes:
     """sshd (Debian openssh-server) inside each emulated node's netns, for tests only."""
 
     def __init__(self, nodes: list[Node], workdir: Path, user: str = "root", port: int = 22,
-                 *, cluster=None):
+                 *, cluster=None, stock_shell_rc: bool = True,
+                 startup_outside_quota: bool = True):
         self.nodes = list(nodes)
         # With the emulated cluster given, each sshd (and so every session it serves)
         # runs inside its node's CPU and memory cgroups, as on a board of that size;
@@ -56,6 +81,8 @@ class SshdNodes:
         self.cluster = cluster
         self.workdir = Path(workdir)
         self.user = user
+        self.stock_shell_rc = stock_shell_rc
+        self.startup_outside_quota = startup_outside_quota
         self.port = port
         self.key_path = self.workdir / "id_ed25519"
         self.known_hosts_path = self.workdir / "known_hosts"
@@ -84,19 +111,40 @@ class SshdNodes:
             public = Path(f"{host_key}.pub").read_text().split()
             known.append(f"{_known_name(node.address, self.port)} {public[0]} {public[1]}")
             config = folder / "sshd_config"
+            group, late = None, False
+            if self.cluster is not None:
+                scope = node.scope
+                group = cgroups.NodeCgroup(scope.cgroup_version, Path(scope.cgroup_cpu_quota),
+                                           Path(scope.cgroup_cpu), Path(scope.cgroup_memory))
+                late = self.startup_outside_quota and group.can_join_cpu_later()
+            set_env = (f"SetEnv {JOIN_CPU_CGROUP_ENV}={group.cpu_dir / 'cgroup.procs'}\n"
+                       if late else "")
             config.write_text(_CONFIG.format(
                 address=node.address, port=self.port, host_key=host_key,
-                pid_file=folder / "sshd.pid", authorized_keys=self.workdir / "authorized_keys"))
-            argv = [SSHD, "-D", "-e", "-f", str(config)]
-            if self.cluster is not None:
-                proc = self.cluster.start(node, argv, {}, folder / "sshd.log", confine=True)
-            else:
-                proc = popen_in_group(["nsenter", f"--net=/run/netns/{node.scope.netns}",
-                                       "--", *argv], {}, folder / "sshd.log")
+                pid_file=folder / "sshd.pid", authorized_keys=self.workdir / "authorized_keys",
+                set_env=set_env))
+            argv = self._with_stock_rc([SSHD, "-D", "-e", "-f", str(config)])
+            preexec = None
+            if group is not None:
+                # Inside the node's limits (its memory, its CPU accounting; the CPU quota
+                # too unless the roles join it late), like the emulated cluster's own.
+                preexec = lambda group=group, late=late: group.attach(  # noqa: E731
+                    os.getpid(), cpu_quota=not late)
+            proc = popen_in_group(["nsenter", f"--net=/run/netns/{node.scope.netns}", "--",
+                                   *argv], {}, folder / "sshd.log", preexec_fn=preexec)
             self._procs.append(proc)
         self.known_hosts_path.write_text("\n".join(known) + "\n")
         self._wait_accepting()
         return self
+
+    def _with_stock_rc(self, argv: list[str]) -> list[str]:
+        """``argv`` in a mount namespace where the user's ``.bashrc`` is the stock one."""
+        rc = Path(pwd.getpwnam(self.user).pw_dir) / ".bashrc"
+        if not self.stock_shell_rc or not rc.exists() or not os.path.exists(STOCK_BASHRC):
+            return argv
+        return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                'mount --bind "$0" "$1" && shift && exec "$@"', STOCK_BASHRC, str(rc),
+                *argv]
 
     def _wait_accepting(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S

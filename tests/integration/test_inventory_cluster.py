@@ -220,6 +220,7 @@ def test_a_straggler_needs_cgroup_v2_on_the_hosts(hosts, tmp_path):
     with pytest.raises(ClusterError, match="node n2 has no cgroup v2 with the cpu controller"):
         cluster.slow_node(node, 0.5, cell_dir=cell_dir, processes=1)
     cluster.restore_node(node, cell_dir=cell_dir)  # nothing to undo: no error
+    cluster.close()
 
 
 def test_timeout_stops_the_processes_on_every_host(hosts, tmp_path):
@@ -258,3 +259,46 @@ def test_ctrl_c_stops_the_processes_on_every_host(hosts, tmp_path):
     rec = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
     assert rec["status"] == "failed" and "interrupted" in rec["reason"]
     assert _wait_gone(hosts, str(out), str(hosts["work"] / "remote-n")) == []
+
+
+def test_one_connection_per_host_env_off_command_lines_and_masters_closed(hosts, tmp_path):
+    """Every ssh of a cluster to a host shares one connection (ControlMaster), made once;
+    a process's environment reaches it on stdin, on no command line here or there; the
+    process dies with its ssh; ``close`` ends the masters and removes their folder."""
+    from profiler.cluster.base import kill_groups
+    from profiler.cluster.inventory.cluster import InventoryCluster
+    from profiler.cluster.inventory.hosts import read_inventory
+
+    cluster = InventoryCluster(read_inventory(hosts["inventory"]))
+    node = cluster.nodes()[1]
+    logs = {n.name: hosts["work"] / f"sshd-{n.name}" / "sshd.log" for n in cluster.nodes()}
+    accepted = {name: log.read_text().count("Accepted publickey") for name, log in logs.items()}
+    value = "edgeprof-value-not-on-any-command-line"
+    cell_dir = tmp_path / "sweep" / "cells" / "0123456789ab" / "attempt-1"
+    try:
+        assert set(cluster.clock_offsets(cluster.nodes())) == {"n0", "n1", "n2"}
+        procs = [cluster.start(node, [sys.executable, "-c", "import os, time; print(os.environ["
+                                      f"'EDGEPROF_TEST_VALUE'], flush=True); time.sleep(60)"],
+                               {"EDGEPROF_TEST_VALUE": value}, cell_dir / "logs" / f"p{i}.log")
+                 for i in range(3)]
+        deadline = time.monotonic() + 30
+        while not all(value in (cell_dir / "logs" / f"p{i}.log").read_text()
+                      for i in range(3)):
+            assert time.monotonic() < deadline, "the processes never printed their value"
+            time.sleep(0.1)
+        for p in psutil.process_iter(["cmdline"]):
+            assert value not in " ".join(p.info["cmdline"] or []), p.info["cmdline"]
+        assert cluster.collect(cell_dir, [node]) == []
+        # Three processes, a clock echo on each node and a collect: one new connection
+        # per node (its master), where each ssh made its own before.
+        for name, log in logs.items():
+            assert log.read_text().count("Accepted publickey") - accepted[name] == 1, name
+        kill_groups(procs, grace_s=1.0)
+    finally:
+        control_dir = cluster._connections.control_dir
+        cluster.close()
+    assert not Path(control_dir).exists()
+    masters = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+               if control_dir in " ".join(p.info["cmdline"] or [])]
+    assert masters == []
+    assert _wait_gone(hosts) == []

@@ -2,30 +2,42 @@
 slow a straggler, read the nodes' clocks.
 
 Processes start with the system's OpenSSH client, so the user's keys, ``~/.ssh/config``,
-jump hosts and known_hosts apply. Each runs under ``profiler.cluster.remote_exec``, which
-stops it when its ``ssh`` goes away and tells the node's agent its pid. Paths of the cell
-folder are mapped to the host's ``edgeprof_workdir``; after the cell, ``collect`` brings
-that folder (events, metrics spools) back into the local cell folder with ``tar`` over
-the same SSH, so results have the same columns as on the emulated cluster. Logs come
-back live through ssh's output.
+jump hosts and known_hosts apply; every ssh of the sweep to a host shares one connection
+(``connections``: ControlMaster), made once. Each process runs under
+``profiler.cluster.remote_exec``, which stops it when its ``ssh`` goes away and tells the
+node's agent its pid; its environment goes to ``remote_exec`` on ssh's stdin, never on a
+command line. Paths of the cell folder are mapped to the host's ``edgeprof_workdir``;
+after the cell, ``collect`` brings that folder (events, metrics spools) back into the
+local cell folder with one ``tar`` stream per node over the same SSH, all nodes at once,
+so results have the same columns as on the emulated cluster. Logs come back live through
+ssh's output. Each node's clock is read through one Python kept running on it for the
+sweep (``ClockEcho``): a cell pays a few round trips for it, not a session and an
+interpreter's start.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ...errors import ClusterError
 from ..base import Cluster, Node, popen_in_group
+from .connections import Connections
 from .hosts import SSH_CONNECT_TIMEOUT_S, Host, last_line, plain_env
 from .probe import CHECK_TIMEOUT_S
 from .straggler import STRAGGLER_WAIT_S, cpu_max_command, straggler_answer, straggler_group
 
 COLLECT_TIMEOUT_S = 300
+# On the node: the cell folder as a tar stream on stdout, then (stdout closed, so that the
+# local tar sees the stream's end) the folder removed if the controller answers ``ok``.
+_PACK_THEN_REMOVE = ('tar -C "$1" --exclude=./pids -cf - . || exit $?; exec >&-; '
+                     'read answer; if [ "$answer" = ok ]; then rm -rf -- "$1" || true; fi')
 
 
 class InventoryCluster(Cluster):
@@ -37,12 +49,25 @@ class InventoryCluster(Cluster):
     def __init__(self, hosts: Sequence[Host]):
         self._hosts = {host.name: host for host in hosts}
         self._nodes = [host.node() for host in hosts]
+        self._connections = Connections()
+        self._clocks: dict[str, ClockEcho] = {}
+        self._clocks_lock = threading.Lock()
 
     def nodes(self) -> list[Node]:
         return list(self._nodes)
 
     def host(self, node: Node) -> Host:
         return self._hosts[node.name]
+
+    def ssh_argv(self, host: Host, remote: Sequence[str]) -> list[str]:
+        """The ``ssh`` argv running ``remote`` on ``host`` over the sweep's connection
+        to it (made first if there is none yet)."""
+        self._connections.open([host])
+        return self._connections.argv(host, remote)
+
+    def connect(self, nodes: Sequence[Node]) -> None:
+        """Make the shared connection of each of ``nodes`` now, in parallel."""
+        self._connections.open([self.host(node) for node in nodes])
 
     def remote_cell_dir(self, node: Node, cell_dir: Path) -> PurePosixPath:
         """Where the cell folder ``…/<sweep>/cells/<id>/attempt-<N>`` lives on ``node``."""
@@ -58,15 +83,21 @@ class InventoryCluster(Cluster):
         cell_dir = Path(log_path).parent.parent
         remote_dir = self.remote_cell_dir(node, cell_dir)
         command = [host.python, "-m", "profiler.cluster.remote_exec",
-                   "--mkdir", str(remote_dir)]
-        for key, value in sorted(env.items()):
-            command += ["--setenv", f"{key}={value}"]
+                   "--mkdir", str(remote_dir), "--env-stdin"]
         if role:
             command += ["--pids-file", str(remote_dir / "pids" / f"{node.name}.json"),
                         "--role", role]
         command += ["--", *self._remote_argv(host, argv, cell_dir, remote_dir)]
-        # stdin stays an open pipe: its end tells remote_exec that the cell is over.
-        return popen_in_group(host.ssh(command), {}, Path(log_path), stdin=subprocess.PIPE)
+        # stdin stays an open pipe: its first line is the environment (off every command
+        # line), its end tells remote_exec that the cell is over.
+        proc = popen_in_group(self.ssh_argv(host, command), {}, Path(log_path),
+                              stdin=subprocess.PIPE)
+        try:
+            proc.stdin.write(json.dumps(dict(env)).encode() + b"\n")
+            proc.stdin.flush()
+        except OSError:
+            pass  # ssh already gone: its exit status tells the runner
+        return proc
 
     @staticmethod
     def _remote_argv(host: Host, argv: Sequence[str], cell_dir: Path,
@@ -95,34 +126,50 @@ class InventoryCluster(Cluster):
         return [problem for problem in problems if problem]
 
     def _fetch(self, node: Node, cell_dir: Path) -> str | None:
+        """One session: the node's tar stream comes in, and once it is unpacked here
+        whole, an ``ok`` on its stdin removes the remote copy (anything else keeps it)."""
         host = self.host(node)
         remote_dir = str(self.remote_cell_dir(node, cell_dir))
-        pack = host.ssh(["tar", "-C", remote_dir, "--exclude=./pids", "-cf", "-", "."])
+        pack = self.ssh_argv(host, ["sh", "-c", _PACK_THEN_REMOVE, "edgeprof-collect",
+                                    remote_dir])
         try:
             with subprocess.Popen(pack, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  stdin=subprocess.DEVNULL, env=plain_env()) as sender:
+                                  stdin=subprocess.PIPE, env=plain_env()) as sender:
                 unpacked = subprocess.run(["tar", "-C", str(cell_dir), "-xf", "-"],
                                           stdin=sender.stdout, capture_output=True,
                                           timeout=COLLECT_TIMEOUT_S)
                 sender.stdout.close()
+                try:
+                    if unpacked.returncode == 0:
+                        sender.stdin.write(b"ok\n")
+                    sender.stdin.close()
+                except OSError:
+                    pass  # the node's side is gone: its status says why
                 error = sender.stderr.read().decode(errors="replace")
                 sender.wait(timeout=COLLECT_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"{node.name}: {exc}"
         if sender.returncode != 0 or unpacked.returncode != 0:
             return f"{node.name}: {last_line(error or unpacked.stderr.decode())}"
-        subprocess.run(host.ssh(["rm", "-rf", remote_dir]), capture_output=True,
-                       stdin=subprocess.DEVNULL, timeout=COLLECT_TIMEOUT_S, env=plain_env())
         return None
 
     def clock_offsets(self, nodes: Sequence[Node]) -> dict[str, float]:
         """Each node's clock minus this host's, in seconds (``clock_offset``), measured
         in parallel; a node that cannot be reached is left out."""
         unique = list({n.name: n for n in nodes}.values())
+        self.connect(unique)
         with ThreadPoolExecutor(max_workers=min(16, len(unique) or 1)) as pool:
-            offsets = list(pool.map(lambda node: clock_offset(self.host(node)), unique))
+            offsets = list(pool.map(lambda node: self._clock(node).offset(), unique))
         return {node.name: offset for node, offset in zip(unique, offsets)
                 if offset is not None}
+
+    def _clock(self, node: Node) -> "ClockEcho":
+        with self._clocks_lock:
+            if node.name not in self._clocks:
+                host = self.host(node)
+                self._clocks[node.name] = ClockEcho(
+                    lambda: self.ssh_argv(host, [host.python, "-u", "-c", _CLOCK_ECHO]))
+            return self._clocks[node.name]
 
     def oom_killed(self, node: Node) -> int:
         return 0  # a real node's kernel OOM kill shows as the worker's SIGKILL
@@ -146,7 +193,8 @@ class InventoryCluster(Cluster):
     def _cpu_max(self, node: Node, action: str, group: str, args: list[str]) -> dict:
         host = self.host(node)
         try:
-            done = subprocess.run(host.ssh(cpu_max_command(host.python, action, group, args)),
+            done = subprocess.run(self.ssh_argv(host, cpu_max_command(host.python, action,
+                                                                       group, args)),
                                   capture_output=True, text=True, stdin=subprocess.DEVNULL,
                                   timeout=STRAGGLER_WAIT_S + CHECK_TIMEOUT_S,
                                   env=plain_env())
@@ -158,7 +206,12 @@ class InventoryCluster(Cluster):
         return straggler_answer(node.name, done.returncode, done.stdout, done.stderr)
 
     def close(self) -> None:
-        pass
+        """End the clock echoes and the shared connections (``ssh -O exit``)."""
+        with self._clocks_lock:
+            clocks, self._clocks = list(self._clocks.values()), {}
+        for clock in clocks:
+            clock.close()
+        self._connections.close()
 
 
 # The node answers each line on its stdin with its time.time(); over one SSH session the
@@ -167,33 +220,73 @@ _CLOCK_ECHO = "import sys, time\nfor _ in sys.stdin:\n    print(repr(time.time()
 CLOCK_SAMPLES = 7
 
 
-def clock_offset(host: Host, samples: int = CLOCK_SAMPLES) -> float | None:
-    """The host's clock minus this one's, in seconds, as NTP estimates it: of a few
-    request/answer exchanges, the one of the shortest round trip, its answer against the
-    midpoint of the trip (error at most half that trip). None if the host won't answer."""
-    try:
-        with subprocess.Popen(host.ssh([host.python, "-u", "-c", _CLOCK_ECHO]),
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True, env=plain_env()) as proc:
-            best: tuple[float, float] | None = None
-            try:
-                for _ in range(samples):
-                    sent = time.time()
-                    proc.stdin.write("\n")
-                    proc.stdin.flush()
-                    answer = proc.stdout.readline()
-                    got = time.time()
-                    if not answer:
-                        break
-                    offset = float(answer) - (sent + got) / 2
-                    if best is None or got - sent < best[0]:
-                        best = (got - sent, offset)
-            finally:
-                proc.stdin.close()
+class ClockEcho:
+    """One ``_CLOCK_ECHO`` kept running on a node for the sweep: each cell's offset is a
+    few round trips on it (started again once if it has gone, e.g. the node rebooted)."""
+
+    def __init__(self, argv: Callable[[], list[str]]):
+        self._argv = argv
+        self._proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+
+    def offset(self, samples: int = CLOCK_SAMPLES) -> float | None:
+        """The node's clock minus this one's, in seconds, as NTP estimates it: of a few
+        request/answer exchanges, the one of the shortest round trip, its answer against
+        the midpoint of the trip (error at most half that trip). None if it won't answer."""
+        with self._lock:
+            for _ in range(2):
                 try:
-                    proc.wait(timeout=SSH_CONNECT_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-    except (OSError, ValueError):
-        return None
-    return None if best is None else best[1]
+                    if self._proc is None or self._proc.poll() is not None:
+                        self._start()
+                    best = _exchange(self._proc, samples)
+                except (OSError, ValueError):
+                    best = None
+                if best is not None:
+                    return best[1]
+                self._stop()
+            return None
+
+    def _start(self) -> None:
+        self._stop()
+        self._proc = subprocess.Popen(self._argv(), stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                      text=True, env=plain_env(),
+                                      # not the terminal's Ctrl-C: the sweep ends it
+                                      start_new_session=True)
+
+    def _stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            proc.stdin.close()  # its end ends the echo on the node
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=SSH_CONNECT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+
+def _exchange(proc: subprocess.Popen, samples: int) -> tuple[float, float] | None:
+    """(round trip, offset) of the shortest of ``samples`` exchanges; None on no answer."""
+    best: tuple[float, float] | None = None
+    for _ in range(samples):
+        sent = time.time()
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        answer = proc.stdout.readline()
+        got = time.time()
+        if not answer:
+            return None
+        offset = float(answer) - (sent + got) / 2
+        if best is None or got - sent < best[0]:
+            best = (got - sent, offset)
+    return best
+

@@ -47,8 +47,13 @@ class Host:
     interface: str = DEFAULT_INTERFACE
     profile: str = "host"
 
-    def ssh(self, remote: Sequence[str]) -> list[str]:
-        """The local ``ssh`` argv running ``remote`` (an argv) on this host."""
+    def ssh(self, remote: Sequence[str], options: Sequence[str] = ()) -> list[str]:
+        """The local ``ssh`` argv running ``remote`` (an argv) on this host.
+
+        ``options`` (``-o`` pairs: the cluster's connection sharing) come after the
+        inventory's own ``ansible_ssh_common_args``/``_extra_args``: ssh takes the first
+        value it sees, so what the inventory sets wins.
+        """
         argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}",
                 "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=6"]
         if self.port:
@@ -57,7 +62,7 @@ class Host:
             argv += ["-l", self.user]
         if self.key_file:
             argv += ["-i", self.key_file]
-        return [*argv, *self.ssh_args, self.address, "--", shlex.join(remote)]
+        return [*argv, *self.ssh_args, *options, self.address, "--", shlex.join(remote)]
 
     def node(self) -> Node:
         return Node(name=self.name, address=self.address, profile=self.profile,
