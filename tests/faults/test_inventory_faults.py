@@ -96,6 +96,22 @@ def test_hosts_come_master_first_with_their_ssh_settings():
     # One argument for the remote shell, quoted: no word of the command is re-split.
     assert argv[-1] == "python -c 'print('\"'\"'a b'\"'\"')'"
     assert w1.node().scope.interfaces == ("wlan0",)
+    # Shared connections: a socket folder of the sweep's own (0700, a path short enough
+    # for a unix socket), options after the inventory's own, which win.
+    import os
+    import stat
+    from profiler.cluster.inventory.connections import Connections
+    connections = Connections()
+    try:
+        shared = connections.argv(w1, ["true"])
+        path = shared[shared.index(f"ControlPath={connections.control_dir}/%C")].split("=", 1)[1]
+        assert stat.S_IMODE(os.stat(connections.control_dir).st_mode) == 0o700
+        assert len(path.replace("%C", "x" * 40)) + 17 < 104
+        assert shared.index("ProxyJump=bastion") < shared.index("ControlMaster=auto")
+        assert shared[-3:] == argv[-3:]
+    finally:
+        connections.close()
+    assert not os.path.exists(connections.control_dir)
     with pytest.raises(ConfigError, match="no hosts"):
         hosts_from_inventory({"_meta": {"hostvars": {}}}, "inv")
 
