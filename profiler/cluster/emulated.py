@@ -261,7 +261,9 @@ def _node_quotas(node_profiles: "list[Profile]",
                  host_cores: float) -> tuple[list[float], list[dict[str, float]], float]:
     """Each node's default quota, its quota per model, and the default's scale factor
     (quotas scaled down alike when the nodes ask for more than the host has)."""
-    from .profiles import MODELS, cpu_scale, quota_cores
+    from workloads.models import MODELS
+
+    from .profiles import cpu_scale, quota_cores
 
     def scaled(model: str | None) -> list[float]:
         return quota_cores([p.cpu_cores_for(model) if model else p.cpu_cores
