@@ -3,10 +3,10 @@
 ``TorchWorker`` trains ``workloads.torch_models`` (the MXNet models layer for layer)
 with SGD (momentum, weight decay; ``workloads.optim``; ``workloads.torch_sgd``: torch's
 own update without the 68 MB that ``torch.optim.SGD`` costs in ``torch._dynamo``) and
-softmax cross-entropy, the mean over the batch. The engines' workers subclass it and replace two steps:
-``communicate`` (after the backward pass: push and pull, or nothing when DDP's hooks
-already averaged the gradients) and ``update`` (a local optimizer step, or nothing when
-the parameter server runs the optimizer).
+softmax cross-entropy, the mean over the batch. The engines' workers subclass it and
+replace two steps: ``communicate`` (after the backward pass: push and pull, or nothing
+when DDP's hooks already averaged the gradients) and ``update`` (a local optimizer step,
+or nothing when the parameter server runs the optimizer).
 
 Threads: torch's default thread count is the machine's cores, which ignores a node's
 CPU quota (cgroups), so ``--threads`` is set before any tensor work, with one inter-op
