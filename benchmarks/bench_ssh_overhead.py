@@ -246,7 +246,8 @@ def main() -> None:
     print(f"ssh processes per cell (median): {sum(per_cell.values()):g} = " +
           ", ".join(f"{kind} {n:g}" for kind, n in per_cell.items()))
     print("ssh process lifetimes (median s): " + ", ".join(
-        f"{kind} {statistics.median(values):.2f}" for kind, values in sorted(ssh_durations.items())))
+        f"{kind} {statistics.median(values):.2f}"
+        for kind, values in sorted(ssh_durations.items())))
     print("connection (median s over the nodes): " + ", ".join(
         f"{label} {value:.3f}" for label, value in connection.items()))
     print("once per sweep (check, open, first clock offsets): " + ", ".join(
