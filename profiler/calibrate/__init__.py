@@ -63,20 +63,26 @@ class Workload:
 
     @classmethod
     def parse(cls, text: str, batch: int, engine: str = "mxnet") -> "Workload":
+        """``<model>``, or ``<model>-<layers>`` for a model with a depth rule."""
+        from workloads.models import with_depth
+
         from ..engines import get_engine
 
         text = text.strip().lower()
-        models = [m for m in get_engine(engine).models if m != "resnet"]
-        if text in models:
+        deep = [m for m in get_engine(engine).models if m in with_depth()]
+        plain = [m for m in get_engine(engine).models if m not in deep]
+        if text in plain:
             return cls(text, None, batch, engine)
-        if text.startswith("resnet-") and text[7:].isdigit():
-            return cls("resnet", int(text[7:]), batch, engine)
+        name, _, layers = text.rpartition("-")
+        if name in deep and layers.isdigit():
+            return cls(name, int(layers), batch, engine)
+        choices = plain + [f"{m}-<layers>" for m in deep]
         raise ConfigError(f"unknown workload {text!r} for --engine {engine}: use "
-                          f"{', '.join(models)} or resnet-<layers> (e.g. resnet-32)")
+                          f"{', '.join(choices)}")
 
     @property
     def label(self) -> str:
-        name = self.model if self.layers is None else f"resnet-{self.layers}"
+        name = self.model if self.layers is None else f"{self.model}-{self.layers}"
         engine = "" if self.engine == "mxnet" else f" ({self.engine})"
         return f"{name} batch {self.batch}{engine}"
 

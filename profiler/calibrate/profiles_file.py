@@ -95,9 +95,13 @@ def save_profiles_file(path: Path, doc: dict) -> None:
 
 
 def _model_of(label: str) -> str:
-    """The model family of a workload label (``resnet-32 batch 32`` -> ``resnet``)."""
+    """The model of a workload label (``resnet-32 batch 32`` -> ``resnet``: a model with
+    a depth rule carries its depth after a dash)."""
+    from workloads.models import with_depth
+
     name = label.split()[0]
-    return "resnet" if name.startswith("resnet") else name
+    base, _, layers = name.rpartition("-")
+    return base if base in with_depth() and layers.isdigit() else name
 
 
 def profile_to_extend(name: str, to_file: Path | None) -> Profile:
