@@ -52,9 +52,10 @@ DEFAULT_TOLERANCE = 0.05
 
 @dataclass(frozen=True)
 class Workload:
-    """What is trained: ``lenet-mlp``, ``lenet-cnn``, ``resnet-<layers>`` or another model
-    of the engine, the batch, and the engine that trains it (the board's rate was
-    measured with that engine: ``edgeprof run --engine torch`` on the board)."""
+    """What is trained: one of the engine's models (``lenet-mlp``; with its depth where
+    it has a depth rule: ``resnet-32``), the batch, and the engine that trains it (the
+    board's rate was measured with that engine: ``edgeprof run --engine torch`` on the
+    board)."""
 
     model: str
     layers: int | None
