@@ -4,9 +4,9 @@ The inventory cluster starts ``python -m profiler.cluster.remote_exec ... -- ARG
 ``ssh``. Killing the local ``ssh`` does not stop a remote command (without a terminal,
 sshd sends it no signal), so this wrapper:
 
-- starts ARGV in a session of its own, with the given environment (``--setenv``, or
-  with ``--env-stdin`` a JSON object on the first line of stdin, which keeps it off every
-  command line: the controller's and the node's ``ps``);
+- starts ARGV in a session of its own, with the given environment (``--env-stdin``: a
+  JSON object on the first line of stdin, which keeps it off every command line, the
+  controller's and the node's ``ps``);
 - registers the child's pid under its role in the node's pids file (``--pids-file``,
   ``{"worker": [pid], ...}``, updated under a lock: the scheduler and a server may share a
   node), so that the node's metrics agent measures the right processes;
@@ -38,9 +38,6 @@ KILL_GRACE_S = 2.0
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     env = dict(os.environ)
-    for item in args.setenv:
-        key, _, value = item.partition("=")
-        env[key] = value
     if args.env_stdin:
         env.update(_read_env_line())
     for folder in args.mkdir:
@@ -70,7 +67,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m profiler.cluster.remote_exec")
-    parser.add_argument("--setenv", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--env-stdin", action="store_true",
                         help="read a JSON object of environment variables from stdin's "
                              "first line")
