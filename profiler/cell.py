@@ -12,7 +12,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, fields
 
-from workloads import optim
+from workloads import models, optim
 
 DEFAULT_RESNET_LAYERS = 20
 # Bumped when the fields of a cell change (its cell_id with them): a sweep of another
@@ -46,7 +46,7 @@ class CellConfig:
     straggler: str = "none"
 
     def __post_init__(self):
-        if self.lr is None and self.model in optim.DEFAULT_LR:
+        if self.lr is None and self.model in models.REGISTRY:
             object.__setattr__(self, "lr", optim.default_lr(self.model))
 
     @property

@@ -33,28 +33,8 @@ already one worker's batch). ``none`` (the default, MXNet's own convention) keep
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from . import models
 
-
-class _DefaultLR(Mapping):
-    """Each registered model's default learning rate (its record's ``lr``), read from the
-    registry when asked, so a model registered at run time has one too."""
-
-    def __getitem__(self, model: str) -> float:
-        if model not in models.REGISTRY:
-            raise KeyError(model)
-        return models.REGISTRY[model].lr
-
-    def __iter__(self):
-        return iter(models.REGISTRY)
-
-    def __len__(self) -> int:
-        return len(models.REGISTRY)
-
-
-DEFAULT_LR = _DefaultLR()
 DEFAULT_MOMENTUM = 0.9
 DEFAULT_WD = 1e-4
 LR_SCALINGS = ("none", "linear")

@@ -188,7 +188,7 @@ def test_one_record_is_all_a_new_model_needs():
         cells = grid.expand(engines=["torch"], models=["tiny"], layers=[None], batches=[8],
                             devices=[1], syncs=["sync"])
         assert [(c.layers, c.lr) for c in cells] == [(3, 0.3)]
-        assert optim.DEFAULT_LR["tiny"] == 0.3
+        assert optim.default_lr("tiny") == 0.3
         assert catalog.family_of("tiny") == catalog.DIGITS
         with pytest.raises(ConfigError, match=r"--layers 4 is not a tiny depth: use 3n\+0"):
             grid.validate(CellConfig(engine="torch", model="tiny", layers=4, lr=0.3))

@@ -43,8 +43,8 @@ def test_step_normalises_dist_sync_by_the_global_batch_only(kvstore, expected):
 
 
 def test_cells_get_their_models_default_lr_unless_given():
-    assert CellConfig(model="lenet-mlp", layers=None).lr == optim.DEFAULT_LR["lenet-mlp"]
-    assert CellConfig(model="resnet").lr == optim.DEFAULT_LR["resnet"]
+    assert CellConfig(model="lenet-mlp", layers=None).lr == optim.default_lr("lenet-mlp")
+    assert CellConfig(model="resnet").lr == optim.default_lr("resnet")
     assert CellConfig(model="lenet-cnn", layers=None, lr=0.3).lr == 0.3
 
 
@@ -64,7 +64,7 @@ def test_cells_default_to_sgd_momentum_09_wd_1e4_and_no_scaling():
 
 def test_the_default_lr_and_the_same_lr_given_are_the_same_cell():
     default = CellConfig(model="lenet-cnn", layers=None)
-    given = CellConfig(model="lenet-cnn", layers=None, lr=optim.DEFAULT_LR["lenet-cnn"])
+    given = CellConfig(model="lenet-cnn", layers=None, lr=optim.default_lr("lenet-cnn"))
     assert default.cell_id == given.cell_id
 
 
