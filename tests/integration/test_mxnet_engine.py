@@ -3,6 +3,7 @@ loopback, each in its own process group, every process reaped at the end."""
 
 from __future__ import annotations
 
+import re
 
 import pytest
 
@@ -95,5 +96,8 @@ def test_failing_worker_stops_the_cell_with_its_reason(tmp_path, monkeypatch):
                    TrainOptions(data_dir=empty), sweep_id="t", timeout_s=120,
                    monitor_interval_s=None)
     assert rec["status"] == "failed"
-    assert rec["reason"].startswith("worker-0 exited 2") and "mnist" in rec["reason"].lower()
+    # Both workers fail the same way at about the same moment: the reason names the one
+    # whose exit was seen first, either of them (a clean clone's run saw worker-1).
+    assert re.match(r"worker-[01] exited 2: ", rec["reason"]), rec["reason"]
+    assert "mnist" in rec["reason"].lower()
     assert no_children_left() == []
