@@ -20,6 +20,11 @@ DEFAULT_RESNET_LAYERS = 20
 CELL_FORMAT = 4  # 3: data_partition; 4: straggler
 
 
+# Fields a cell of format 4 did not have, with their defaults: a cell that leaves them
+# at the default keeps the cell_id it had, so that sweeps run before them still resume.
+OPTIONAL_FIELDS = {"model_digest": "", "data_digest": "", "script_args": "", "params": ()}
+
+
 @dataclass(frozen=True)
 class CellConfig:
     """One configuration of the sweep; every field is a results column."""
@@ -44,15 +49,27 @@ class CellConfig:
     # One node of the cell slowed (its CPU) by a factor: "none", "0.5" (from the start),
     # "0.5@30" (from 30 s after the cell's launch); profiler.sweep.stragglers.
     straggler: str = "none"
+    # The user's own training (docs/your-own-training.md); fields added after format 4
+    # stay out of the cell_id while they hold their defaults (OPTIONAL_FIELDS).
+    # model_digest: sha256 of a user's model file (--model PATH.py:FACTORY) or script
+    # (--script); data_digest: of a user's dataset (--dataset PATH), as staged.
+    model_digest: str = ""
+    data_digest: str = ""
+    script_args: str = ""  # --script-args, its {placeholders} unfilled
+    params: tuple[tuple[str, str], ...] = ()  # --param NAME=VALUE pairs of this cell
 
     def __post_init__(self):
+        # Read back from JSON (sweep.json, results) the pairs are lists.
+        object.__setattr__(self, "params", tuple(tuple(map(str, pair)) for pair in self.params))
         if self.lr is None and self.model in models.REGISTRY:
             object.__setattr__(self, "lr", optim.default_lr(self.model))
 
     @property
     def cell_id(self) -> str:
         """12 hex digits of SHA-256 over the configuration's canonical JSON."""
-        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        config = {k: v for k, v in asdict(self).items()
+                  if k not in OPTIONAL_FIELDS or v != OPTIONAL_FIELDS[k]}
+        canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
     @property

@@ -56,6 +56,8 @@ class TrainOptions:
     seed: int = 42
     val_samples: int | None = None
     breakdown: bool = True  # time each step's phases (workloads.steps)
+    # <sweep>/inputs: the user's staged files (profiler.sweep.inputs), None when none.
+    inputs_dir: Path | None = None
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,11 @@ def prepare_sweep_dir(settings: SweepSettings) -> tuple[str, Path]:
     meta = {"sweep_id": sweep_id, "created": time.time(), "timeout_s": settings.timeout_s,
             "interval_s": settings.interval_s, "identity": settings.identity(),
             "cells": [asdict(c) for c in settings.cells], "versions": _versions(),
-            **({"extra": settings.extra} if settings.extra else {})}
+            **({"extra": settings.extra} if settings.extra else {}),
+            # The user's files the cells train with: where they came from, what they hold.
+            **({"inputs": [{"kind": f.kind, "source": str(f.source), "sha256": f.digest,
+                            "staged": f.staged_name} for f in settings.user_files]}
+               if settings.user_files else {})}
     atomic_write_text(out / "sweep.json", json.dumps(meta, indent=1, sort_keys=True))
     return sweep_id, out
 

@@ -27,6 +27,7 @@ from ..engines import get_engine
 from ..engines.base import TrainOptions
 from ..errors import ConfigError
 from .folder import next_attempt, prepare_sweep_dir
+from .inputs import UserFile, stage
 from .interrupts import StopRequest
 from .monitoring import summary_columns
 from .train_points import spool_cell_points
@@ -53,6 +54,9 @@ class SweepSettings:
     ship_target: object | None = None  # profiler.metrics.targets target, or None
     breakdown: bool = True  # workers time each step's phases (profiler.timeline)
     extra: dict = field(default_factory=dict)  # kept in sweep.json (e.g. the study's scale)
+    # The user's files the cells need on their nodes (a model file, a dataset, a script),
+    # staged into <sweep>/inputs before the first cell (profiler.sweep.inputs).
+    user_files: tuple[UserFile, ...] = ()
 
     def identity(self) -> dict:
         """What else, besides each cell's configuration, decides a cell's results.
@@ -104,10 +108,11 @@ def _run_sweep(settings: SweepSettings, stop: StopRequest, progress: bool,
     store = ResultsStore(sweep_dir, extra_columns)
     done = store.finished_ids() if settings.resume else set()
     previous = store.latest()
+    inputs_dir = stage(settings.user_files, sweep_dir) if settings.user_files else None
     options = TrainOptions(data_dir=settings.data_dir,
                            threads_per_process=settings.threads_per_process,
                            seed=settings.seed, val_samples=settings.val_samples,
-                           breakdown=settings.breakdown)
+                           breakdown=settings.breakdown, inputs_dir=inputs_dir)
 
     with settings.cluster.open(nodes_needed, settings.cells) as cluster:
         if on_start is not None:

@@ -302,3 +302,42 @@ def test_one_connection_per_host_env_off_command_lines_and_masters_closed(hosts,
                if control_dir in " ".join(p.info["cmdline"] or [])]
     assert masters == []
     assert _wait_gone(hosts) == []
+
+
+def test_the_sweeps_inputs_go_to_a_node_once_and_are_removed_at_its_end(hosts, tmp_path):
+    """A process naming a staged input (``<sweep>/inputs/...``) finds it on its node, at
+    the node's own path; the folder goes once per node, and ``close`` removes it."""
+    from profiler.cluster.base import kill_groups
+    from profiler.cluster.inventory.cluster import InventoryCluster
+    from profiler.cluster.inventory.hosts import read_inventory
+    from profiler.sweep.inputs import stage, user_file
+
+    source = tmp_path / "train.py"
+    source.write_text("print('the user script')\n")
+    staged = user_file("script", source, "--script")
+    sweep_dir = tmp_path / "sweep"
+    local_path = stage([staged], sweep_dir) / staged.staged_name
+    cluster = InventoryCluster(read_inventory(hosts["inventory"]))
+    node = cluster.nodes()[2]
+    remote = hosts["work"] / "remote-n2" / "sweep" / "inputs" / staged.staged_name
+    try:
+        for attempt in (1, 2):
+            cell_dir = sweep_dir / "cells" / "0123456789ab" / f"attempt-{attempt}"
+            log = cell_dir / "logs" / "worker-0.log"
+            proc = cluster.start(node, [sys.executable, "-c",
+                                        "import sys; print(sys.argv[1]); "
+                                        "print(open(sys.argv[1]).read(), flush=True)",
+                                        str(local_path)], {}, log)
+            try:
+                assert proc.wait(timeout=60) == 0, log.read_text()
+            finally:
+                kill_groups([proc], grace_s=1.0)
+            text = log.read_text()
+            assert str(remote) in text and "the user script" in text, text
+            if attempt == 1:
+                first_copy_ns = remote.stat().st_mtime_ns
+        assert remote.stat().st_mtime_ns == first_copy_ns  # not copied again
+    finally:
+        cluster.close()
+    assert not remote.parent.exists()
+    assert local_path.read_text() == "print('the user script')\n"  # the local copy stays

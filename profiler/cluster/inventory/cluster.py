@@ -12,7 +12,9 @@ local cell folder with one ``tar`` stream per node over the same SSH, all nodes 
 so results have the same columns as on the emulated cluster. Logs come back live through
 ssh's output. Each node's clock is read through one Python kept running on it for the
 sweep (``ClockEcho``): a cell pays a few round trips for it, not a session and an
-interpreter's start.
+interpreter's start. The user's files a sweep stages (``<sweep>/inputs``: a model file,
+a dataset, a script; ``profiler.sweep.inputs``) go to a node as one ``tar`` stream before
+its first process that names one, and are removed from every node when the sweep ends.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ COLLECT_TIMEOUT_S = 300
 # local tar sees the stream's end) the folder removed if the controller answers ``ok``.
 _PACK_THEN_REMOVE = ('tar -C "$1" --exclude=./pids -cf - . || exit $?; exec >&-; '
                      'read answer; if [ "$answer" = ok ]; then rm -rf -- "$1" || true; fi')
+# On the node: the sweep's inputs unpacked from stdin (an old copy replaced whole), and
+# removed again at the sweep's end (its folder too, once nothing else is in it).
+_UNPACK_INPUTS = 'rm -rf -- "$1" && mkdir -p -- "$1" && tar -C "$1" -xf -'
+_REMOVE_INPUTS = 'rm -rf -- "$1"; rmdir -- "$(dirname -- "$1")" 2>/dev/null; true'
+INPUTS_TIMEOUT_S = 600  # a dataset over a Pi's 100 Mbit link
 
 
 class InventoryCluster(Cluster):
@@ -52,6 +59,9 @@ class InventoryCluster(Cluster):
         self._connections = Connections()
         self._clocks: dict[str, ClockEcho] = {}
         self._clocks_lock = threading.Lock()
+        # node name -> the remote inputs folder it holds (shipped once a sweep)
+        self._inputs: dict[str, PurePosixPath] = {}
+        self._inputs_lock = threading.Lock()
 
     def nodes(self) -> list[Node]:
         return list(self._nodes)
@@ -87,6 +97,8 @@ class InventoryCluster(Cluster):
         if role:
             command += ["--pids-file", str(remote_dir / "pids" / f"{node.name}.json"),
                         "--role", role]
+        if any(str(arg).startswith(str(_inputs_dir(cell_dir)) + "/") for arg in argv):
+            self._ship_inputs(node, cell_dir)
         command += ["--", *self._remote_argv(host, argv, cell_dir, remote_dir)]
         # stdin stays an open pipe: its first line is the environment (off every command
         # line), its end tells remote_exec that the cell is over.
@@ -99,16 +111,70 @@ class InventoryCluster(Cluster):
             pass  # ssh already gone: its exit status tells the runner
         return proc
 
+    def _ship_inputs(self, node: Node, cell_dir: Path) -> None:
+        """Copy the sweep's staged inputs to ``node`` unless it has them already."""
+        remote = self._remote_inputs(node, cell_dir)
+        with self._inputs_lock:
+            if self._inputs.get(node.name) == remote:
+                return
+            host = self.host(node)
+            pack = subprocess.Popen(["tar", "-C", str(_inputs_dir(cell_dir)), "-cf", "-", "."],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            try:
+                done = subprocess.run(
+                    self.ssh_argv(host, ["sh", "-c", _UNPACK_INPUTS, "edgeprof-inputs",
+                                         str(remote)]),
+                    stdin=pack.stdout, capture_output=True, timeout=INPUTS_TIMEOUT_S,
+                    env=plain_env())
+            except subprocess.TimeoutExpired:
+                raise ClusterError(f"node {node.name}: the sweep's inputs did not arrive "
+                                   f"within {INPUTS_TIMEOUT_S} s") from None
+            finally:
+                pack.stdout.close()
+                pack.wait()
+            if done.returncode != 0 or pack.returncode != 0:
+                error = done.stderr.decode(errors="replace") or pack.stderr.read().decode()
+                raise ClusterError(f"node {node.name}: the sweep's inputs could not be "
+                                   f"copied to {remote}: {last_line(error)}")
+            self._inputs[node.name] = remote
+
+    def _remote_inputs(self, node: Node, cell_dir: Path) -> PurePosixPath:
+        remote_cell = self.remote_cell_dir(node, cell_dir)
+        return remote_cell.parents[2] / _inputs_dir(cell_dir).name
+
+    def _remove_inputs(self) -> None:
+        """Remove the inputs from every node that got them (the end of the sweep)."""
+        with self._inputs_lock:
+            shipped, self._inputs = dict(self._inputs), {}
+
+        def remove(item: tuple[str, PurePosixPath]) -> None:
+            name, remote = item
+            try:
+                subprocess.run(self.ssh_argv(self._hosts[name],
+                                             ["sh", "-c", _REMOVE_INPUTS, "edgeprof-inputs",
+                                              str(remote)]),
+                               capture_output=True, timeout=SSH_CONNECT_TIMEOUT_S * 2,
+                               stdin=subprocess.DEVNULL, env=plain_env())
+            except (OSError, subprocess.TimeoutExpired):
+                pass  # an unreachable node keeps its copy: nothing to wait for
+        if shipped:
+            with ThreadPoolExecutor(max_workers=min(16, len(shipped))) as pool:
+                list(pool.map(remove, shipped.items()))
+
     @staticmethod
     def _remote_argv(host: Host, argv: Sequence[str], cell_dir: Path,
                      remote_dir: PurePosixPath) -> list[str]:
         local = str(cell_dir)
+        inputs = str(_inputs_dir(cell_dir))
+        remote_inputs = str(remote_dir.parents[2] / _inputs_dir(cell_dir).name)
         out: list[str] = []
         for index, arg in enumerate(argv):
             if index == 0 and arg == sys.executable:
                 arg = host.python
             elif arg == local or arg.startswith(local + "/"):
                 arg = str(remote_dir) + arg[len(local):]
+            elif arg.startswith(inputs + "/"):
+                arg = remote_inputs + arg[len(inputs):]
             elif host.data_dir and index > 0 and argv[index - 1] == "--data-dir":
                 arg = host.data_dir
             out.append(arg)
@@ -206,12 +272,21 @@ class InventoryCluster(Cluster):
         return straggler_answer(node.name, done.returncode, done.stdout, done.stderr)
 
     def close(self) -> None:
-        """End the clock echoes and the shared connections (``ssh -O exit``)."""
+        """Remove the sweep's inputs from the nodes, end the clock echoes and the shared
+        connections (``ssh -O exit``)."""
+        self._remove_inputs()
         with self._clocks_lock:
             clocks, self._clocks = list(self._clocks.values()), {}
         for clock in clocks:
             clock.close()
         self._connections.close()
+
+
+def _inputs_dir(cell_dir: Path) -> Path:
+    """``<sweep>/inputs`` of a cell folder ``<sweep>/cells/<id>/attempt-<N>``."""
+    from ...sweep.inputs import INPUTS_DIR
+
+    return Path(cell_dir).parents[2] / INPUTS_DIR
 
 
 # The node answers each line on its stdin with its time.time(); over one SSH session the
