@@ -3,7 +3,9 @@
 A dataset serves a *family* of models: the 28x28 grey sets (``mnist``, ``fashion-mnist``,
 ``mnist-5k``) serve LeNet, the 32x32 colour set (``cifar10``) serves ResNet, and
 ``synthetic`` serves both (it takes the shape of the model's real set). The names are
-what results and metric tags call a cell's data.
+what results and metric tags call a cell's data. A user's dataset (``--dataset PATH``,
+``user``) is registered here at run time (``register``) under its file's name, with its
+own shape, classes and family.
 
 Where each set comes from (nothing here downloads; see ``locate``):
 
@@ -20,6 +22,8 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
+
+from profiler.errors import ConfigError
 
 CLASSES = 10
 DIGITS = "digits28"  # 1x28x28 grey images: LeNet
@@ -41,6 +45,11 @@ class DatasetSpec:
     # mnist-5k uses MNIST's); None: the synthetic set's uniform 0.5 / 0.25.
     normalization: tuple[tuple[float, ...], tuple[float, ...]] | None
     source: str  # how to get it, for error messages and docs
+    classes: int = CLASSES
+    # One sample (C, H, W); None: the family's (28x28 grey, 32x32 colour).
+    input_shape: tuple[int, int, int] | None = None
+    # The user's data (``user``): its converted file; "" for the sets above.
+    file: str = ""
 
 
 SPECS = {spec.name: spec for spec in (
@@ -62,6 +71,17 @@ NAMES = tuple(SPECS)
 # machine has them (Fashion-MNIST is full-sized like the study's MNIST, so timings are
 # comparable; the 5,000 digits are the study's kind of data but small), else synthetic.
 AUTO_ORDER = {DIGITS: ("fashion-mnist", "mnist-5k"), COLOUR: ()}
+
+
+def register(spec: DatasetSpec) -> DatasetSpec:
+    """Add a user's dataset (``user``) to ``SPECS`` at run time; the same name twice is
+    fine for the same data, refused for other data."""
+    known = SPECS.get(spec.name)
+    if known is not None and known != spec:
+        raise ConfigError(f"two different datasets are called {spec.name} ({known.source}, "
+                          f"{spec.source}): rename one of them")
+    SPECS[spec.name] = spec
+    return spec
 
 
 def family_of(model: str) -> str:
