@@ -61,6 +61,7 @@ class Worker:
         # Where the start-up went, in seconds by phase (``workloads.train`` and
         # ``prepare`` fill it in; the ``start`` event carries it).
         self.startup_s: dict[str, float] = {}
+        self.counts_samples = True  # whether this process's samples are the cell's
 
     # -- what a framework fills in -------------------------------------------------
     def join(self) -> None:
@@ -91,6 +92,21 @@ class Worker:
         text = str(exc).lower()
         return any(marker in text for marker in OOM_MARKERS)
 
+    def data_shard(self) -> tuple[int, int]:
+        """Which shard of the data this process trains, of how many (its rank of the
+        workers; a pipeline's stages share their pipeline's)."""
+        return self.rank, self.num_workers
+
+    def start_fields(self) -> dict:
+        """What an engine adds to the ``start`` event (a pipeline stage's place)."""
+        return {}
+
+    def epoch_accuracy(self) -> float | None:
+        """Validation accuracy after an epoch, as rank 0 reports it (None elsewhere).
+        Called on every process: an engine whose model is spread over several (a
+        pipeline) needs them all."""
+        return self.accuracy() if self.rank == 0 else None
+
     # -- shared ------------------------------------------------------------------------
     def prepare(self) -> None:
         """The data shard (uint8, normalized per batch), then the framework's ``build``."""
@@ -99,9 +115,10 @@ class Worker:
         args = self.args
         t_data = time.perf_counter()
         # replicate: every worker loads the whole set, as one worker alone would.
-        parts = resolver.parts(args.data_partition, self.num_workers)
+        shard, shards = self.data_shard()
+        parts = resolver.parts(args.data_partition, shards)
         self.data = loader.load(args.model, args.data_dir, args.max_samples,
-                                  args.val_samples, args.seed, self.rank if parts > 1 else 0,
+                                  args.val_samples, args.seed, shard if parts > 1 else 0,
                                   parts,
                                   raw=True, dataset=args.dataset)
         self.steps_per_epoch = len(self.data.x_train) // args.batch
@@ -129,7 +146,7 @@ class Worker:
         """``(step, images, labels)`` of one epoch: normalized float32 NCHW images and
         int64 labels as NumPy arrays, in this worker's shuffled order."""
         batch = self.args.batch
-        order = np.random.default_rng([self.args.seed, self.rank, epoch]).permutation(
+        order = np.random.default_rng([self.args.seed, self.data_shard()[0], epoch]).permutation(
             self.steps_per_epoch * batch)
         for step in range(self.steps_per_epoch):
             idx = order[step * batch:(step + 1) * batch]
@@ -160,7 +177,7 @@ class Worker:
                     momentum=args.momentum, wd=args.wd,
                     startup_s={k: round(v, 3) for k, v in self.startup_s.items()
                                if v is not None},
-                    param_count=self.parameter_count())
+                    param_count=self.parameter_count(), **self.start_fields())
         train_s = train_cpu_s = 0.0
         first_done: list[float] = []
 
@@ -179,11 +196,12 @@ class Worker:
             train_s += epoch_s
             # All threads of this process: the framework's engine and OpenMP included.
             train_cpu_s += time.process_time() - cpu0
-            accuracy = self.accuracy() if self.rank == 0 else None
+            accuracy = self.epoch_accuracy()
             events.emit("epoch", epoch=epoch, epoch_s=epoch_s, **first, train_loss=loss,
                         train_loss_end=loss_end,
                         val_accuracy=accuracy, samples=self.steps_per_epoch * args.batch)
-        samples = self.steps_per_epoch * args.batch * args.epochs
+        # A pipeline's samples are counted once, at its first stage.
+        samples = self.steps_per_epoch * args.batch * args.epochs if self.counts_samples else 0
         events.emit("end", elapsed_s=time.time() - started, train_s=train_s, samples=samples,
                     samples_per_s=samples / train_s if train_s > 0 else None,
                     train_cpu_s=train_cpu_s,

@@ -1,0 +1,321 @@
+"""The ``torch-pipe`` engine's worker: one stage of a model split across nodes.
+
+The cell's ``WORLD_SIZE`` processes are R pipelines of S stages
+(``EDGEPROF_PIPE_STAGES``): rank ``r`` runs stage ``r % S`` of pipeline ``r // S``.
+Each pipeline trains its 1/R shard of the data (or all of it, ``replicate``); a step
+feeds one batch of ``--batch`` samples as M micro-batches (``EDGEPROF_PIPE_MICROBATCHES``)
+through ``torch.distributed.pipelining`` (``PipelineStage`` and ``ScheduleGPipe`` or
+``Schedule1F1B``, ``EDGEPROF_PIPE_SCHEDULE``) over Gloo: activations forward, their
+gradients back, stage to stage. With R > 1 the replicas of each stage then average
+their gradients (an allreduce among them), and every stage applies SGD to its own
+layers: synchronous SGD on a global batch of R x ``--batch``, as DDP's.
+
+The split (``workloads.pipeline_split``): every process times each layer's forward and
+backward on one micro-batch on its own node and sizes the layer's output; the profiles
+are gathered and stage ``s`` is priced on the slowest of its R nodes, the link on the
+bytes/s measured between the first two stages. Stage 0 holds only its layers after the
+split (the others are freed), so a stage's memory is its own.
+
+The loss: the schedule splits the batch and scales each micro-batch's gradients by
+1/M (its ``scale_grads``), so a step's gradient is the mean over the batch, as on one
+device. BatchNorm normalises each micro-batch on its own statistics (ResNet,
+MobileNetV2): their losses differ from one device's by that, LeNet's do not.
+
+Step breakdown: the stage's ``forward_one_chunk`` and ``backward_one_chunk`` are timed
+(its compute), and what else the schedule spent is its time on the wire and idle
+waiting for a neighbour; the per-step lines carry each part and every micro-batch's
+forward and backward span, for the trace (``profiler.timeline.pipeline``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from . import optim, pipeline_split
+from .torch_worker import TorchWorker, init_gloo
+
+STAGES_ENV, MICROBATCHES_ENV = "EDGEPROF_PIPE_STAGES", "EDGEPROF_PIPE_MICROBATCHES"
+SCHEDULE_ENV, SPLIT_ENV = "EDGEPROF_PIPE_SCHEDULE", "EDGEPROF_PIPE_SPLIT"
+SCHEDULES = ("gpipe", "1f1b")
+PROFILE_REPEATS = 3  # each layer timed this often on one micro-batch; the median counts
+LINK_PROBE_BYTES = 1 << 20
+LINK_PROBE_ROUNDS = 3
+
+
+class PipelineWorker(TorchWorker):
+    def join(self) -> None:
+        import torch.distributed as dist
+
+        self.rank, self.num_workers = init_gloo()
+        self.stages = int(os.environ[STAGES_ENV])
+        self.microbatches = int(os.environ.get(MICROBATCHES_ENV, "1"))
+        self.schedule_name = os.environ.get(SCHEDULE_ENV, "gpipe")
+        self.split_setting = pipeline_split.parse(os.environ.get(SPLIT_ENV, "balanced"))
+        self.replicas = self.num_workers // self.stages
+        self.stage, self.replica = self.rank % self.stages, self.rank // self.stages
+        self.counts_samples = self.is_first
+        s_count = self.stages
+        # Every process makes every group, in the same order (torch's rule for new_group).
+        pipes = [dist.new_group(list(range(k * s_count, (k + 1) * s_count)))
+                 for k in range(self.replicas)]
+        stage_groups = [dist.new_group([s + k * s_count for k in range(self.replicas)])
+                        for s in range(s_count)] if self.replicas > 1 else None
+        self.pipe_group = pipes[self.replica]
+        self.stage_group = stage_groups[self.stage] if stage_groups else None
+
+    def data_shard(self) -> tuple[int, int]:
+        """Each pipeline trains its own shard; the stages of one pipeline the same."""
+        return self.replica, self.replicas
+
+    @property
+    def is_first(self) -> bool:
+        return self.stage == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.stage == self.stages - 1
+
+    def build(self) -> None:
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+        from . import torch_models
+
+        args = self.args
+        torch.manual_seed(args.seed)  # every process builds the same initial weights
+        full = torch_models.build(args.model, args.layers)
+        layers = list(full.children())
+        micro = max(1, args.batch // self.microbatches)
+        example = torch.zeros(micro, *self.data.x_train.shape[1:])
+        profile = profile_layers(layers, example)
+        profiles = [None] * self.num_workers
+        dist.all_gather_object(profiles, profile)
+        link = self._link_bytes_per_s(profile.out_bytes)
+        per_stage = [_slowest([profiles[s + k * self.stages] for k in range(self.replicas)])
+                     for s in range(self.stages)]
+        pipeline_split.check(self.split_setting, self.stages, len(layers), args.model)
+        self.split = pipeline_split.choose(self.split_setting, self.stages, per_stage, link)
+        bounds = [sum(self.split[:s]) for s in range(self.stages + 1)]
+        first, end = bounds[self.stage], bounds[self.stage + 1]
+        self.predicted_stage_s = [sum(per_stage[s].seconds[bounds[s]:bounds[s + 1]])
+                                  for s in range(self.stages)]
+        self.link_bytes_per_s = link
+        self.boundary_bytes = [profile.out_bytes[bounds[s + 1] - 1]
+                               for s in range(self.stages - 1)]
+        with torch.no_grad():
+            stage_input = example
+            for layer in layers[:first]:
+                stage_input = layer(stage_input)
+        self.model = torch.nn.Sequential(*layers[first:end])
+        del full, layers  # this stage keeps its own layers only
+        self.net = self.model
+        self.pipe_stage = PipelineStage(self.model, self.stage, self.stages,
+                                        torch.device("cpu"), input_args=(stage_input,),
+                                        group=self.pipe_group)
+        schedule = Schedule1F1B if self.schedule_name == "1f1b" else ScheduleGPipe
+        self.loss_fn = torch.nn.CrossEntropyLoss()
+        self.schedule = schedule(self.pipe_stage, self.microbatches, loss_fn=self.loss_fn)
+        self.spans: list[tuple[str, int, float, float]] = []
+        self._time_chunks()
+        self.lr_applied = optim.applied_lr(args.lr, args.lr_scaling, "allreduce",
+                                           self.replicas)
+        from .torch_sgd import SGD
+        self.optimizer = SGD(self.model.parameters(), lr=self.lr_applied,
+                             momentum=args.momentum, weight_decay=args.wd)
+
+    def _time_chunks(self) -> None:
+        """Record each micro-batch's forward and backward span on this stage (the
+        stage object is ours: its two methods are wrapped on the instance)."""
+        stage, spans, clock = self.pipe_stage, self.spans, time.perf_counter
+
+        def timed(kind: str, method):
+            def call(chunk_id, *a, **kw):
+                t0 = clock()
+                try:
+                    return method(chunk_id, *a, **kw)
+                finally:
+                    spans.append((kind, chunk_id, t0, clock()))
+            return call
+        stage.forward_one_chunk = timed("fwd", stage.forward_one_chunk)
+        stage.backward_one_chunk = timed("bwd", stage.backward_one_chunk)
+
+    def _link_bytes_per_s(self, out_bytes) -> float | None:
+        """Bytes/s between the first two stages of pipeline 0 (a few round trips of
+        1 MiB), shared with every process; None with one stage."""
+        import torch
+        import torch.distributed as dist
+
+        rate = torch.zeros(1, dtype=torch.float64)
+        if self.stages > 1 and self.rank in (0, 1):
+            buffer = torch.zeros(LINK_PROBE_BYTES // 4)
+            peer = 1 - self.rank
+            t0 = time.perf_counter()
+            for _ in range(LINK_PROBE_ROUNDS):
+                if self.rank == 0:
+                    dist.send(buffer, peer)
+                    dist.recv(buffer, peer)
+                else:
+                    dist.recv(buffer, peer)
+                    dist.send(buffer, peer)
+            rate[0] = 2 * LINK_PROBE_ROUNDS * LINK_PROBE_BYTES / (time.perf_counter() - t0)
+        dist.broadcast(rate, 0)
+        return float(rate[0]) or None
+
+    def parameter_count(self) -> int:
+        """This stage's parameters (the cell's are the sum over one pipeline's stages)."""
+        from . import torch_models
+
+        return torch_models.count_parameters(self.model)
+
+    def start_fields(self) -> dict:
+        return {"stage": self.stage, "replica": self.replica, "stages": self.stages,
+                "replicas": self.replicas, "microbatches": self.microbatches,
+                "schedule": self.schedule_name, "split": list(self.split),
+                "predicted_stage_s": [round(s, 6) for s in self.predicted_stage_s],
+                "link_bytes_per_s": self.link_bytes_per_s,
+                "boundary_bytes": self.boundary_bytes, "data_shards": self.replicas,
+                "counts_samples": self.is_first}
+
+    def train_epoch(self, epoch: int, on_first_step) -> tuple[float, float]:
+        import torch
+
+        self.model.train()
+        loss_sum = torch.zeros(())
+        tail_sum = torch.zeros(())
+        log, clock = self.step_log, time.perf_counter
+        t_begin = clock()
+        for step, images, labels in self.batches(epoch):
+            data = torch.from_numpy(images)
+            label = torch.from_numpy(labels.astype("int64", copy=False))
+            t_data = clock()
+            self.spans.clear()
+            self.optimizer.zero_grad()
+            losses: list = []
+            if self.is_first and self.is_last:
+                raise RuntimeError("a pipeline needs at least 2 stages")
+            if self.is_first:
+                self.schedule.step(data)
+            elif self.is_last:
+                self.schedule.step(target=label, losses=losses)
+            else:
+                self.schedule.step()
+            t_pipe = clock()
+            self._average_replicas()
+            t_reduced = clock()
+            self.optimizer.step()
+            self.syncs += 1
+            if losses:
+                batch_loss = torch.stack([loss.detach() for loss in losses]).mean()
+                loss_sum += batch_loss
+                if step >= self.tail_start:
+                    tail_sum += batch_loss
+            t_end = clock()
+            if log.enabled:
+                fwd = sum(b - a for kind, _, a, b in self.spans if kind == "fwd")
+                bwd = sum(b - a for kind, _, a, b in self.spans if kind == "bwd")
+                update = t_end - t_reduced
+                log.add(epoch=epoch, step=step, t=log.wall(t_begin), data_s=t_data - t_begin,
+                        compute_s=fwd + bwd + update,
+                        exchange_s=(t_pipe - t_data - fwd - bwd) + (t_reduced - t_pipe),
+                        step_s=t_end - t_begin, fwd_s=fwd, bwd_s=bwd, update_s=update,
+                        pipe_s=t_pipe - t_data, allreduce_s=t_reduced - t_pipe,
+                        spans=[[kind, chunk, round(log.wall(a), 6), round(b - a, 6)]
+                               for kind, chunk, a, b in self.spans])
+            if on_first_step is not None:
+                on_first_step()
+                on_first_step = None
+            t_begin = clock()
+        return self._pipeline_losses(loss_sum, tail_sum)
+
+    def _average_replicas(self) -> None:
+        """The mean of this stage's gradients over its R replicas (one flat allreduce)."""
+        if self.stage_group is None:
+            return
+        import torch
+        import torch.distributed as dist
+
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=self.stage_group)
+        flat /= self.replicas
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+    def _pipeline_losses(self, loss_sum, tail_sum) -> tuple[float, float]:
+        """The epoch's losses as the last stage of pipeline 0 saw them, for every
+        process of the cell (one broadcast an epoch)."""
+        import torch
+        import torch.distributed as dist
+
+        values = torch.stack([loss_sum / self.steps_per_epoch,
+                              tail_sum / (self.steps_per_epoch - self.tail_start)]
+                             ).to(torch.float64)
+        dist.broadcast(values, self.stages - 1)
+        return float(values[0]), float(values[1])
+
+    def epoch_accuracy(self) -> float | None:
+        """Pipeline 0 streams the test set through its stages (forward only); its last
+        stage counts, and rank 0 reports it. Every process takes part in the broadcast."""
+        import torch
+        import torch.distributed as dist
+
+        correct = torch.zeros(1, dtype=torch.float64)
+        counted = 0
+        if self.replica == 0:
+            self.model.eval()
+            with torch.no_grad():
+                for images, labels in self.test_batches():
+                    if len(images) % self.microbatches:
+                        continue  # a short last batch does not split into M micro-batches
+                    counted += len(images)
+                    if self.is_first:
+                        self.schedule.eval(torch.from_numpy(images))
+                    elif self.is_last:
+                        out = self.schedule.eval(target=None)
+                        correct += float((out.argmax(dim=1).numpy() == labels).sum())
+                    else:
+                        self.schedule.eval()
+            self.model.train()
+        if self.is_last and counted:
+            correct /= counted
+        dist.broadcast(correct, self.stages - 1)
+        return float(correct[0]) if self.rank == 0 else None
+
+
+def profile_layers(layers, example) -> pipeline_split.LayerCosts:
+    """Each layer's forward+backward seconds on ``example`` (one micro-batch), its
+    output's bytes and its parameters, measured on this node."""
+    import copy
+    import statistics
+
+    import torch
+
+    seconds, out_bytes, params = [], [], []
+    x = example
+    for original in layers:
+        layer = copy.deepcopy(original)  # the model's BatchNorm statistics stay untouched
+        times = []
+        for _ in range(PROFILE_REPEATS):
+            inp = x.detach().requires_grad_(True)
+            t0 = time.perf_counter()
+            out = layer(inp)
+            out.backward(torch.ones_like(out))
+            times.append(time.perf_counter() - t0)
+        seconds.append(statistics.median(times))
+        out_bytes.append(out.numel() * out.element_size())
+        params.append(sum(p.numel() for p in layer.parameters() if p.requires_grad))
+        x = out.detach()
+    return pipeline_split.LayerCosts(tuple(seconds), tuple(out_bytes), tuple(params))
+
+
+def _slowest(profiles) -> pipeline_split.LayerCosts:
+    """One stage's replicas' profiles as one: each layer at its slowest node's time."""
+    if len(profiles) == 1:
+        return profiles[0]
+    return pipeline_split.LayerCosts(
+        tuple(max(times) for times in zip(*(p.seconds for p in profiles))),
+        profiles[0].out_bytes, profiles[0].params)
