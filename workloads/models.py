@@ -63,7 +63,8 @@ FRAMEWORK_MODULES = {"torch": "torch", "mxnet": "mxnet"}
 # How a built model of each framework counts its trainable parameters.
 COUNTERS = {"mxnet": "workloads.gluon_models:count_parameters",
             "torch": "workloads.torch_models:count_parameters"}
-INITS = ("xavier", "he")
+# "own": the builder's module keeps the weights it was made with (a user's factory).
+INITS = ("xavier", "he", "own")
 
 
 class ModelError(ConfigError, ValueError):
@@ -113,6 +114,9 @@ class ModelSpec:
     board_layers: int | None = None
     depth: Depth | None = None  # None: a fixed depth (--layers does not apply)
     classes: int = 10
+    # A user's factory, "PATH.py:FACTORY" or "package.module:FACTORY" (a record made at
+    # run time by ``register_factory``); None for a built-in model.
+    factory: str | None = None
 
     @property
     def frameworks(self) -> tuple[str, ...]:
@@ -172,6 +176,23 @@ def register(spec: ModelSpec) -> ModelSpec:
         raise ModelError(f"model {spec.name}: init {spec.init!r} is not one of {INITS}")
     REGISTRY[spec.name] = spec
     return spec
+
+
+def register_factory(label: str, factory: str, input_shape: tuple[int, int, int],
+                     dataset: str, board_samples_per_s: float, *, lr: float,
+                     classes: int = 10) -> ModelSpec:
+    """Register a user's ``torch.nn.Module`` factory as the model ``label`` (built by
+    ``workloads.user_model``, torch engines only, its own initial weights); a record of
+    the same label made earlier for a factory is replaced (a second sweep in one
+    process), a built-in model's name is refused."""
+    earlier = REGISTRY.get(label)
+    if earlier is not None and earlier.factory is None:
+        raise ModelError(f"{label} is a built-in model's name: give your factory another name")
+    unregister(label)
+    return register(ModelSpec(
+        label, f"your factory {factory}", tuple(input_shape), dataset, lr=lr,
+        builders={"torch": "workloads.user_model:build"}, init="own",
+        board_samples_per_s=board_samples_per_s, classes=classes, factory=factory))
 
 
 def unregister(name: str) -> None:

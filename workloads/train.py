@@ -46,7 +46,10 @@ EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_OOM = 0, 1, 2, 3
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from .datasets.resolver import PARTITIONS
     from .models import MODELS, get
+    from .user_model import FACTORY_OPTION, INPUT_OPTION, register_from_argv
 
+    # A user's model is one more record, made before --model's choices are read.
+    register_from_argv(argv)
     parser = argparse.ArgumentParser(prog="python -m workloads.train",
                                      description="Train one worker of an edgeprof cell.")
     parser.add_argument("--framework", choices=FRAMEWORKS, default="mxnet")
@@ -55,6 +58,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--role", choices=ROLES, default="worker",
                         help="server: a torch parameter server (--comm ps-*)")
     parser.add_argument("--model", required=True, choices=MODELS)
+    parser.add_argument(FACTORY_OPTION, default=None,
+                        help="the model is a user's: PATH.py:FACTORY or "
+                             "package.module:FACTORY (workloads.user_model)")
+    parser.add_argument(INPUT_OPTION, default=None, help="a user model's input, CxHxW")
     parser.add_argument("--layers", type=int, default=None,
                         help="depth, for a model with a depth rule (ResNet 6n+2, default "
                              "20); ignored for the others")
