@@ -66,7 +66,7 @@ class MXNetWorker(Worker):
 
         args = self.args
         mx.random.seed(args.seed)
-        net = models.build(args.model, args.layers)
+        net = models.build(args.model, args.layers, self.data.classes)  # the data's
         net.initialize(gluon_models.initializer(models.get(args.model)))
         net.hybridize(static_alloc=True)
         # Deferred init: shapes exist only after a forward pass, and the trainer

@@ -33,6 +33,7 @@ import argparse
 import time
 
 from . import optim
+from .datasets.user import classes as data_classes
 from .node_limits import join_cpu_limit
 from .steps import StepLog
 from .torch_sgd import SGD
@@ -127,7 +128,9 @@ def serve(args: argparse.Namespace) -> None:
     servers = env_int(SERVERS_ENV)
     workers = range(servers, world)
     torch.manual_seed(args.seed)
-    initial, _ = flatten_into_views(torch_models.build(args.model, args.layers))
+    # A server loads no data: a user's dataset's classes come from its staged file.
+    initial, _ = flatten_into_views(torch_models.build(args.model, args.layers,
+                                                       data_classes(args.dataset)))
     start, stop = slices(initial.numel(), servers)[rank]
     weights = torch.nn.Parameter(initial[start:stop].clone())
     lr = optim.applied_lr(args.lr, args.lr_scaling, args.comm, len(workers))

@@ -65,7 +65,8 @@ class TorchWorker(Worker):
 
         args = self.args
         torch.manual_seed(args.seed)  # every process builds the same initial weights
-        self.model = torch_models.build(args.model, args.layers)
+        # With the data's classes: a user's dataset may have other than 10.
+        self.model = torch_models.build(args.model, args.layers, self.data.classes)
         self.net = self.model  # what the loop calls (DDP wraps the model)
         self.lr_applied = optim.applied_lr(args.lr, args.lr_scaling, args.comm,
                                            self.num_workers)

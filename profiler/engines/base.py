@@ -28,6 +28,7 @@ from workloads import models as model_registry
 from ..cluster.base import Node
 from ..cell import CellConfig
 from ..errors import ClusterError
+from ..sweep.inputs import staged_path
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ def train_argv(cell: CellConfig, cell_dir: Path, options: TrainOptions, framewor
             "--comm", comm, "--role", role,
             "--model", cell.model, "--batch", str(cell.batch), "--epochs", str(cell.epochs),
             "--lr", repr(cell.lr), "--momentum", repr(cell.momentum), "--wd", repr(cell.wd),
-            "--lr-scaling", cell.lr_scaling, "--dataset", cell.dataset,
+            "--lr-scaling", cell.lr_scaling, "--dataset", _dataset_arg(cell, options),
             "--data-partition", cell.data_partition,
             "--events-dir", str(cell_dir / "events"),
             "--threads", str(options.threads_per_process), "--seed", str(options.seed)]
@@ -164,6 +165,13 @@ def train_argv(cell: CellConfig, cell_dir: Path, options: TrainOptions, framewor
     if not options.breakdown:
         argv += ["--breakdown", "off"]
     return argv
+
+
+def _dataset_arg(cell: CellConfig, options: TrainOptions) -> str:
+    """A worker's ``--dataset``: the set's name, or a user's dataset's staged file."""
+    if not cell.data_digest:
+        return cell.dataset
+    return str(staged_path(options.inputs_dir, "dataset", cell.data_digest, ".npz"))
 
 
 def parameter_server_nodes(cell: CellConfig) -> int:

@@ -77,9 +77,14 @@ def grid_options(func):
                      help="Cap the validation set."),
         click.option("--dataset", default="auto", show_default=True,
                      help="auto, or the data for each model kind: fashion-mnist, mnist-5k, "
-                          "mnist (LeNet), cifar10 (ResNet), synthetic (any); comma-separated. "
+                          "mnist (LeNet), cifar10 (ResNet), synthetic (any), or your own: "
+                          "PATH.npz (x_train, y_train, x_test, y_test) or a folder of class "
+                          "subfolders of images; comma-separated. "
                           "auto: the --data-dir's set, else Fashion-MNIST, else mnist-5k "
                           "for LeNet; synthetic for ResNet without CIFAR-10."),
+        click.option("--image-size", default=None, type=int,
+                     help="Resize a --dataset FOLDER's images to this side in pixels "
+                          "[default: their own size, when they all agree]."),
         click.option("--data-dir", default=None, type=click.Path(path_type=Path),
                      help="Folder of MNIST / CIFAR-10 (`edgeprof data fetch`) or "
                           "Fashion-MNIST files."),
@@ -161,9 +166,7 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
                             f"fixed): drop --layers or use --model {','.join(deep)}")
     # Dataset files are checked here, cheaply and without MXNet, before anything runs.
     datasets = data_resolver.resolve_grid(
-        models, grid.parse_choice_list(kw["dataset"], "--dataset",
-                                       (data_resolver.AUTO, *DATASET_NAMES)),
-        kw["data_dir"])
+        models, _dataset_items(kw, data_resolver.AUTO, DATASET_NAMES), kw["data_dir"])
     cells = grid.expand(
         engines=grid.parse_choice_list(kw["engine"], "--engine", ENGINES),
         models=models,
@@ -178,9 +181,10 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
         datasets=datasets, placement=kw["placement"],
         data_partition=kw["data_partition"],
         stragglers=parse_stragglers(kw["straggler"]))
+    cells, user_files = _with_user_data(cells, ())
     for cell in cells:
         # Sets of a known size; a fetched MNIST or CIFAR-10 is checked by its worker.
-        if cell.dataset in ("synthetic", "mnist-5k", "fashion-mnist"):
+        if cell.dataset in ("synthetic", "mnist-5k", "fashion-mnist") or cell.data_digest:
             grid.check_shards(cell, DATASET_SPECS[cell.dataset].train_samples,
                               f"the {cell.dataset} training set")
     if max_cells is not None and len(cells) > max_cells:
@@ -203,9 +207,36 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
         data_dir=kw["data_dir"], timeout_s=kw["timeout"], resume=resume,
         interval_s=None if kw["no_agent"] else kw["interval"],
         threads_per_process=kw["threads"], val_samples=kw["val_samples"],
-        ship_target=target, breakdown=not kw["no_breakdown"])
+        ship_target=target, breakdown=not kw["no_breakdown"], user_files=user_files)
     preflight(settings)
     return settings
+
+
+def _dataset_items(kw: dict, auto: str, dataset_names) -> list[str]:
+    """``--dataset``'s items, each of the user's paths checked, converted once and
+    registered (``workloads.datasets.user``) and named by its label."""
+    from workloads.datasets import user as user_data
+
+    items = user_data.resolve_items(kw["dataset"].split(","), kw["image_size"], progress=True)
+    labels = [item for item in items if user_data.described(item)]
+    return grid.parse_choice_list(",".join(items), "--dataset", (auto, *dataset_names, *labels))
+
+
+def _with_user_data(cells: list, user_files: tuple) -> tuple[list, tuple]:
+    """Cells on a user's dataset carry its digest (a results column), and the sweep
+    its converted file to stage."""
+    from dataclasses import replace
+
+    from workloads.datasets import user as user_data
+
+    out, files = [], list(user_files)
+    for cell in cells:
+        info = user_data.described(cell.dataset)
+        if info is not None:
+            cell = replace(cell, data_digest=info.digest)
+            files += [info.user_file] if info.user_file not in files else []
+        out.append(cell)
+    return out, tuple(files)
 
 
 def _datasets_said(cells) -> str:

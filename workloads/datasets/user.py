@@ -81,7 +81,8 @@ def family_of_shape(shape: tuple[int, int, int]) -> str:
 def is_user_item(item: str) -> bool:
     """Whether a ``--dataset`` item names the user's data rather than a known set: a
     path (it has a ``/``, ends in ``.npz`` or exists) that is no catalog name."""
-    if item in catalog.NAMES or item == "auto":
+    item = item.strip()
+    if not item or item in catalog.NAMES or item == "auto":
         return False
     return "/" in item or item.endswith(".npz") or Path(item).expanduser().exists()
 
@@ -108,9 +109,7 @@ def describe(path: str | Path, image_size: int | None = None,
     from profiler.sweep.inputs import sha256_file, user_file
 
     source = Path(path).expanduser()
-    if image_size is not None and image_size < 1:
-        raise ConfigError(f"--image-size {image_size} must be at least 1: give the side "
-                          "in pixels, e.g. --image-size 32")
+    _check_image_size(image_size)
     if not source.exists():
         raise ConfigError(f"--dataset {path}: no such file or folder: give an .npz file "
                           "or a folder of class subfolders of images")
@@ -144,9 +143,48 @@ def describe(path: str | Path, image_size: int | None = None,
                     path=source)
 
 
+# The user's datasets this process has registered, by label (``described``).
+_REGISTERED: dict[str, DataInfo] = {}
+
+
+def _check_image_size(image_size: int | None) -> None:
+    if image_size is not None and image_size < 1:
+        raise ConfigError(f"--image-size {image_size} must be at least 1: give the side "
+                          "in pixels, e.g. --image-size 32")
+
+
 def register(info: DataInfo) -> DatasetSpec:
     """Make ``info`` a dataset the controller's resolver, grid and time limits know."""
-    return catalog.register(info.spec)
+    spec = catalog.register(info.spec)
+    _REGISTERED[info.label] = info
+    return spec
+
+
+def described(label: str) -> DataInfo | None:
+    """The user's dataset registered under ``label`` (a cell's ``dataset``), or None."""
+    return _REGISTERED.get(label)
+
+
+def resolve_items(items: list[str], image_size: int | None = None,
+                  progress: bool = False) -> list[str]:
+    """``--dataset``'s items with each of the user's paths described, registered and
+    replaced by its label; the other items (names, ``auto``) as they are.
+    ``image_size`` applies to the image folders among them (``ConfigError`` if none)."""
+    _check_image_size(image_size)
+    out = []
+    folders = 0
+    for item in (i.strip() for i in items):
+        if not is_user_item(item):
+            out.append(item)
+            continue
+        is_folder = Path(item).expanduser().is_dir()
+        folders += is_folder
+        info = describe(item, image_size if is_folder else None, progress)
+        out.append(register(info).name)
+    if image_size is not None and not folders:
+        raise ConfigError(f"--image-size {image_size} resizes the images of a folder given "
+                          "as --dataset FOLDER: give one, or drop --image-size")
+    return out
 
 
 def _convert_npz(source: Path, canonical: Path, shown: str | Path) -> None:
