@@ -80,9 +80,13 @@ def parse_shape(text: str) -> tuple[int, int, int]:
 
 def record_dataset(input_shape, dataset: str) -> str:
     """The ``dataset`` of a user model's record: the cell's own set where it is a real
-    one (a catalog name, a user's data label), else the built-in set of its shape."""
+    one (a catalog name, a user's data label; on a node, a user's staged file, named as
+    the loader registers it), else the built-in set of its shape."""
     from .datasets.catalog import SPECS
+    from .datasets.user import is_staged
 
+    if is_staged(dataset):
+        return Path(dataset).stem
     spec = SPECS.get(dataset)
     if spec is not None and spec.family != "*":
         return dataset

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 from workloads import models as model_registry
+from workloads import user_model
 
 from ..cluster.base import Node
 from ..cell import CellConfig
@@ -164,6 +165,11 @@ def train_argv(cell: CellConfig, cell_dir: Path, options: TrainOptions, framewor
         argv += ["--val-samples", str(options.val_samples)]
     if not options.breakdown:
         argv += ["--breakdown", "off"]
+    spec = model_registry.get(cell.model)
+    if spec.factory is not None:  # a user's model: where the node finds its factory
+        staged = (staged_path(options.inputs_dir, "model", cell.model_digest, ".py")
+                  if user_model.is_file_ref(spec.factory) else None)
+        argv += user_model.node_argv(spec.factory, spec.input_shape, staged)
     return argv
 
 

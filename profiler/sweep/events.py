@@ -70,6 +70,7 @@ class CellEvents:
                               if ends else None),
             "syncs_per_worker": round(mean(e["syncs"] for e in ends), 1) if ends else None,
             "train_samples": start0.get("train_samples"),
+            "parameters": start0.get("param_count"),  # trainable, counted by the worker
             "steady_s_per_sample": _steady_s_per_sample(rank0_epochs, start0),
             "lr_applied": start0.get("lr_applied"),
             "train_loss_per_epoch": divergence.loss_per_epoch(self.epochs_by_rank()),

@@ -26,6 +26,8 @@ RESULT_COLUMNS = [
     "samples_per_s", "syncs_per_worker", "train_samples", "steady_s_per_sample",
     # The cell's rate over the run, slow moments left out (profiler.timeline.rate).
     "robust_s_per_sample", "robust_from", "robust_slow_blocks", "speedup",
+    # The model's trainable parameters, as its worker counted them on the built model.
+    "parameters",
     # Unequal nodes (profiler.sweep.stragglers): the node slowed, and each node's profile.
     "straggler_node", "straggler_factor", "straggler_after_s", "straggler_started_s",
     "node_profiles",
