@@ -145,17 +145,20 @@ def decode(found: Listing, image_size: int | None, progress: bool = False
                             image = image.resize((image_size, image_size),
                                                  Image.Resampling.BILINEAR)
                         array = np.asarray(image, dtype=np.uint8)
-                except (OSError, UnidentifiedImageError, ValueError) as exc:
+                except UnidentifiedImageError:
                     raise ConfigError(f"--dataset {found.root}: {path} is not an image "
-                                      f"Pillow can decode ({exc}): remove or replace "
-                                      "it") from None
+                                      "Pillow can decode: remove or replace it") from None
+                except (OSError, ValueError) as exc:  # a truncated or corrupt image
+                    raise ConfigError(f"--dataset {found.root}: {path} does not decode "
+                                      f"({exc}): remove or replace it") from None
                 if size is None:
                     size, first = image.size, path
                 elif image.size != size:
                     raise ConfigError(
-                        f"--dataset {found.root}: images differ in size ({first.name} "
-                        f"is {size[0]}x{size[1]}, {path.name} {image.size[0]}x"
-                        f"{image.size[1]}): give --image-size N to resize them all to NxN")
+                        f"--dataset {found.root}: images differ in size "
+                        f"({first.relative_to(found.root)} is {size[0]}x{size[1]}, "
+                        f"{path.relative_to(found.root)} {image.size[0]}x{image.size[1]}): "
+                        "give --image-size N to resize them all to NxN")
                 colour |= image_colour
                 pixels[split].append(array)
                 bar.update()

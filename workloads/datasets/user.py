@@ -160,6 +160,14 @@ def register(info: DataInfo) -> DatasetSpec:
     return spec
 
 
+def forget() -> None:
+    """Drop the user's datasets registered so far (a new ``--dataset`` list starts clean:
+    the same file name may name other data in the next sweep of this process)."""
+    for label in _REGISTERED:
+        catalog.SPECS.pop(label, None)
+    _REGISTERED.clear()
+
+
 def described(label: str) -> DataInfo | None:
     """The user's dataset registered under ``label`` (a cell's ``dataset``), or None."""
     return _REGISTERED.get(label)
@@ -171,6 +179,7 @@ def resolve_items(items: list[str], image_size: int | None = None,
     replaced by its label; the other items (names, ``auto``) as they are.
     ``image_size`` applies to the image folders among them (``ConfigError`` if none)."""
     _check_image_size(image_size)
+    forget()
     out = []
     folders = 0
     for item in (i.strip() for i in items):
