@@ -40,8 +40,9 @@ FAMILY_SETS = {(1, 28, 28): "fashion-mnist", (3, 32, 32): "cifar10"}
 
 
 def is_ref(text: str) -> bool:
-    """Whether a ``--model`` item names a user's factory rather than a built-in model."""
-    return ":" in text
+    """Whether a ``--model`` item names a user's factory rather than a built-in model
+    (a file without ``:FACTORY`` too: ``split_ref`` then says what is missing)."""
+    return ":" in text or text.endswith(".py") or "/" in text
 
 
 def split_ref(ref: str) -> tuple[str, str]:

@@ -45,6 +45,7 @@ PROBE_BATCH = 2  # the shape check's batch
 RATE_BATCH = 32  # the rate's batch, the grid's default
 RATE_MIN_S = 0.3  # time passes until this much has passed (at least two)
 AUTO_SHAPES = tuple(user_model.FAMILY_SETS)  # (1, 28, 28) first, then (3, 32, 32)
+USER_FRAMEWORKS = ("torch",)  # a user's model is a torch.nn.Module
 
 
 @dataclass(frozen=True)
@@ -91,10 +92,12 @@ def check_engines(refs: Sequence[str], engines: Sequence[str]) -> None:
     """A user's model is a ``torch.nn.Module``: one line unless a torch engine is asked."""
     from ..engines import ENGINES
 
-    torch_engines = [e.name for e in ENGINES.values() if e.framework == "torch"]
+    # The engines that train the registry's torch models (a script engine trains none).
+    torch_engines = [e.name for e in ENGINES.values()
+                     if e.framework in USER_FRAMEWORKS and e.models]
     if refs and not set(engines) & set(torch_engines):
         raise ConfigError(f"--model {refs[0]} is a torch.nn.Module: it runs on the "
-                          f"{' and '.join(torch_engines)} engines, not on "
+                          f"{', '.join(torch_engines)} engines, not on "
                           f"{', '.join(engines)}: give --engine {','.join(torch_engines)}")
 
 
