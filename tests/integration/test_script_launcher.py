@@ -153,3 +153,27 @@ def test_a_script_without_log_says_accuracy_was_not_reported(tmp_path):
     assert (events[-1]["steps"], events[-1]["samples"]) == (4, 24)
     assert events[-1]["accuracy_reported"] is False
     assert not (tmp_path / "events" / "steps-worker-0.jsonl").exists()  # breakdown off
+
+
+def test_the_example_trains_the_factory_files_network():
+    """examples/ddp_train.py repeats examples/cnn_model.py's layers: the same initial
+    weights from the same seed, the same outputs."""
+    import importlib.util
+
+    import torch
+
+    def load(name):
+        spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    torch.manual_seed(7)
+    script_net = load("ddp_train").Net()
+    torch.manual_seed(7)
+    factory_net = load("cnn_model").make_model(num_classes=10)
+    pairs = list(zip(script_net.parameters(), factory_net.parameters(), strict=True))
+    assert sum(p.numel() for p, _ in pairs) == 105_866
+    assert all(torch.equal(a, b) for a, b in pairs)
+    x = torch.randn(4, 1, 28, 28)
+    assert torch.equal(script_net(x), factory_net(x))
