@@ -16,9 +16,10 @@ from .base import Engine
 from .horovod import HorovodEngine
 from .mxnet import MXNetEngine
 from .pytorch import TorchDDPEngine, TorchPSEngine
+from .script import ScriptEngine
 
 ENGINES: dict[str, Engine] = {engine.name: engine for engine in (
-    MXNetEngine(), HorovodEngine(), TorchPSEngine(), TorchDDPEngine())}
+    MXNetEngine(), HorovodEngine(), TorchPSEngine(), TorchDDPEngine(), ScriptEngine())}
 
 
 def get_engine(name: str) -> Engine:

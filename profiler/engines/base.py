@@ -83,6 +83,12 @@ class Engine:
     # Whether planning a cell needs the packages on the controller (Horovod's runner
     # assigns the ranks), so that an inventory sweep checks them here too.
     plans_with_packages: bool = False
+    # Whether the engine runs the user's script (``--script``) instead of a model of the
+    # registry: the grid then neither looks its cells' model up nor needs their lr.
+    takes_script: bool = False
+    # A cell's time limit when --timeout is not given; None: derived from the model's
+    # board rate (profiler.sweep.timeouts).
+    default_timeout_s: float | None = None
 
     @property
     def models(self) -> tuple[str, ...]:

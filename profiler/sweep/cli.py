@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from workloads import models as model_registry
 from workloads.datasets.catalog import DIGITS, family_of
@@ -127,6 +128,18 @@ def grid_options(func):
         click.option("--no-breakdown", is_flag=True,
                      help="Do not time each step's compute, communication and wait "
                           "(docs/timeline.md)."),
+        click.option("--script", default=None,
+                     help="Your own torchrun-style PyTorch training script (train.py), run "
+                          "unchanged on every device of each cell (--engine script; "
+                          "docs/your-own-training.md)."),
+        click.option("--script-args", default="",
+                     help="The script's arguments, e.g. \"--epochs {epochs} --batch "
+                          "{batch}\": {batch}, {devices}, {epochs}, {lr} (with --lr) and "
+                          "each --param's {NAME} are filled in per cell."),
+        click.option("--param", "params", multiple=True, metavar="NAME=V1,V2",
+                     help="A setting of the script's own as a grid dimension: each value "
+                          "a cell, a results column param_NAME; {NAME} in --script-args "
+                          "and EDGEPROF_NAME in its environment. Repeatable."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -153,35 +166,22 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
     from ..cluster import cluster_settings
     from ..metrics.targets import target_from_options
     from .preflight import preflight
-    from .stragglers import parse_list as parse_stragglers
     from .sweep import SweepSettings
 
+    if kw["script"] is None and kw["params"]:
+        raise EdgeprofError("--param sets a grid dimension of a --script: give --script "
+                            "train.py, or drop --param")
+    if kw["script"] is None and kw["script_args"]:
+        raise EdgeprofError("--script-args are the arguments of a --script: give --script "
+                            "train.py, or drop --script-args")
     if kw["data_dir"] is not None and not kw["data_dir"].is_dir():
         raise EdgeprofError(f"--data-dir {kw['data_dir']} is not a folder: "
                             "create it with `edgeprof data fetch --data-dir DIR`")
-    models = grid.parse_choice_list(kw["model"], "--model", grid.MODELS)
-    deep = model_registry.with_depth()
-    if kw["layers"] and not set(models) & set(deep):
-        raise EdgeprofError(f"--layers does not apply to {', '.join(models)} (their depth is "
-                            f"fixed): drop --layers or use --model {','.join(deep)}")
-    # Dataset files are checked here, cheaply and without MXNet, before anything runs.
-    datasets = data_resolver.resolve_grid(
-        models, _dataset_items(kw, data_resolver.AUTO, DATASET_NAMES), kw["data_dir"])
-    cells = grid.expand(
-        engines=grid.parse_choice_list(kw["engine"], "--engine", ENGINES),
-        models=models,
-        layers=grid.parse_int_list(kw["layers"], "--layers") if kw["layers"] else [None],
-        batches=grid.parse_int_list(kw["batch"], "--batch"),
-        devices=grid.parse_int_list(kw["devices"], "--devices"),
-        syncs=grid.parse_choice_list(kw["sync"], "--sync", grid.SYNC_MODES),
-        epochs=kw["epochs"],
-        lr=grid.parse_float_list(kw["lr"], "--lr") if kw["lr"] is not None else None,
-        momentum=kw["momentum"], wd=kw["wd"],
-        lr_scaling=kw["lr_scaling"], max_samples=kw["max_samples"],
-        datasets=datasets, placement=kw["placement"],
-        data_partition=kw["data_partition"],
-        stragglers=parse_stragglers(kw["straggler"]))
-    cells, user_files = _with_user_data(cells, ())
+    if kw["script"] is not None:
+        cells, user_files = _script_cells(kw)
+    else:
+        cells, user_files = _model_cells(kw, data_resolver, DATASET_NAMES), ()
+    cells, user_files = _with_user_data(cells, user_files)
     for cell in cells:
         # Sets of a known size; a fetched MNIST or CIFAR-10 is checked by its worker.
         if cell.dataset in ("synthetic", "mnist-5k", "fashion-mnist") or cell.data_digest:
@@ -210,6 +210,56 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
         ship_target=target, breakdown=not kw["no_breakdown"], user_files=user_files)
     preflight(settings)
     return settings
+
+
+def _model_cells(kw: dict, data_resolver, dataset_names) -> list:
+    """The cells of a grid of models (``--model``) on the engines' own training loops."""
+    models = grid.parse_choice_list(kw["model"], "--model", grid.MODELS)
+    deep = model_registry.with_depth()
+    if kw["layers"] and not set(models) & set(deep):
+        raise EdgeprofError(f"--layers does not apply to {', '.join(models)} (their depth is "
+                            f"fixed): drop --layers or use --model {','.join(deep)}")
+    # Dataset files are checked here, cheaply and without MXNet, before anything runs.
+    datasets = data_resolver.resolve_grid(
+        models, _dataset_items(kw, data_resolver.AUTO, dataset_names), kw["data_dir"])
+    return grid.expand(
+        engines=grid.parse_choice_list(kw["engine"], "--engine", ENGINES),
+        models=models,
+        layers=grid.parse_int_list(kw["layers"], "--layers") if kw["layers"] else [None],
+        momentum=kw["momentum"], wd=kw["wd"],
+        lr_scaling=kw["lr_scaling"], max_samples=kw["max_samples"],
+        datasets=datasets, placement=kw["placement"],
+        data_partition=kw["data_partition"], **_shared_dimensions(kw))
+
+
+def _script_cells(kw: dict) -> tuple[list, tuple]:
+    """The cells of ``--script`` and the script file they carry (``sweep.script_grid``)."""
+    from .script_grid import check_options, expand, parse_params, script_file
+
+    # Whether an option was typed, not only what it holds: --engine mxnet is refused
+    # with --script, its default is not.
+    ctx = click.get_current_context()
+    given = [name for name in kw
+             if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)]
+    check_options(given, kw["engine"] if "engine" in given else None)
+    script = script_file(kw["script"])
+    cells = expand(
+        script, script_args=kw["script_args"], params=parse_params(kw["params"]),
+        **_shared_dimensions(kw))
+    return cells, (script,)
+
+
+def _shared_dimensions(kw: dict) -> dict:
+    """The grid's dimensions that models and scripts share, parsed."""
+    from .stragglers import parse_list as parse_stragglers
+
+    return dict(
+        batches=grid.parse_int_list(kw["batch"], "--batch"),
+        devices=grid.parse_int_list(kw["devices"], "--devices"),
+        syncs=grid.parse_choice_list(kw["sync"], "--sync", grid.SYNC_MODES),
+        epochs=kw["epochs"],
+        lr=grid.parse_float_list(kw["lr"], "--lr") if kw["lr"] is not None else None,
+        stragglers=parse_stragglers(kw["straggler"]))
 
 
 def _dataset_items(kw: dict, auto: str, dataset_names) -> list[str]:

@@ -76,6 +76,10 @@ class CellEvents:
             "train_loss_per_epoch": divergence.loss_per_epoch(self.epochs_by_rank()),
             "diverged": diverged,
             "divergence": divergence_reason,
+            # A user's script reports epochs and accuracy only if it calls
+            # edgeprof_hooks.log (workloads.script_launcher): say when it did not.
+            "accuracy_reported": (all(e.get("accuracy_reported", True) for e in ends)
+                                  if ends else None),
         }
 
 

@@ -28,8 +28,9 @@ DATA_PARTITIONS = data_resolver.PARTITIONS
 
 def validate(cell: CellConfig) -> CellConfig:
     """Raise ``ConfigError`` naming the problem and the fix; return the cell unchanged."""
-    spec = model_registry.get(cell.model)  # an unknown model: one line naming the models
     engine = get_engine(cell.engine)  # an unknown engine: one line naming the choices
+    # An unknown model: one line naming the models. A script's cells name the script.
+    spec = None if engine.takes_script else model_registry.get(cell.model)
     if cell.sync not in SYNC_MODES:
         raise ConfigError(f"unknown sync mode {cell.sync!r}: use sync or async")
     if cell.sync not in engine.sync_modes:
@@ -38,7 +39,7 @@ def validate(cell: CellConfig) -> CellConfig:
                           f"only ({engine.description}): use --sync "
                           f"{','.join(engine.sync_modes)} with it, or --engine "
                           f"{' or '.join(others)} for {cell.sync}")
-    if cell.model not in engine.models:
+    if spec is not None and cell.model not in engine.models:
         others = [e.name for e in ENGINES.values() if cell.model in e.models]
         raise ConfigError(f"{cell.model} runs on the {' and '.join(others)} engines only, "
                           f"not on {engine.name}: use --engine {','.join(others)}")
@@ -48,7 +49,7 @@ def validate(cell: CellConfig) -> CellConfig:
         raise ConfigError(f"unknown data partition {cell.data_partition!r}: use shard or "
                           "replicate")
     straggler_settings.parse(cell.straggler)  # none, F or F@T: else one line
-    if spec.depth is not None:
+    if spec is not None and spec.depth is not None:
         spec.depth.blocks(cell.layers)  # a depth it cannot have: one line, the rule
     elif cell.layers is not None:
         raise ConfigError(f"--layers does not apply to {cell.model} (its depth is fixed): "
@@ -57,8 +58,10 @@ def validate(cell: CellConfig) -> CellConfig:
         if getattr(cell, name) < 1:
             raise ConfigError(f"--{name} {getattr(cell, name)} must be at least 1: "
                               f"give e.g. --{name} {example}")
-    # ``not lr > 0`` is also true for nan, which every comparison fails.
-    if not (cell.lr > 0 and math.isfinite(cell.lr)):
+    # ``not lr > 0`` is also true for nan, which every comparison fails. A script's
+    # cells without --lr leave the rate to the script.
+    if not (cell.lr is None and engine.takes_script) and not (
+            cell.lr > 0 and math.isfinite(cell.lr)):
         raise ConfigError(f"--lr {cell.lr} is not a positive number: give e.g. --lr 0.02, "
                           "or leave it out for the model's default")
     if not (0 <= cell.momentum < 1):

@@ -10,6 +10,8 @@ real nodes), which includes everything else running there.
 
 from __future__ import annotations
 
+from ..cell import PARAM_COLUMN_PREFIX, param_columns
+
 COLUMNS = [  # (header, record key, format)
     ("model", "model", "{}"), ("layers", "layers", "{}"), ("batch", "batch", "{}"),
     ("devices", "devices", "{}"), ("sync", "sync", "{}"), ("engine", "engine", "{}"),
@@ -45,10 +47,15 @@ def format_table(records: list[dict]) -> str:
     if any(rec.get("straggler", "none") != "none" for rec in records):
         # Which node was slowed, and how: "n4 0.5@30" (only in sweeps that slow one).
         columns.insert(STATUS, ("straggler", "straggler", "{}"))
+    # A script's --param values, one column each (the cells differ by nothing else).
+    names = dict.fromkeys(column for rec in records for column in param_columns(rec.get("params")))
+    columns[STATUS:STATUS] = [(name.removeprefix(PARAM_COLUMN_PREFIX), name, "{}")
+                              for name in names]
     keys = [key for _, key, _ in columns]
     status, accuracy = keys.index("status"), keys.index("val_accuracy")
     rows = [[h for h, _, _ in columns]]
     for rec in records:
+        rec = {**rec, **param_columns(rec.get("params"))}
         row = [_fmt(rec.get(key), fmt) for _, key, fmt in columns]
         row[status] = status_label(rec)
         if rec.get("diverged"):

@@ -7,8 +7,9 @@ work on ONE device (the slowest configuration in the study, Park et al. 2019), t
 ``SLACK``, plus a start-up allowance. Devices only make a cell faster, except for
 LeNet where synchronisation made ten boards 5.4x slower than one; ``SLACK`` covers that.
 The emulated ``pi3b`` profile trains 10-20x faster than those boards, so emulated and
-local cells get an even wider margin. ``--timeout S`` overrides it, ``--timeout 0``
-turns it off.
+local cells get an even wider margin. A user's script (``--script``) has no board
+rate: its cells get a fixed 30 minutes (``profiler.engines.script``). ``--timeout S``
+overrides it, ``--timeout 0`` turns it off.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from workloads import models
 from workloads.datasets.catalog import SPECS
 
 from ..cell import CellConfig
+from ..engines import get_engine
 
 # The training samples per second of one Pi 3B are the model's record's
 # (``workloads.models``: ``ModelSpec.board_rate``, with where each rate comes from).
@@ -27,7 +29,13 @@ STARTUP_ALLOWANCE_S = 300.0  # importing MXNet, the scheduler's rendezvous, data
 
 
 def default_timeout_s(cell: CellConfig, val_samples: int | None = None) -> float:
-    """Seconds ``cell`` may run before the runner stops it as ``timeout``."""
+    """Seconds ``cell`` may run before the runner stops it as ``timeout``.
+
+    An engine with a limit of its own (``Engine.default_timeout_s``: the ``script``
+    engine's user script has no board rate) gives that instead."""
+    own_s = get_engine(cell.engine).default_timeout_s
+    if own_s is not None:
+        return own_s
     rate = models.get(cell.model).board_rate(cell.layers)
     # The dataset's full size when --max-samples is not given.
     spec = SPECS.get(cell.dataset, SPECS["mnist"])
