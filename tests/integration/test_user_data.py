@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -77,3 +78,23 @@ def test_user_data_trains_on_the_parameter_server_and_ddp(fmt, exported, tmp_pat
         assert again.returncode == 0, again.stderr[-3000:]
         assert "3 cell(s) already done, skipped" in again.stdout
         assert "decoding" not in again.stderr
+
+
+def test_a_set_of_five_classes_builds_five_outputs_on_workers_and_server(exported, tmp_path):
+    """The parameter server builds its model without data: from the staged file's classes,
+    as the workers do (a mismatch would leave the two sides exchanging different sizes)."""
+    with np.load(exported["npz"]) as archive:
+        keep = archive["y_train"] < 5
+        keep_test = archive["y_test"] < 5
+        np.savez(tmp_path / "five.npz", x_train=archive["x_train"][keep],
+                 y_train=archive["y_train"][keep], x_test=archive["x_test"][keep_test],
+                 y_test=archive["y_test"][keep_test])
+    out = tmp_path / "out"
+    proc = _sweep(tmp_path / "five.npz", out, tmp_path / "cache", "--epochs", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert all(r["status"] == "ok" and float(r["val_accuracy"]) > 0.4 for r in rows), rows
+    starts = [json.loads(line) for path in out.glob("cells/*/attempt-1/events/worker-0.jsonl")
+              for line in path.read_text().splitlines() if '"start"' in line]
+    # LeNet-MLP's 109,386 parameters with its last layer 64 x 5 + 5 instead of 64 x 10 + 10.
+    assert [s["param_count"] for s in starts] == [109386 - 5 * 65] * 3
