@@ -22,7 +22,8 @@ CELL_FORMAT = 4  # 3: data_partition; 4: straggler
 
 # Fields a cell of format 4 did not have, with their defaults: a cell that leaves them
 # at the default keeps the cell_id it had, so that sweeps run before them still resume.
-OPTIONAL_FIELDS = {"model_digest": "", "data_digest": "", "script_args": "", "params": ()}
+OPTIONAL_FIELDS = {"model_digest": "", "data_digest": "", "script_args": "", "params": (),
+                   "microbatches": None, "schedule": None, "replicas": None, "split": None}
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,12 @@ class CellConfig:
     data_digest: str = ""
     script_args: str = ""  # --script-args, its {placeholders} unfilled
     params: tuple[tuple[str, str], ...] = ()  # --param NAME=VALUE pairs of this cell
+    # Pipeline parallelism (--engine torch-pipe; None on other engines' cells):
+    # micro-batches a step, gpipe or 1f1b, pipelines side by side, where the model is cut.
+    microbatches: int | None = None
+    schedule: str | None = None
+    replicas: int | None = None
+    split: str | None = None
 
     def __post_init__(self):
         # Read back from JSON (sweep.json, results) the pairs are lists.
@@ -83,23 +90,9 @@ class CellConfig:
     def label(self) -> str:
         """Short human name, e.g. ``resnet20 b32 d2 sync mxnet``."""
         depth = f"{self.layers}" if self.layers else ""
-        # A script's --param values tell its cells apart: ``train.py b32 d2 ... hidden=64``.
-        params = "".join(f" {name}={value}" for name, value in self.params)
-        return (f"{self.model}{depth} b{self.batch} d{self.devices} {self.sync} {self.engine}"
-                f"{params}")
+        return f"{self.model}{depth} b{self.batch} d{self.devices} {self.sync} {self.engine}"
 
     def tags(self) -> dict[str, str]:
-        """The configuration as metric tags (strings, no empty values); each --param is
-        a tag of its own (``param_columns``)."""
-        return {**{f.name: str(getattr(self, f.name)) for f in fields(self)
-                   if f.name != "params" and getattr(self, f.name) not in (None, "")},
-                **param_columns(self.params)}
-
-
-PARAM_COLUMN_PREFIX = "param_"
-
-
-def param_columns(params) -> dict[str, str]:
-    """A cell's ``--param`` pairs as results columns and tags: ``{"param_hidden": "64"}``
-    (``params`` as a cell holds them, or as a results record's JSON lists)."""
-    return {f"{PARAM_COLUMN_PREFIX}{name}": str(value) for name, value in params or ()}
+        """The configuration as metric tags (strings, no empty values)."""
+        return {f.name: str(getattr(self, f.name)) for f in fields(self)
+                if getattr(self, f.name) is not None}

@@ -146,6 +146,10 @@ class ModelSpec:
         """Blocks per stage (0 for a fixed depth); ``ModelError`` for a depth it cannot have."""
         return self.depth.blocks(layers) if self.depth else 0
 
+    def stage_layers(self, layers: int | None) -> int:
+        """The top-level modules of its torch build: where a pipeline can cut it."""
+        return _stage_layers(self.name, layers)
+
     def board_rate(self, layers: int | None) -> float:
         """One Pi 3B's training samples/s for this model at ``layers``."""
         if self.board_layers is None:
@@ -250,6 +254,14 @@ def parameter_count(model: str, layers: int | None = None, classes: int = 10) ->
             return _resolve(COUNTERS[framework])(spec.build(framework, layers, classes), spec)
     raise ModelError(f"{model}: none of {', '.join(spec.frameworks)} is installed here to "
                      "build it and count its parameters: run ./scripts/setup.sh")
+
+
+@functools.lru_cache(maxsize=None)
+def _stage_layers(model: str, layers: int | None) -> int:
+    if "torch" not in get(model).builders:
+        raise ModelError(f"{model} has no torch build to split into pipeline stages: use "
+                         f"one of {', '.join(names('torch'))}")
+    return len(list(get(model).build("torch", layers).children()))
 
 
 def _resolve(target: str):

@@ -13,8 +13,10 @@ layers: synchronous SGD on a global batch of R x ``--batch``, as DDP's.
 The split (``workloads.pipeline_split``): every process times each layer's forward and
 backward on one micro-batch on its own node and sizes the layer's output; the profiles
 are gathered and stage ``s`` is priced on the slowest of its R nodes, the link on the
-bytes/s measured between the first two stages. Stage 0 holds only its layers after the
-split (the others are freed), so a stage's memory is its own.
+bytes/s measured between the first two stages. Each process profiles under its node's
+CPU quota (it joins it before, not after, its start-up), and one after the other where
+the processes share one host's cores (the local cluster). A process keeps only its
+stage's layers after the split (the others are freed), so a stage's memory is its own.
 
 The loss: the schedule splits the batch and scales each micro-batch's gradients by
 1/M (its ``scale_grads``), so a step's gradient is the mean over the batch, as on one
@@ -33,6 +35,7 @@ import os
 import time
 
 from . import optim, pipeline_split
+from .node_limits import join_cpu_limit
 from .torch_worker import TorchWorker, init_gloo
 
 STAGES_ENV, MICROBATCHES_ENV = "EDGEPROF_PIPE_STAGES", "EDGEPROF_PIPE_MICROBATCHES"
@@ -89,7 +92,15 @@ class PipelineWorker(TorchWorker):
         layers = list(full.children())
         micro = max(1, args.batch // self.microbatches)
         example = torch.zeros(micro, *self.data.x_train.shape[1:])
-        profile = profile_layers(layers, example)
+        # The profile is this node's speed: under its CPU quota (emulated cluster), and
+        # one process at a time where the stages share one host's cores (local slots).
+        join_cpu_limit()
+        profile = None
+        for turn in range(self.num_workers if _shared_host() else 1):
+            if turn == self.rank or not _shared_host():
+                profile = profile_layers(layers, example)
+            if _shared_host():
+                dist.barrier()
         profiles = [None] * self.num_workers
         dist.all_gather_object(profiles, profile)
         link = self._link_bytes_per_s(profile.out_bytes)
@@ -275,7 +286,10 @@ class PipelineWorker(TorchWorker):
                     if self.is_first:
                         self.schedule.eval(torch.from_numpy(images))
                     elif self.is_last:
-                        out = self.schedule.eval(target=None)
+                        # The schedule computes its loss on the last stage: it needs
+                        # the labels even when only the outputs are wanted.
+                        out = self.schedule.eval(
+                            target=torch.from_numpy(labels.astype("int64", copy=False)))
                         correct += float((out.argmax(dim=1).numpy() == labels).sum())
                     else:
                         self.schedule.eval()
@@ -310,6 +324,11 @@ def profile_layers(layers, example) -> pipeline_split.LayerCosts:
         params.append(sum(p.numel() for p in layer.parameters() if p.requires_grad))
         x = out.detach()
     return pipeline_split.LayerCosts(tuple(seconds), tuple(out_bytes), tuple(params))
+
+
+def _shared_host() -> bool:
+    """Whether the cell's processes share this host (the local cluster's slots)."""
+    return os.environ.get("MASTER_ADDR", "").startswith("127.")
 
 
 def _slowest(profiles) -> pipeline_split.LayerCosts:

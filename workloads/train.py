@@ -30,7 +30,7 @@ from profiler.errors import ConfigError, EdgeprofError
 from . import optim, steps
 
 FRAMEWORKS = ("mxnet", "torch")
-COMMS = ("local", "ps-sync", "ps-async", "allreduce")
+COMMS = ("local", "ps-sync", "ps-async", "allreduce", "pipeline")
 ROLES = ("worker", "server")
 # What the engines put in the environment of a distributed process, by framework.
 RENDEZVOUS_VARIABLES = {
@@ -39,6 +39,8 @@ RENDEZVOUS_VARIABLES = {
     ("torch", "ps"): ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
                       "EDGEPROF_PS_SERVERS"),
     ("torch", "allreduce"): ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"),
+    ("torch", "pipeline"): ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
+                            "EDGEPROF_PIPE_STAGES"),
 }
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_OOM = 0, 1, 2, 3
 
@@ -131,6 +133,9 @@ def worker_class(framework: str, comm: str):
     if comm == "allreduce":
         from .torch_ddp import DDPWorker
         return DDPWorker
+    if comm == "pipeline":
+        from .torch_pipeline import PipelineWorker
+        return PipelineWorker
     from .torch_worker import TorchWorker
     return TorchWorker
 

@@ -21,7 +21,7 @@ import importlib.util
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from workloads import models as model_registry
 from workloads import user_model
@@ -63,6 +63,18 @@ class TrainOptions:
 
 
 @dataclass(frozen=True)
+class EngineOption:
+    """A setting of an engine's own (``--microbatches``): a CLI option of ``sweep`` and
+    ``run``, a grid dimension for that engine's cells only, and a ``CellConfig`` field
+    of the same name (None on the other engines' cells)."""
+
+    name: str  # the option without dashes, and the cell's field
+    default: str  # as typed on the command line
+    parse: Callable[[str], list]  # the typed text -> its list of values (ConfigError)
+    help: str
+
+
+@dataclass(frozen=True)
 class Package:
     """A Python package an engine needs: its distribution name (for versions) and the
     module whose presence shows it is installed."""
@@ -89,6 +101,20 @@ class Engine:
     # A cell's time limit when --timeout is not given; None: derived from the model's
     # board rate (profiler.sweep.timeouts).
     default_timeout_s: float | None = None
+
+    # Settings of the engine's own, grid dimensions of its cells (``EngineOption``).
+    options: tuple[EngineOption, ...] = ()
+    # The fewest devices a cell can have (a pipeline: two stages); a grid of several
+    # engines leaves this one's smaller cells out.
+    min_devices: int = 1
+
+    def variants(self, cell: CellConfig, values: dict) -> list[CellConfig]:
+        """``cell`` once for every combination of the engine's own settings (``values``:
+        option name -> parsed list; a missing one takes its default)."""
+        return [cell]
+
+    def check_cell(self, cell: CellConfig) -> None:
+        """Refuse (``ConfigError``, one line) a cell this engine cannot run."""
 
     @property
     def models(self) -> tuple[str, ...]:

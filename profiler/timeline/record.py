@@ -6,7 +6,8 @@ results columns and writes ``trace.json`` beside the cell's events
 (``profiler.timeline.trace``). A cell whose processes timed nothing (``--breakdown off``,
 or killed before their first epoch ended) gets empty columns and no trace. The cell's
 robust rate (``profiler.timeline.rate``) is taken here too, from the step lines where
-every step was timed and from the epochs otherwise.
+every step was timed and from the epochs otherwise, and a pipeline's own columns
+(``profiler.timeline.pipeline``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from . import pipeline
 from . import steps as step_lines
 from . import trace
 from .rate import robust_columns
@@ -48,6 +50,8 @@ def breakdown_columns(cell, cell_dir: Path, events, specs: Sequence,
                                    start0.get("steps_per_epoch"), cell.sync == "sync")
     columns.update(robust_columns(loaded.workers, events.epochs_by_rank(), start0,
                                   every_step_timed=not loaded.sampled))
+    starts = {e["rank"]: e for e in events.of("start") if isinstance(e.get("rank"), int)}
+    columns.update(pipeline.columns(loaded.workers, starts))  # {} unless a pipeline
     columns["clock_offsets_s"] = offsets_s or None
     columns["trace_file"] = None
     if loaded.workers:

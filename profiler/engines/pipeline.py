@@ -1,0 +1,134 @@
+"""``torch-pipe``: pipeline parallelism, the model split into stages across nodes.
+
+A cell of D devices runs R pipelines (``--replicas``, default 1) of S = D / R stages,
+one stage per node: rank ``r`` is stage ``r % S`` of pipeline ``r // S``, so a
+pipeline's stages sit on consecutive nodes. Each step feeds ``--batch`` samples as M
+micro-batches (``--microbatches``) through the stages with GPipe or 1F1B
+(``--schedule``), on ``torch.distributed.pipelining`` over Gloo; with R > 1 each
+stage's replicas average their gradients (``workloads.torch_pipeline``). Where the
+model is cut is ``--split`` (``workloads.pipeline_split``): balanced by measurement by
+default. Synchronous SGD only.
+
+Settings of its own (``options``) become grid dimensions for its cells only, and
+results columns; the other engines' cells leave them empty.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+
+from workloads import pipeline_split
+from workloads.torch_pipeline import (MICROBATCHES_ENV, SCHEDULE_ENV, SCHEDULES, SPLIT_ENV,
+                                      STAGES_ENV)
+
+from ..cell import CellConfig
+from ..cluster.base import Node
+from ..errors import ConfigError
+from .base import EngineOption, ProcessSpec, TrainOptions
+from .pytorch import _process_env, _rendezvous, _TorchEngine
+
+
+def _positive_ints(option: str):
+    def parse(text: str) -> list[int]:
+        from ..sweep.grid import parse_int_list
+
+        values = parse_int_list(text, option)
+        for value in values:
+            if value < 1:
+                raise ConfigError(f"{option} {value} must be at least 1: give e.g. {option} 4")
+        return values
+    return parse
+
+
+def _schedules(text: str) -> list[str]:
+    from ..sweep.grid import parse_choice_list
+
+    return parse_choice_list(text, "--schedule", SCHEDULES)
+
+
+def _splits(text: str) -> list[str]:
+    # A hand split has commas of its own: splits are separated by ';'.
+    values = [part.strip() for part in str(text).split(";") if part.strip()]
+    if not values:
+        raise ConfigError(f"--split {text!r} is empty: give balanced, params, layers or "
+                          "layer counts such as 3,5")
+    for value in values:
+        pipeline_split.parse(value)
+    return values
+
+
+class TorchPipelineEngine(_TorchEngine):
+    name = "torch-pipe"
+    description = ("PyTorch pipeline parallelism: the model split into stages across nodes, "
+                   "GPipe or 1F1B over Gloo, R pipelines side by side (sync only)")
+    sync_modes = ("sync",)
+    min_devices = 2
+    options = (
+        EngineOption("microbatches", "1", _positive_ints("--microbatches"),
+                     "Micro-batches a step's batch is cut into (torch-pipe), e.g. 1,4,8; "
+                     "each must divide --batch."),
+        EngineOption("schedule", "gpipe", _schedules,
+                     f"Pipeline schedule(s) (torch-pipe): {', '.join(SCHEDULES)}."),
+        EngineOption("replicas", "1", _positive_ints("--replicas"),
+                     "Pipelines side by side (torch-pipe), each stage's replicas averaging "
+                     "their gradients: stages = devices / replicas."),
+        EngineOption("split", "balanced", _splits,
+                     "Where the model is cut (torch-pipe): balanced (by measured layer "
+                     "times and the link), params, layers, or layer counts per stage such "
+                     "as 3,5; several separated by ';'."),
+    )
+
+    def comm(self, cell: CellConfig) -> str:
+        return "pipeline"
+
+    def variants(self, cell: CellConfig, values: dict) -> list[CellConfig]:
+        names = [option.name for option in self.options]
+        combos = itertools.product(*(values.get(name) or [option.parse(option.default)[0]]
+                                     for name, option in zip(names, self.options)))
+        return [dataclasses.replace(cell, **dict(zip(names, combo))) for combo in combos]
+
+    def check_cell(self, cell: CellConfig) -> None:
+        replicas, micro = cell.replicas or 1, cell.microbatches or 1
+        if cell.devices % replicas:
+            raise ConfigError(f"--devices {cell.devices} is not a multiple of --replicas "
+                              f"{replicas}: each of the {replicas} pipelines needs the same "
+                              "number of stages")
+        stages = cell.devices // replicas
+        if stages < 2:
+            raise ConfigError(f"--engine torch-pipe with --devices {cell.devices} and "
+                              f"--replicas {replicas} makes pipelines of {stages} stage: give "
+                              f"--devices {2 * replicas} or more")
+        if micro > cell.batch:
+            raise ConfigError(f"--microbatches {micro} is more than the batch of "
+                              f"{cell.batch}: give --microbatches {cell.batch} or fewer")
+        if cell.batch % micro:
+            raise ConfigError(f"--batch {cell.batch} does not divide into {micro} "
+                              "micro-batches: give a --batch that is a multiple of "
+                              "--microbatches")
+        if cell.schedule == "1f1b" and micro < stages:
+            raise ConfigError(f"--schedule 1f1b needs at least one micro-batch per stage: "
+                              f"give --microbatches {stages} or more with {stages} stages, "
+                              "or --schedule gpipe")
+        pipeline_split.check(pipeline_split.parse(cell.split or "balanced"), stages,
+                             stage_layers(cell.model, cell.layers), cell.model)
+
+    def plan(self, cell: CellConfig, nodes: list[Node], cell_dir: Path,
+             options: TrainOptions) -> list[ProcessSpec]:
+        argv = self.train_argv(cell, cell_dir, options)
+        worker_nodes = nodes[:self.nodes_needed(cell)]
+        common = {**_rendezvous(worker_nodes[0], cell.devices, options),
+                  STAGES_ENV: str(cell.devices // (cell.replicas or 1)),
+                  MICROBATCHES_ENV: str(cell.microbatches or 1),
+                  SCHEDULE_ENV: cell.schedule or "gpipe",
+                  SPLIT_ENV: cell.split or "balanced"}
+        return [ProcessSpec("worker", i, node, argv, _process_env(common, i, node))
+                for i, node in enumerate(worker_nodes)]
+
+
+def stage_layers(model: str, layers: int | None) -> int:
+    """How many layers (top-level modules) a pipeline can cut ``model`` between."""
+    from workloads import models
+
+    return models.get(model).stage_layers(layers)

@@ -1,0 +1,82 @@
+"""A pipeline cell's own columns: the split, each stage's time, the bubble, and the
+measured step beside what the pipeline model predicts from the stages.
+
+Every stage process (``workloads.torch_pipeline``) says in its ``start`` event where it
+sits (``stage``, ``replica``), the split, its link's bytes/s and the bytes of each
+boundary's activation per micro-batch; each of its step lines holds the forward and
+backward compute of its micro-batches (``fwd_s``, ``bwd_s``) and the schedule's whole
+time (``pipe_s``). Per stage, over the measured steps (the run's first left out):
+
+- **compute**: ``fwd_s + bwd_s``; **wire**: the stage's activations and gradients at
+  the link's rate (each boundary it touches, both ways, M micro-batches);
+- **bubble**: what is left of the schedule's time, idle waiting for a neighbour, as a
+  fraction of it: ``(pipe_s - compute - wire) / pipe_s``. GPipe's prediction for a
+  balanced pipeline is ``(S - 1) / (M + S - 1)`` (Huang et al. 2019);
+- **predicted step**: ``(M + S - 1)`` times the slowest stage's time per micro-batch
+  (its compute over M plus sending its output and receiving that output's gradient),
+  beside the measured schedule time: when measured over predicted is well above 1, the
+  network or the schedule's overheads, not the split, limit the pipeline.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from workloads import pipeline_split
+
+COLUMNS = ("pipe_stages", "pipe_split", "stage_compute_ms", "stage_imbalance",
+           "stage_imbalance_predicted", "bubble_measured", "bubble_gpipe",
+           "pipe_step_ms", "pipe_step_ms_predicted", "pipe_step_vs_predicted",
+           "pipe_bytes_floor_per_step", "link_mbit_s")
+
+
+def columns(workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
+    """The pipeline columns of a cell (empty for a cell that is not a pipeline)."""
+    first = starts.get(0) or {}
+    stages = first.get("stages")
+    if not stages:
+        return {}
+    micro = first.get("microbatches") or 1
+    link = first.get("link_bytes_per_s")
+    boundary = first.get("boundary_bytes") or []
+    replicas = first.get("replicas") or 1
+    compute, pipe, wire = [], [], []
+    for stage in range(stages):
+        lines = [line for rank, lines in workers.items()
+                 if (starts.get(rank) or {}).get("stage") == stage
+                 for line in lines if (line.get("epoch"), line.get("step")) != (1, 0)
+                 and "pipe_s" in line]
+        if not lines:
+            return {"pipe_stages": stages, "pipe_split": _split_text(first)}
+        compute.append(statistics.fmean(l["fwd_s"] + l["bwd_s"] for l in lines))
+        pipe.append(statistics.fmean(l["pipe_s"] for l in lines))
+        touched = [boundary[b] for b in (stage - 1, stage) if 0 <= b < len(boundary)]
+        wire.append(2 * micro * sum(touched) / link if link else 0.0)
+    bubbles = [max(0.0, (p - c - w) / p) for p, c, w in zip(pipe, compute, wire) if p > 0]
+    per_micro = [c / micro + (2 * boundary[s] / link if link and s < len(boundary) else 0.0)
+                 for s, c in enumerate(compute)]
+    predicted = pipeline_split.predicted_step_s(per_micro, micro)
+    predicted_stage = first.get("predicted_stage_s") or []
+    return {
+        "pipe_stages": stages,
+        "pipe_split": _split_text(first),
+        "stage_compute_ms": [round(c * 1e3, 3) for c in compute],
+        "stage_imbalance": _round(pipeline_split.imbalance(compute)),
+        "stage_imbalance_predicted": _round(pipeline_split.imbalance(predicted_stage)),
+        "bubble_measured": _round(statistics.fmean(bubbles)) if bubbles else None,
+        "bubble_gpipe": _round(pipeline_split.gpipe_bubble(stages, micro)),
+        "pipe_step_ms": round(max(pipe) * 1e3, 3),
+        "pipe_step_ms_predicted": round(predicted * 1e3, 3),
+        "pipe_step_vs_predicted": _round(max(pipe) / predicted) if predicted else None,
+        "pipe_bytes_floor_per_step": 2 * micro * sum(boundary) * replicas,
+        "link_mbit_s": round(link * 8 / 1e6, 1) if link else None,
+    }
+
+
+def _split_text(start: dict) -> str | None:
+    split = start.get("split")
+    return ",".join(str(n) for n in split) if split else None
+
+
+def _round(value: float | None) -> float | None:
+    return round(value, 4) if value is not None else None
