@@ -122,6 +122,7 @@ class StepRecorder:
         self.t_first_step_end = None
         self.t_train_begin = self.t_train_end = None
         self.epochs_logged = 0
+        self.first_epoch_steps = None  # steps of the first logged epoch
         self.accuracy_reported = False
         self.train_s_logged = 0.0
 
@@ -205,6 +206,8 @@ class StepRecorder:
                          samples=self.epoch_samples if self.samples_known else None,
                          **fields)
         self.epochs_logged += 1
+        if self.first_epoch_steps is None:
+            self.first_epoch_steps = self.epoch_steps
         self.epoch, self.step = epoch + 1, 0
         self.epoch_steps = self.epoch_samples = 0
         self.t_epoch_begin = self.t_free = self.clock()
@@ -216,13 +219,15 @@ class StepRecorder:
         if not self.started:
             self._start(None, None)
         train_s = self._train_s()
-        samples = self.samples if self.samples_known else None
+        # No step seen (no torch.optim): the samples are unknown, not none; the rate is
+        # 0 all the same, as the results' sum over workers needs a number.
+        samples = self.samples if self.samples_known and self.steps else None
         rate = samples / train_s if samples and train_s else 0.0
         return self.events.emit(
             "end", elapsed_s=time.time() - self.t_wall_start, train_s=train_s,
             steps=self.steps, samples=samples, samples_per_s=rate,
-            syncs=self.steps, epochs_logged=self.epochs_logged,
-            accuracy_reported=self.accuracy_reported)
+            syncs=self.steps, steps_per_epoch=self.first_epoch_steps,
+            epochs_logged=self.epochs_logged, accuracy_reported=self.accuracy_reported)
 
     def error(self, kind: str, message: str, exit_status: int | None) -> dict:
         """The script failed: the steps timed so far, and the ``error`` event."""

@@ -120,6 +120,7 @@ def test_validation_and_log_are_no_steps_time(run):
     assert "train_loss" not in epochs[1] and epochs[1]["val_accuracy"] == 0.75
     end = _events(tmp_path)[-1]
     assert end["accuracy_reported"] is True and end["train_s"] == pytest.approx(0.035)
+    assert end["steps_per_epoch"] == 2
 
 
 def test_optimizers_without_a_forward_between_make_one_step(run):
@@ -202,3 +203,28 @@ def test_edgeprof_hooks_needs_only_the_standard_library():
     assert "edgeprof_hooks" in loaded
     assert [m for m in loaded if m != "edgeprof_hooks"
             and m.split(".")[0] not in sys.stdlib_module_names] == []
+
+
+def test_a_loop_without_torch_optim_has_no_steps(tmp_path):
+    """What the hooks cannot see: a hand-written update makes no step (docs say what the
+    row shows then); the run still starts and ends."""
+    import torch
+
+    events = EventWriter(tmp_path, 0)
+    recorder = StepRecorder(events, StepLog(tmp_path, "worker", 0))
+    hooks = Hooks(recorder)
+    try:
+        model = torch.nn.Linear(4, 2)
+        for _ in range(3):
+            model(torch.randn(5, 4)).sum().backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.1 * p.grad
+                    p.grad = None
+        end = recorder.finish()
+    finally:
+        hooks.remove()
+        events.close()
+    assert _steps(tmp_path) == []
+    assert [e["event"] for e in _events(tmp_path)] == ["start", "end"]
+    assert (end["steps"], end["samples"], end["samples_per_s"]) == (0, None, 0.0)
