@@ -1,0 +1,115 @@
+"""Pipeline parallelism for real: ``torch-pipe`` cells through the cell runner, every stage
+a real ``workloads.train`` process speaking Gloo over loopback through
+``torch.distributed.pipelining``, and its bad inputs through the CLI."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+
+from profiler.cluster.local import LocalCluster
+from profiler.engines import get_engine
+from profiler.engines.base import TrainOptions
+from profiler.sweep.grid import CellConfig, validate
+from profiler.sweep.runner import run_cell
+from tests.conftest import ROOT, assert_one_line, need, no_children_left
+
+pytestmark = pytest.mark.integration
+TINY = TrainOptions(val_samples=128)
+EDGEPROF = [sys.executable, "-m", "profiler.cli"]
+
+
+@pytest.fixture(autouse=True)
+def _torch():
+    need("torch (scripts/setup.sh installs its CPU build)",
+         importlib.util.find_spec("torch") is not None)
+
+
+def _cell(**kw) -> CellConfig:
+    return validate(CellConfig(**{"engine": "torch-pipe", "model": "lenet-cnn", "layers": None,
+                                  "devices": 2, "batch": 32, "max_samples": 320,
+                                  "dataset": "fashion-mnist", "epochs": 2,
+                                  "microbatches": 4, "schedule": "gpipe", "replicas": 1,
+                                  "split": "balanced", **kw}))
+
+
+def _run(tmp_path, cell, timeout_s=240):
+    engine = get_engine(cell.engine)
+    cluster = LocalCluster(engine.nodes_needed(cell))
+    return run_cell(cell, cluster, engine, tmp_path / cell.cell_id, TINY, sweep_id="t",
+                    timeout_s=timeout_s, monitor_interval_s=None)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_a_pipeline_trains_as_one_device_does(tmp_path, schedule):
+    """LeNet-5 (no BatchNorm) split into 2 stages, 4 micro-batches: the same initial
+    weights, batches and global batch as one device, so the same losses epoch by epoch
+    (the schedule averages the micro-batches' gradients: the batch's mean). Tolerance
+    1e-4 relative: only the order of float sums differs."""
+    alone = _run(tmp_path, validate(CellConfig(
+        engine="torch", model="lenet-cnn", layers=None, devices=1, batch=32,
+        max_samples=320, dataset="fashion-mnist", epochs=2)))
+    piped = _run(tmp_path, _cell(schedule=schedule))
+    assert alone["status"] == piped["status"] == "ok", (alone["reason"], piped["reason"])
+    assert piped["train_loss_per_epoch"] == pytest.approx(alone["train_loss_per_epoch"],
+                                                          rel=1e-4)
+    assert piped["val_accuracy"] == pytest.approx(alone["val_accuracy"], abs=1 / 128)
+    # Every stage's samples are the pipeline's: counted once.
+    assert piped["samples_per_s"] > 0 and piped["syncs_per_worker"] == 20
+    assert piped["pipe_split"] and sum(map(int, piped["pipe_split"].split(","))) == 12
+    assert len(piped["stage_compute_ms"]) == 2 and all(t > 0 for t in piped["stage_compute_ms"])
+    assert piped["bubble_gpipe"] == pytest.approx(1 / 5)
+    assert 0 <= piped["bubble_measured"] < 1
+    assert piped["pipe_step_ms"] > 0 and piped["pipe_step_ms_predicted"] > 0
+    assert piped["pipe_bytes_floor_per_step"] > 0
+    no_children_left()
+
+
+def test_pipelines_side_by_side_average_their_stages(tmp_path):
+    """ResNet-8 (residual blocks whole inside their stage) as 2 pipelines of 2 stages,
+    1F1B: each stage's replicas average their gradients, so both pipelines hold the same
+    weights; only the first stages count samples."""
+    record = _run(tmp_path, _cell(model="resnet", layers=8, devices=4, replicas=2,
+                                  schedule="1f1b", microbatches=2, dataset="synthetic",
+                                  epochs=1))
+    assert record["status"] == "ok", record["reason"]
+    assert record["pipe_stages"] == 2 and len(record["stage_compute_ms"]) == 2
+    starts = {}
+    for rank in range(4):
+        path = tmp_path / record["cell_id"] / "events" / f"worker-{rank}.jsonl"
+        starts[rank] = next(json.loads(line) for line in path.read_text().splitlines()
+                            if '"start"' in line)
+    assert [(s["stage"], s["replica"]) for s in starts.values()] == [(0, 0), (1, 0),
+                                                                     (0, 1), (1, 1)]
+    assert [s["counts_samples"] for s in starts.values()] == [True, False, True, False]
+    assert starts[0]["split"] == starts[2]["split"]  # the same cut for both pipelines
+    no_children_left()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--devices", "2", "--microbatches", "64"], ["--microbatches 64 is more than the batch"]),
+    (["--devices", "2", "--microbatches", "3"], ["does not divide into 3 micro-batches"]),
+    (["--devices", "16"], ["more than lenet-cnn's 12 layers"]),
+    (["--devices", "4", "--schedule", "1f1b", "--microbatches", "2"],
+     ["1f1b needs at least one micro-batch per stage"]),
+    (["--devices", "2", "--split", "3,4"], ["adds up to 7 layers"]),
+    (["--devices", "3", "--replicas", "2"], ["not a multiple of --replicas 2"]),
+    (["--devices", "2", "--schedule", "zb"], ["--schedule 'zb' is unknown"]),
+])
+def test_bad_pipeline_settings_are_one_line(tmp_path, args, words):
+    done = subprocess.run([*EDGEPROF, "sweep", "--engine", "torch-pipe", "--model", "lenet-cnn",
+                           "--batch", "32", "--out", str(tmp_path / "out"), *args],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert_one_line(done, *words)
+    assert not (tmp_path / "out").exists()
+
+
+def test_pipeline_settings_need_the_pipeline_engine(tmp_path):
+    done = subprocess.run([*EDGEPROF, "sweep", "--engine", "torch-ddp", "--microbatches", "4",
+                           "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert_one_line(done, "--microbatches is a setting of --engine torch-pipe")
