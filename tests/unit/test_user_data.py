@@ -93,7 +93,9 @@ def test_the_converted_file_has_fixed_bytes_and_numpy_reads_it(data, tmp_path, c
     again = user.describe(tmp_path / "a.npz")
     assert again.digest == first.digest
     with np.load(again.user_file.source) as archive:
-        assert np.array_equal(archive["x_test"], data["test"][0])
+        order = np.random.default_rng(user.SHUFFLE_SEED).permutation(240)
+        assert np.array_equal(archive["x_test"], data["test"][0][order])
+        assert np.array_equal(archive["y_test"], data["test"][1][order])
         assert archive["class_names"].tolist() == [str(i) for i in range(CLASSES)]
 
 
@@ -123,14 +125,18 @@ def test_a_folder_holds_out_a_sixth_of_each_class_and_keeps_the_pixels(data, tmp
     counts = np.bincount(y, minlength=CLASSES)
     assert info.test_samples == sum(n // 6 for n in counts)
     assert info.train_samples == 1200 - info.test_samples
-    # The first training image of class 0 is the first exported image of class 0 (PNG
-    # is lossless); the 6th image of each class is a test image.
+    # Every 6th image of a class (in file order) is a test image, the pixels as exported
+    # (PNG is lossless); each split is shuffled, so that a shard holds every class.
     staged = user.Staged(info.user_file.source)
     x_train, y_train = staged.read("train", slice(None))
     x_test, y_test = staged.read("test", slice(None))
-    first = np.flatnonzero(y == 0)
-    assert np.array_equal(x_train[np.flatnonzero(y_train == 0)[0]], x[first[0]])
-    assert np.array_equal(x_test[np.flatnonzero(y_test == 0)[0]], x[first[5]])
+    for label in range(CLASSES):
+        mine = x[y == label]
+        held = {image.tobytes() for image in mine[5::6]}
+        assert {image.tobytes() for image in x_test[y_test == label]} == held
+        assert {image.tobytes() for image in x_train[y_train == label]} == (
+            {image.tobytes() for image in mine} - held)
+    assert len(set(y_train[:60])) == CLASSES  # the first rows are not one class
 
 
 def test_split_folders_colour_and_resizing(data, tmp_path):
@@ -173,12 +179,14 @@ def test_the_loader_reads_a_shard_with_the_datas_classes_and_statistics(tmp_path
     part = loader.load("lenet-cnn", rank=1, num_workers=2, raw=True,
                        dataset=str(info.user_file.source))
     assert part.classes == 5 and part.train_total == 80 and len(part.x_test) == 20
-    # Rows 40..79 only, padded 28 -> 32 for LeNet-5.
-    assert np.array_equal(part.x_train[:, :, 2:30, 2:30], x[40:80])
-    assert np.array_equal(part.y_train, y[40:80])
+    # Rows 40..79 of the converted file only, padded 28 -> 32 for LeNet-5.
+    x_all, y_all = user.Staged(info.user_file.source).read("train", slice(None))
+    assert sorted(map(bytes, x_all)) == sorted(map(bytes, x[:80]))  # a fixed shuffle
+    assert np.array_equal(part.x_train[:, :, 2:30, 2:30], x_all[40:80])
+    assert np.array_equal(part.y_train, y_all[40:80])
     normalized = part.normalize(part.x_train[:, :, 2:30, 2:30])
     mean, std = info.normalization
-    assert normalized.mean() == pytest.approx((x[40:80] / 255).mean() / std[0]
+    assert normalized.mean() == pytest.approx((x_all[40:80] / 255).mean() / std[0]
                                               - mean[0] / std[0], abs=1e-5)
     assert user.classes(str(info.user_file.source)) == 5
 

@@ -7,7 +7,8 @@ uint8 or float, or 2-D feature vectors, taken as (1, 1, F) samples; optional
 
 On the controller ``describe`` checks it (one line, ``ConfigError``, for each way it
 cannot train) and converts it once into the canonical file (``npzfile``): images NCHW
-uint8 (float32 where the user's were float), int64 labels, the training split's
+uint8 (float32 where the user's were float), int64 labels, each split in a fixed
+shuffled order (so that every shard holds every class), the training split's
 per-channel mean and std, the class names. The converted file is cached
 (``cache_dir()``), keyed by the user's file's SHA-256, or by a folder's listing, sizes,
 mtimes and the image size, so a second sweep neither decodes nor converts again. That
@@ -35,6 +36,7 @@ from .catalog import COLOUR, DIGITS, DatasetSpec
 FORMAT = 1  # the canonical file's layout; bumped when it changes (the cache's key)
 ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 CACHE_ENV = "EDGEPROF_CACHE_DIR"
+SHUFFLE_SEED = 0  # the converted file's fixed order of each split (``_write``)
 _STATS_ROWS = 4096  # rows summed at a time for the mean and std (bounded float64 copies)
 
 
@@ -310,6 +312,13 @@ def _write(canonical: Path, x_train, y_train, x_test, y_test, class_names) -> No
         raise ConfigError(f"the data has one class ({class_names[0]}): a classifier "
                           "needs labels of two classes or more")
     mean, std = _channel_stats(x_train)
+    # Each split in a fixed shuffled order: a folder is read class by class (and a
+    # user's file may be sorted too), and a contiguous shard or a --max-samples cap must
+    # hold every class, as the built-in sets' files (in random order) do.
+    train_order, test_order = (np.random.default_rng(SHUFFLE_SEED).permutation(len(y))
+                               for y in (y_train, y_test))
+    x_train, y_train = x_train[train_order], y_train[train_order]
+    x_test, y_test = x_test[test_order], y_test[test_order]
     canonical.parent.mkdir(parents=True, exist_ok=True)
     npzfile.write(canonical, {
         "x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test,
