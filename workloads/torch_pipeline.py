@@ -232,7 +232,9 @@ class PipelineWorker(TorchWorker):
                         exchange_s=(t_pipe - t_data - fwd - bwd) + (t_reduced - t_pipe),
                         step_s=t_end - t_begin, fwd_s=fwd, bwd_s=bwd, update_s=update,
                         pipe_s=t_pipe - t_data, allreduce_s=t_reduced - t_pipe,
-                        spans=[[kind, chunk, round(log.wall(a), 6), round(b - a, 6)]
+                        # Each micro-batch's forward or backward: kind, micro-batch,
+                        # start after the step's, length (s): the trace's stage track.
+                        spans=[[kind, chunk, round(a - t_begin, 6), round(b - a, 6)]
                                for kind, chunk, a, b in self.spans])
             if on_first_step is not None:
                 on_first_step()

@@ -7,7 +7,10 @@ exchange: ``wait`` first (a sync worker waits for the slowest one before its rou
 transfer can end), then ``comm``. Epochs are spans on a track of their own per worker
 (``epochs``: an epoch event's ``t`` is its end, ``epoch_s`` its length), the cell's
 events (start, first step, end, error) are instant markers on the worker's track. A
-server's rounds are spans with ``recv``, ``update`` and ``send`` inside.
+server's rounds are spans with ``recv``, ``update`` and ``send`` inside. A pipeline
+stage has a track of its micro-batches too: ``F3``/``B3``, micro-batch 3's forward
+and backward on that stage, so the fill, the steady state and the drain (the bubble)
+show stage by stage.
 
 Times are microseconds from the cell's earliest stamp, on the controller's clock (the
 step lines are already aligned, ``profiler.timeline.steps``); ``args`` carry the
@@ -23,7 +26,7 @@ from pathlib import Path
 from ..fsutil import atomic_write_text
 
 # Track ids: + the rank.
-WORKER_TID, EPOCH_TID, SERVER_TID = 1000, 1500, 2000
+WORKER_TID, EPOCH_TID, SERVER_TID, MICRO_TID = 1000, 1500, 2000, 2500
 MARKERS = ("start", "first_step", "end", "error")
 
 
@@ -63,8 +66,14 @@ def build_trace(steps, events, label: str) -> dict:
             meta(pid, None, f"worker {rank}", pid)
         meta(pid, WORKER_TID + rank, f"worker {rank}", WORKER_TID + rank)
         meta(pid, EPOCH_TID + rank, f"worker {rank} epochs", EPOCH_TID + rank)
+        if any(line.get("spans") for line in steps.workers.get(rank, [])):
+            meta(pid, MICRO_TID + rank, f"worker {rank} micro-batches", MICRO_TID + rank)
         for line in steps.workers.get(rank, []):
             _worker_step(span, pid, WORKER_TID + rank, line)
+            if line.get("spans"):  # a pipeline stage: its micro-batches' compute
+                for kind, chunk, offset_s, dur_s in line["spans"]:
+                    span(f"{'F' if kind == 'fwd' else 'B'}{chunk}", pid, MICRO_TID + rank,
+                         line["t"] + offset_s, dur_s)
         for e in events.by_rank.get(rank, []):
             kind = e.get("event")
             if kind == "epoch" and isinstance(e.get("epoch_s"), (int, float)):

@@ -16,6 +16,7 @@ from profiler.engines import get_engine
 from profiler.engines.base import TrainOptions
 from profiler.sweep.grid import CellConfig, validate
 from profiler.sweep.runner import run_cell
+from profiler.timeline.trace import MICRO_TID, check_trace
 from tests.conftest import ROOT, assert_one_line, need, no_children_left
 
 pytestmark = pytest.mark.integration
@@ -66,6 +67,18 @@ def test_a_pipeline_trains_as_one_device_does(tmp_path, schedule):
     assert 0 <= piped["bubble_measured"] < 1
     assert piped["pipe_step_ms"] > 0 and piped["pipe_step_ms_predicted"] > 0
     assert piped["pipe_bytes_floor_per_step"] > 0
+    # The trace: each stage's micro-batches, F0..F3 then B0..B3 under GPipe, interleaved
+    # under 1F1B, on a track of their own, in a document the viewers accept.
+    doc = json.loads((tmp_path / piped["cell_id"] / "trace.json").read_text())
+    assert check_trace(doc) == []
+    micro = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e["tid"] >= MICRO_TID]
+    stage0 = [e["name"] for e in sorted(micro, key=lambda e: e["ts"])
+              if e["tid"] == MICRO_TID][:8]
+    assert sorted(stage0) == ["B0", "B1", "B2", "B3", "F0", "F1", "F2", "F3"]
+    if schedule == "gpipe":
+        assert stage0 == ["F0", "F1", "F2", "F3", "B0", "B1", "B2", "B3"]
+    else:
+        assert stage0 != ["F0", "F1", "F2", "F3", "B0", "B1", "B2", "B3"]
     no_children_left()
 
 
