@@ -119,7 +119,9 @@ def _run_sweep(settings: SweepSettings, stop: StopRequest, progress: bool,
             on_start(sweep_dir)
         records = _run_cells(settings, cluster, engines, sweep_id, sweep_dir, options,
                              store, done, previous, stop, progress, on_record)
-    return SweepOutcome(sweep_id, sweep_dir, records, skipped=len(done))
+    # The grid's cells found done; the folder may hold others (a resume with a smaller grid).
+    skipped = sum(cell.cell_id in done for cell in settings.cells)
+    return SweepOutcome(sweep_id, sweep_dir, records, skipped=skipped)
 
 
 def _run_cells(settings: SweepSettings, cluster, engines: dict, sweep_id: str,
