@@ -15,11 +15,13 @@ from ..errors import ConfigError
 from .base import Engine
 from .horovod import HorovodEngine
 from .mxnet import MXNetEngine
+from .pipeline import TorchPipelineEngine
 from .pytorch import TorchDDPEngine, TorchPSEngine
 from .script import ScriptEngine
 
 ENGINES: dict[str, Engine] = {engine.name: engine for engine in (
-    MXNetEngine(), HorovodEngine(), TorchPSEngine(), TorchDDPEngine(), ScriptEngine())}
+    MXNetEngine(), HorovodEngine(), TorchPSEngine(), TorchDDPEngine(), ScriptEngine(),
+    TorchPipelineEngine())}
 
 
 def get_engine(name: str) -> Engine:

@@ -32,7 +32,9 @@ def _models_help() -> str:
         if len(engines) < len(ENGINES):
             only.append(f"{name} on {'/'.join(engines)}")
     return (f"{', '.join(grid.MODELS)} (comma-separated for a sweep"
-            + (f"; {', '.join(only)} only" if only else "") + ").")
+            + (f"; {', '.join(only)} only" if only else "") + "), or your own "
+            "torch.nn.Module: PATH.py:FACTORY or package.module:FACTORY (torch engines; "
+            "docs/your-own-training.md).")
 
 
 def _layers_help() -> str:
@@ -141,6 +143,10 @@ def grid_options(func):
                           "a cell, a results column param_NAME; {NAME} in --script-args "
                           "and EDGEPROF_NAME in its environment. Repeatable."),
     ]
+    # Each engine's own settings (profiler.engines.base.EngineOption), e.g. torch-pipe's.
+    options += [click.option(f"--{own.name}", default=own.default, show_default=True,
+                             help=own.help)
+                for engine in ENGINES.values() for own in engine.options]
     for option in reversed(options):
         func = option(func)
     return func
@@ -180,7 +186,7 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
     if kw["script"] is not None:
         cells, user_files = _script_cells(kw)
     else:
-        cells, user_files = _model_cells(kw, data_resolver, DATASET_NAMES), ()
+        cells, user_files = _model_cells(kw, data_resolver, DATASET_NAMES)
     cells, user_files = _with_user_data(cells, user_files)
     for cell in cells:
         # Sets of a known size; a fetched MNIST or CIFAR-10 is checked by its worker.
@@ -212,24 +218,49 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
     return settings
 
 
-def _model_cells(kw: dict, data_resolver, dataset_names) -> list:
-    """The cells of a grid of models (``--model``) on the engines' own training loops."""
-    models = grid.parse_choice_list(kw["model"], "--model", grid.MODELS)
+def _model_cells(kw: dict, data_resolver, dataset_names) -> tuple[list, tuple]:
+    """The cells of a grid of models (``--model``) on the engines' own training loops,
+    and the user's model files they carry (``sweep.user_model``)."""
+    from . import user_model
+
+    engines = grid.parse_choice_list(kw["engine"], "--engine", ENGINES)
+    dataset_items = _dataset_items(kw, data_resolver.AUTO, dataset_names)
+    # A user's factory (PATH.py:FACTORY) is checked on the data and registered here.
+    models, factories = user_model.parse(kw["model"], engines, dataset_items)
     deep = model_registry.with_depth()
     if kw["layers"] and not set(models) & set(deep):
         raise EdgeprofError(f"--layers does not apply to {', '.join(models)} (their depth is "
                             f"fixed): drop --layers or use --model {','.join(deep)}")
     # Dataset files are checked here, cheaply and without MXNet, before anything runs.
-    datasets = data_resolver.resolve_grid(
-        models, _dataset_items(kw, data_resolver.AUTO, dataset_names), kw["data_dir"])
-    return grid.expand(
-        engines=grid.parse_choice_list(kw["engine"], "--engine", ENGINES),
+    datasets = data_resolver.resolve_grid(models, dataset_items, kw["data_dir"])
+    cells = grid.expand(
+        engines=engines,
         models=models,
         layers=grid.parse_int_list(kw["layers"], "--layers") if kw["layers"] else [None],
         momentum=kw["momentum"], wd=kw["wd"],
         lr_scaling=kw["lr_scaling"], max_samples=kw["max_samples"],
         datasets=datasets, placement=kw["placement"],
-        data_partition=kw["data_partition"], **_shared_dimensions(kw))
+        data_partition=kw["data_partition"],
+        engine_values=_engine_values(kw, grid.parse_choice_list(kw["engine"], "--engine",
+                                                                ENGINES)),
+        **_shared_dimensions(kw))
+    return user_model.stamp(cells, factories), user_model.user_files(factories)
+
+
+def _engine_values(kw: dict, engines: list[str]) -> dict[str, list]:
+    """The engines' own settings the user typed, parsed (``EngineOption``); one typed
+    for no engine of the grid is refused."""
+    ctx = click.get_current_context()
+    values = {}
+    for engine in ENGINES.values():
+        for own in engine.options:
+            if ctx.get_parameter_source(own.name) in (None, ParameterSource.DEFAULT):
+                continue
+            if engine.name not in engines:
+                raise EdgeprofError(f"--{own.name} is a setting of --engine {engine.name}: "
+                                    f"add it to --engine, or drop --{own.name}")
+            values[own.name] = own.parse(kw[own.name])
+    return values
 
 
 def _script_cells(kw: dict) -> tuple[list, tuple]:
@@ -247,19 +278,6 @@ def _script_cells(kw: dict) -> tuple[list, tuple]:
         script, script_args=kw["script_args"], params=parse_params(kw["params"]),
         **_shared_dimensions(kw))
     return cells, (script,)
-
-
-def _shared_dimensions(kw: dict) -> dict:
-    """The grid's dimensions that models and scripts share, parsed."""
-    from .stragglers import parse_list as parse_stragglers
-
-    return dict(
-        batches=grid.parse_int_list(kw["batch"], "--batch"),
-        devices=grid.parse_int_list(kw["devices"], "--devices"),
-        syncs=grid.parse_choice_list(kw["sync"], "--sync", grid.SYNC_MODES),
-        epochs=kw["epochs"],
-        lr=grid.parse_float_list(kw["lr"], "--lr") if kw["lr"] is not None else None,
-        stragglers=parse_stragglers(kw["straggler"]))
 
 
 def _dataset_items(kw: dict, auto: str, dataset_names) -> list[str]:
@@ -287,6 +305,19 @@ def _with_user_data(cells: list, user_files: tuple) -> tuple[list, tuple]:
             files += [info.user_file] if info.user_file not in files else []
         out.append(cell)
     return out, tuple(files)
+
+
+def _shared_dimensions(kw: dict) -> dict:
+    """The grid's dimensions that models and scripts share, parsed."""
+    from .stragglers import parse_list as parse_stragglers
+
+    return dict(
+        batches=grid.parse_int_list(kw["batch"], "--batch"),
+        devices=grid.parse_int_list(kw["devices"], "--devices"),
+        syncs=grid.parse_choice_list(kw["sync"], "--sync", grid.SYNC_MODES),
+        epochs=kw["epochs"],
+        lr=grid.parse_float_list(kw["lr"], "--lr") if kw["lr"] is not None else None,
+        stragglers=parse_stragglers(kw["straggler"]))
 
 
 def _datasets_said(cells) -> str:

@@ -41,7 +41,7 @@ def validate(cell: CellConfig) -> CellConfig:
                           f"{' or '.join(others)} for {cell.sync}")
     if spec is not None and cell.model not in engine.models:
         others = [e.name for e in ENGINES.values() if cell.model in e.models]
-        raise ConfigError(f"{cell.model} runs on the {' and '.join(others)} engines only, "
+        raise ConfigError(f"{cell.model} runs on the {_and(others)} engines only, "
                           f"not on {engine.name}: use --engine {','.join(others)}")
     if cell.placement not in PLACEMENTS:
         raise ConfigError(f"unknown placement {cell.placement!r}: use master or colocated")
@@ -78,7 +78,13 @@ def validate(cell: CellConfig) -> CellConfig:
             raise ConfigError(f"--max-samples {cell.max_samples} must be at least 1: give "
                               "e.g. --max-samples 2000, or leave it out for the whole set")
         check_shards(cell, cell.max_samples, "--max-samples")
+    engine.check_cell(cell)  # the engine's own settings (a pipeline's stages)
     return cell
+
+
+def _and(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join(filter(None, (", ".join(names[:-1]), names[-1]))) if names else ""
 
 
 def check_shards(cell: CellConfig, train_samples: int, source: str = "--max-samples"
@@ -113,7 +119,8 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
            lr_scaling: str = "none", max_samples: int | None = None,
            datasets: dict[str, str] | None = None,
            placement: str = "master", data_partition: str = "shard",
-           stragglers: Sequence[str] = (straggler_settings.NONE,)) -> list[CellConfig]:
+           stragglers: Sequence[str] = (straggler_settings.NONE,),
+           engine_values: dict[str, list] | None = None) -> list[CellConfig]:
     """The validated cartesian product, in a stable order, without duplicates.
 
     ``layers`` applies to the models with a depth rule only (ResNet; each model's
@@ -127,6 +134,8 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
     ``lr`` (one value or a list) None gives each model its default learning rate
     (``workloads.optim``). ``stragglers``: ``none``, ``F`` or ``F@T`` settings
     (``sweep.stragglers``); a one-device cell with a straggler has its only node slowed.
+    ``engine_values``: the engines' own settings (``Engine.options``: name -> values),
+    each a dimension of that engine's cells only (``Engine.variants``).
     """
     datasets = datasets or {}
     rates = list(lr) if isinstance(lr, (list, tuple)) else [lr]
@@ -148,16 +157,20 @@ def expand(*, engines: Sequence[str], models: Sequence[str],
         if model not in plugin.models and any(
                 model in get_engine(other).models for other in engines):
             continue  # e.g. mobilenetv2 with --engine mxnet,torch: torch's cells only
-        cell = validate(CellConfig(engine=engine, model=model, layers=depth, batch=batch,
-                                   devices=ndev, sync=sync, epochs=epochs, lr=rate,
-                                   momentum=momentum, wd=wd, lr_scaling=lr_scaling,
-                                   max_samples=max_samples,
-                                   dataset=datasets.get(model, "synthetic"),
-                                   placement=placement, data_partition=data_partition,
-                                   straggler=straggler))
-        if cell.cell_id not in seen:
-            seen.add(cell.cell_id)
-            cells.append(cell)
+        if ndev < plugin.min_devices and len(engines) > 1:
+            continue  # e.g. a pipeline of one stage, beside DDP's one-device cell
+        base = CellConfig(engine=engine, model=model, layers=depth, batch=batch,
+                          devices=ndev, sync=sync, epochs=epochs, lr=rate,
+                          momentum=momentum, wd=wd, lr_scaling=lr_scaling,
+                          max_samples=max_samples,
+                          dataset=datasets.get(model, "synthetic"),
+                          placement=placement, data_partition=data_partition,
+                          straggler=straggler)
+        for cell in plugin.variants(base, engine_values or {}):
+            validate(cell)
+            if cell.cell_id not in seen:
+                seen.add(cell.cell_id)
+                cells.append(cell)
     return cells
 
 

@@ -163,7 +163,7 @@ CASES = [
     bad("ddp-async-only", "sweep --engine torch-ddp --sync async --devices 2",
         "torch-ddp trains sync only", "--sync sync", "--engine mxnet or torch"),
     bad("mobilenetv2-not-on-mxnet", "sweep --engine mxnet --model mobilenetv2",
-        "mobilenetv2 runs on the torch and torch-ddp engines only", "--engine torch"),
+        "mobilenetv2 runs on the torch, torch-ddp and torch-pipe engines only", "--engine torch"),
     # --- dataset folder and files
     bad("data-dir-is-a-file", "sweep --data-dir {plain_file}", "is not a folder",
         "edgeprof data fetch"),

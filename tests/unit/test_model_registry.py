@@ -192,7 +192,8 @@ def test_one_record_is_all_a_new_model_needs():
         assert catalog.family_of("tiny") == catalog.DIGITS
         with pytest.raises(ConfigError, match=r"--layers 4 is not a tiny depth: use 3n\+0"):
             grid.validate(CellConfig(engine="torch", model="tiny", layers=4, lr=0.3))
-        with pytest.raises(ConfigError, match="tiny runs on the torch and torch-ddp engines only"):
+        with pytest.raises(ConfigError,
+                           match="tiny runs on the torch, torch-ddp and torch-pipe engines only"):
             grid.validate(CellConfig(engine="mxnet", model="tiny", layers=3, lr=0.3))
         # Twice the depth, half the board's rate: about twice the training time.
         deep = CellConfig(engine="torch", model="tiny", layers=6, lr=0.3, dataset="mnist")
