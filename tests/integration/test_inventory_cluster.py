@@ -341,3 +341,28 @@ def test_the_sweeps_inputs_go_to_a_node_once_and_are_removed_at_its_end(hosts, t
         cluster.close()
     assert not remote.parent.exists()
     assert local_path.read_text() == "print('the user script')\n"  # the local copy stays
+
+
+def test_a_users_model_file_goes_to_each_node_and_is_removed_at_the_end(hosts, tmp_path):
+    """``--model PATH.py:FACTORY`` over SSH: the server (on n0) and each worker (n1, n2)
+    import the model file from their own node's copy of the sweep's inputs, and no copy
+    is left on a node once the sweep is over."""
+    model = tmp_path / "tiny_net.py"
+    model.write_text("import sys\nfrom torch import nn\n"
+                     "print('model file:', __file__, file=sys.stderr)\n\n"
+                     "def make(num_classes=10):\n"
+                     "    return nn.Sequential(nn.Flatten(), nn.Linear(784, num_classes))\n")
+    out = tmp_path / "sweep"
+    done = _sweep(hosts, out, "--model", f"{model}:make", "--engine", "torch", "--devices",
+                  "2", "--batch", "32", "--max-samples", "128", "--no-agent", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (rec,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["model"] == "tiny_net.py:make" and rec["parameters"] == 784 * 10 + 10
+    staged = f"model-{rec['model_digest'][:12]}.py"
+    logs = out / "cells" / rec["cell_id"] / "attempt-1" / "logs"
+    for log, node in (("server-0", "n0"), ("worker-0", "n1"), ("worker-1", "n2")):
+        remote = hosts["work"] / f"remote-{node}" / "sweep" / "inputs" / staged
+        assert f"model file: {remote}" in (logs / f"{log}.log").read_text(), log
+        assert not remote.parent.exists(), node
+    assert _wait_gone(hosts, str(out), "remote-n") == []
