@@ -143,6 +143,10 @@ def grid_options(func):
                           "a cell, a results column param_NAME; {NAME} in --script-args "
                           "and EDGEPROF_NAME in its environment. Repeatable."),
     ]
+    # Each engine's own settings (profiler.engines.base.EngineOption), e.g. torch-pipe's.
+    options += [click.option(f"--{own.name}", default=own.default, show_default=True,
+                             help=own.help)
+                for engine in ENGINES.values() for own in engine.options]
     for option in reversed(options):
         func = option(func)
     return func
@@ -236,8 +240,27 @@ def _model_cells(kw: dict, data_resolver, dataset_names) -> tuple[list, tuple]:
         momentum=kw["momentum"], wd=kw["wd"],
         lr_scaling=kw["lr_scaling"], max_samples=kw["max_samples"],
         datasets=datasets, placement=kw["placement"],
-        data_partition=kw["data_partition"], **_shared_dimensions(kw))
+        data_partition=kw["data_partition"],
+        engine_values=_engine_values(kw, grid.parse_choice_list(kw["engine"], "--engine",
+                                                                ENGINES)),
+        **_shared_dimensions(kw))
     return user_model.stamp(cells, factories), user_model.user_files(factories)
+
+
+def _engine_values(kw: dict, engines: list[str]) -> dict[str, list]:
+    """The engines' own settings the user typed, parsed (``EngineOption``); one typed
+    for no engine of the grid is refused."""
+    ctx = click.get_current_context()
+    values = {}
+    for engine in ENGINES.values():
+        for own in engine.options:
+            if ctx.get_parameter_source(own.name) in (None, ParameterSource.DEFAULT):
+                continue
+            if engine.name not in engines:
+                raise EdgeprofError(f"--{own.name} is a setting of --engine {engine.name}: "
+                                    f"add it to --engine, or drop --{own.name}")
+            values[own.name] = own.parse(kw[own.name])
+    return values
 
 
 def _script_cells(kw: dict) -> tuple[list, tuple]:
@@ -255,19 +278,6 @@ def _script_cells(kw: dict) -> tuple[list, tuple]:
         script, script_args=kw["script_args"], params=parse_params(kw["params"]),
         **_shared_dimensions(kw))
     return cells, (script,)
-
-
-def _shared_dimensions(kw: dict) -> dict:
-    """The grid's dimensions that models and scripts share, parsed."""
-    from .stragglers import parse_list as parse_stragglers
-
-    return dict(
-        batches=grid.parse_int_list(kw["batch"], "--batch"),
-        devices=grid.parse_int_list(kw["devices"], "--devices"),
-        syncs=grid.parse_choice_list(kw["sync"], "--sync", grid.SYNC_MODES),
-        epochs=kw["epochs"],
-        lr=grid.parse_float_list(kw["lr"], "--lr") if kw["lr"] is not None else None,
-        stragglers=parse_stragglers(kw["straggler"]))
 
 
 def _dataset_items(kw: dict, auto: str, dataset_names) -> list[str]:
@@ -295,6 +305,19 @@ def _with_user_data(cells: list, user_files: tuple) -> tuple[list, tuple]:
             files += [info.user_file] if info.user_file not in files else []
         out.append(cell)
     return out, tuple(files)
+
+
+def _shared_dimensions(kw: dict) -> dict:
+    """The grid's dimensions that models and scripts share, parsed."""
+    from .stragglers import parse_list as parse_stragglers
+
+    return dict(
+        batches=grid.parse_int_list(kw["batch"], "--batch"),
+        devices=grid.parse_int_list(kw["devices"], "--devices"),
+        syncs=grid.parse_choice_list(kw["sync"], "--sync", grid.SYNC_MODES),
+        epochs=kw["epochs"],
+        lr=grid.parse_float_list(kw["lr"], "--lr") if kw["lr"] is not None else None,
+        stragglers=parse_stragglers(kw["straggler"]))
 
 
 def _datasets_said(cells) -> str:
