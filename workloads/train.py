@@ -83,7 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data-dir", default=None,
                         help="data folder (see workloads.datasets)")
     parser.add_argument("--dataset", default="auto",
-                        help="auto or a name of workloads.datasets.catalog.NAMES")
+                        help="auto, a name of workloads.datasets.catalog.NAMES, or the "
+                             "staged .npz of the user's data (workloads.datasets.user)")
     parser.add_argument("--data-partition", choices=PARTITIONS, default="shard",
                         help="shard: this worker trains its 1/N of the training set; "
                              "replicate: all of it")

@@ -19,6 +19,9 @@ The package is cut by who uses it:
   and imports no NumPy until a check needs it (only mnist-5k's text file does).
 - ``loader``: the worker's side: reads a set's arrays and takes the worker's part.
 - ``idx``, ``cifar``, ``mnist5k``, ``synthetic``: one file format (or generator) each.
+- ``user``: the user's own data (``--dataset PATH``): ``describe`` checks and converts it
+  on the controller (an image folder through ``imagefolder``, with Pillow) into one
+  canonical file (``npzfile``), which a worker reads a shard of (``user.Staged``).
 
 Importing any of them does not import MXNet.
 """

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +33,9 @@ from profiler.errors import ConfigError
 
 from . import catalog, imagefolder, npzfile
 from .catalog import COLOUR, DIGITS, DatasetSpec
+
+if TYPE_CHECKING:  # the controller's record of a staged file; a node never needs it
+    from profiler.sweep.inputs import UserFile
 
 FORMAT = 1  # the canonical file's layout; bumped when it changes (the cache's key)
 ARRAYS = ("x_train", "y_train", "x_test", "y_test")
@@ -55,7 +59,7 @@ class DataInfo:
     train_samples: int
     test_samples: int
     digest: str  # SHA-256 of the canonical file (user_file.digest)
-    user_file: object  # profiler.sweep.inputs.UserFile of the canonical file, to stage
+    user_file: UserFile  # the canonical file, to stage
     normalization: tuple[tuple[float, ...], tuple[float, ...]]
     path: Path  # the user's own file or folder
 
