@@ -300,3 +300,11 @@ def test_bad_data_is_one_line_exit_2_before_anything_runs(case, tmp_path, nothin
     for word in words:
         assert word in line, line
     assert nothing_runs == [] and not (tmp_path / "out").exists()
+
+
+def test_a_label_is_never_taken_for_a_staged_file():
+    # A label is a file's name (``fashion.npz``); a worker's staged file is a path.
+    assert not user.is_staged("fashion.npz") and not user.is_staged("fashion-mnist")
+    assert user.is_staged("/sweep/inputs/dataset-0123456789ab.npz")
+    assert user.is_user_item("fashion.npz") and user.is_user_item("./mnist")
+    assert not user.is_user_item("mnist") and not user.is_user_item("auto")

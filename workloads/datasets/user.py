@@ -333,8 +333,9 @@ def _write(canonical: Path, x_train, y_train, x_test, y_test, class_names) -> No
 # ---------------------------------------------------------------- on the worker
 
 def is_staged(dataset: str) -> bool:
-    """Whether a worker's ``--dataset`` is a staged file (the engine's argv) not a name."""
-    return dataset.endswith(".npz")
+    """Whether a worker's ``--dataset`` is a staged file (the engine's argv, a path) and
+    not a name: a label such as ``fashion.npz`` is a file's name, never a path."""
+    return dataset.endswith(".npz") and "/" in dataset
 
 
 class Staged:
