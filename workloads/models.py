@@ -9,7 +9,8 @@ of a cell is made from (``profiler.sweep.timeouts``). The engines' model lists, 
 grid's checks, the learning rates, the data loader's padding, the CLI's help and the
 time limits all read the record; nothing else decides by a model's name. A new model
 is one ``register(ModelSpec(...))`` below and its builders (docs/architecture.md,
-"Adding a model").
+"Adding a model"); a user's ``nn.Module`` factory (``--model PATH.py:FACTORY``) is one
+more record, made at run time by ``register_factory`` (``workloads.user_model``).
 
 The five built-in models:
 
