@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -25,12 +26,12 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 from click.testing import CliRunner
 
 from profiler.cli import cli
 from tests.conftest import ROOT, assert_one_line, need_binary, need_root
+from tests.faults.test_interrupts import _leftovers
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 EXAMPLE = ROOT / "examples" / "ddp_train.py"
@@ -182,20 +183,6 @@ def test_a_rank_that_never_joins_ends_at_the_time_limit(tmp_path):
     assert ranks[0]["env"]["MASTER_PORT"] == ranks[1]["env"]["MASTER_PORT"]
 
 
-def _leftovers(mark: str) -> list[str]:
-    found = []
-    for p in psutil.process_iter(["pid", "cmdline", "status"]):
-        try:
-            if p.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            cmdline = " ".join(p.info["cmdline"] or [])
-        except psutil.Error:
-            continue
-        if mark in cmdline:
-            found.append(f"{p.info['pid']}: {cmdline[:160]}")
-    return found
-
-
 def test_ctrl_c_of_a_script_sweep_on_the_emulated_cluster_leaves_nothing(tmp_path):
     from profiler.cluster import emulated
 
@@ -224,9 +211,86 @@ def test_ctrl_c_of_a_script_sweep_on_the_emulated_cluster_leaves_nothing(tmp_pat
         [record] = _records(out)
         assert record["status"] == "failed" and "interrupted" in record["reason"]
         deadline = time.monotonic() + 3
-        while _leftovers(str(out)) and time.monotonic() < deadline:
+        while _leftovers(out) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _leftovers(str(out)) == []
+        assert _leftovers(out) == []
     finally:
         if brought_up:
             emulated.down()
+
+
+# Over SSH: each rank says where its script is, then the first cell ends and the second
+# waits until it is stopped.
+WHERE_AM_I = '''
+import os, sys, time
+print("script file:", __file__, file=sys.stderr, flush=True)
+if os.environ["EDGEPROF_MODE"] == "wait":
+    time.sleep(3600)
+'''
+
+
+def test_over_ssh_the_script_goes_to_each_node_and_nothing_is_left(tmp_path):
+    """``--cluster inventory`` into two emulated nodes serving sshd (unconfined: the
+    test is about files and processes, not speed): each rank runs its node's own copy of
+    the staged script; Ctrl-C during the second cell stops it, and neither a process
+    nor the copy is left on a node."""
+    from tests.conftest import sshd_nodes
+    from tests.integration.test_inventory_cluster import _leftovers as node_leftovers
+
+    script = tmp_path / "where.py"
+    script.write_text(WHERE_AM_I)
+    out, work = tmp_path / "sweep", tmp_path / "ssh"
+    work.mkdir()
+    for sshd in sshd_nodes(work, 2, confine=False):
+        host_vars = {n: {"edgeprof_workdir": str(work / f"remote-{n}"),
+                         "edgeprof_python": sys.executable} for n in ("n0", "n1")}
+        inventory = sshd.write_inventory(work / "inventory.ini",
+                                         {"master": ["n0"], "workers": ["n1"]},
+                                         host_vars=host_vars)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "profiler.cli", "sweep", "--cluster", "inventory",
+             "--inventory", str(inventory), "--script", str(script), "--devices", "2",
+             "--param", "mode=end,wait", "--no-agent", "--out", str(out)],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        staged = f"script-{hashlib.sha256(script.read_bytes()).hexdigest()[:12]}.py"
+        remote = {n: work / f"remote-{n}" / "sweep" / "inputs" / staged for n in ("n0", "n1")}
+        deadline = time.monotonic() + 180
+        while not _second_cell_waiting(out):
+            assert proc.poll() is None and time.monotonic() < deadline, \
+                proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        # The second cell is waiting: each node holds its copy of the script.
+        assert all(path.is_file() for path in remote.values()), remote
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+        assert proc.returncode == 130, stderr[-3000:]
+        first, second = _records(out)
+        assert first["status"] == "ok", first["reason"]
+        assert second["status"] == "failed" and "interrupted" in second["reason"]
+        for record in (first, second):
+            logs = out / "cells" / record["cell_id"] / "attempt-1" / "logs"
+            for rank, node in enumerate(("n0", "n1")):
+                assert f"script file: {remote[node]}" in _text(logs / f"worker-{rank}.log")
+        assert not any(path.parent.exists() for path in remote.values())
+        hosts = {"sshd": sshd}
+        deadline = time.monotonic() + 10
+        while node_leftovers(hosts, str(out)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert node_leftovers(hosts, str(out)) == []
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _second_cell_waiting(out: Path) -> bool:
+    """The first cell recorded, and both ranks of the second one said where they are."""
+    if not (out / "results.jsonl").exists() or len(_records(out)) != 1:
+        return False
+    done = _records(out)[0]["cell_id"]
+    second = [p for p in out.glob("cells/*/attempt-1") if p.parent.name != done]
+    return len(second) == 1 and all("script file:" in _text(second[0] / "logs" / f"worker-{r}.log")
+                                    for r in (0, 1))
