@@ -26,7 +26,10 @@ MobileNetV2): their losses differ from one device's by that, LeNet's do not.
 Step breakdown: the stage's ``forward_one_chunk`` and ``backward_one_chunk`` are timed
 (its compute), and what else the schedule spent is its time on the wire and idle
 waiting for a neighbour; the per-step lines carry each part and every micro-batch's
-forward and backward span, for the trace (``profiler.timeline.pipeline``).
+forward and backward span, for the trace (``profiler.timeline.pipeline``), and the most
+bytes of activations the stage held for backward at once (``stash_mb``, counted by
+autograd's saved-tensor hooks around each forward: M micro-batches' worth under GPipe,
+at most S under 1F1B).
 """
 
 from __future__ import annotations
@@ -129,6 +132,7 @@ class PipelineWorker(TorchWorker):
         self.loss_fn = torch.nn.CrossEntropyLoss()
         self.schedule = schedule(self.pipe_stage, self.microbatches, loss_fn=self.loss_fn)
         self.spans: list[tuple[str, int, float, float]] = []
+        self.stash = [0, 0]  # activations kept for backward: bytes now, most this step
         self._time_chunks()
         self.lr_applied = optim.applied_lr(args.lr, args.lr_scaling, "allreduce",
                                            self.replicas)
@@ -141,11 +145,32 @@ class PipelineWorker(TorchWorker):
         stage object is ours: its two methods are wrapped on the instance)."""
         stage, spans, clock = self.pipe_stage, self.spans, time.perf_counter
 
+        import torch
+
+        stash = self.stash  # [bytes held now, most held this step]
+
+        def pack(tensor):
+            # A tensor autograd keeps for the backward pass; the weights are not stash.
+            if tensor.requires_grad and tensor.is_leaf:
+                return tensor, 0
+            size = tensor.numel() * tensor.element_size()
+            stash[0] += size
+            stash[1] = max(stash[1], stash[0])
+            return tensor, size
+
+        def unpack(packed):
+            tensor, size = packed
+            stash[0] -= size
+            return tensor
+
         def timed(kind: str, method):
             def call(chunk_id, *a, **kw):
                 t0 = clock()
                 try:
-                    return method(chunk_id, *a, **kw)
+                    if kind != "fwd":
+                        return method(chunk_id, *a, **kw)
+                    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+                        return method(chunk_id, *a, **kw)
                 finally:
                     spans.append((kind, chunk_id, t0, clock()))
             return call
@@ -202,6 +227,7 @@ class PipelineWorker(TorchWorker):
             label = torch.from_numpy(labels.astype("int64", copy=False))
             t_data = clock()
             self.spans.clear()
+            self.stash[:] = [0, 0]
             self.optimizer.zero_grad()
             losses: list = []
             if self.is_first and self.is_last:
@@ -232,6 +258,8 @@ class PipelineWorker(TorchWorker):
                         exchange_s=(t_pipe - t_data - fwd - bwd) + (t_reduced - t_pipe),
                         step_s=t_end - t_begin, fwd_s=fwd, bwd_s=bwd, update_s=update,
                         pipe_s=t_pipe - t_data, allreduce_s=t_reduced - t_pipe,
+                        # The most activations this stage held for backward at once.
+                        stash_mb=round(self.stash[1] / 2**20, 3),
                         # Each micro-batch's forward or backward: kind, micro-batch,
                         # start after the step's, length (s): the trace's stage track.
                         spans=[[kind, chunk, round(a - t_begin, 6), round(b - a, 6)]

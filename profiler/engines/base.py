@@ -43,10 +43,17 @@ class ProcessSpec:
     env: dict[str, str] = field(default_factory=dict)
     # Workers decide the cell's outcome; scheduler/servers are stopped once workers end.
     decisive: bool = True
+    # What the process is in its engine's terms, for people (a pipeline's "stage 1").
+    part: str = ""
 
     @property
     def name(self) -> str:
         return f"{self.role}-{self.rank}"
+
+    @property
+    def title(self) -> str:
+        """``worker-1``, or ``worker-1 (stage 1)``: how a result's reason names it."""
+        return f"{self.name} ({self.part})" if self.part else self.name
 
 
 @dataclass(frozen=True)

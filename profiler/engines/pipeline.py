@@ -123,8 +123,15 @@ class TorchPipelineEngine(_TorchEngine):
                   MICROBATCHES_ENV: str(cell.microbatches or 1),
                   SCHEDULE_ENV: cell.schedule or "gpipe",
                   SPLIT_ENV: cell.split or "balanced"}
-        return [ProcessSpec("worker", i, node, argv, _process_env(common, i, node))
+        stages = cell.devices // (cell.replicas or 1)
+        return [ProcessSpec("worker", i, node, argv, _process_env(common, i, node),
+                            part=_part(i, stages, cell.replicas or 1))
                 for i, node in enumerate(worker_nodes)]
+
+
+def _part(rank: int, stages: int, replicas: int) -> str:
+    """``stage 1``, or ``stage 1 of pipeline 0`` with pipelines side by side."""
+    return f"stage {rank % stages}" + (f" of pipeline {rank // stages}" if replicas > 1 else "")
 
 
 def stage_layers(model: str, layers: int | None) -> int:

@@ -257,7 +257,7 @@ def _judge(outcome: str, culprit: Launched | None, launched: list[Launched],
         return "failed", "workers exited without an end event"
     if culprit is None:
         return "failed", "unknown failure"
-    return "failed", f"{culprit.spec.name} {_exit_text(culprit.returncode)}: " + _last_line(
+    return "failed", f"{culprit.spec.title} {_exit_text(culprit.returncode)}: " + _last_line(
         cell_dir / "logs" / f"{culprit.spec.name}.log")
 
 

@@ -16,6 +16,8 @@ time (``pipe_s``). Per stage, over the measured steps (the run's first left out)
   (its compute over M plus sending its output and receiving that output's gradient),
   beside the measured schedule time: when measured over predicted is well above 1, the
   network or the schedule's overheads, not the split, limit the pipeline.
+- **stash**: the most bytes of activations a stage held for its backward passes at once
+  (autograd's saved tensors, weights left out), the largest over the steps.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from workloads import pipeline_split
 COLUMNS = ("pipe_stages", "pipe_split", "stage_compute_ms", "stage_imbalance",
            "stage_imbalance_predicted", "bubble_measured", "bubble_gpipe",
            "pipe_step_ms", "pipe_step_ms_predicted", "pipe_step_vs_predicted",
-           "pipe_bytes_floor_per_step", "link_mbit_s")
+           "pipe_bytes_floor_per_step", "link_mbit_s", "stage_stash_mb")
 
 
 def columns(workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
@@ -40,7 +42,7 @@ def columns(workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
     link = first.get("link_bytes_per_s")
     boundary = first.get("boundary_bytes") or []
     replicas = first.get("replicas") or 1
-    compute, pipe, wire = [], [], []
+    compute, pipe, wire, stash = [], [], [], []
     for stage in range(stages):
         lines = [line for rank, lines in workers.items()
                  if (starts.get(rank) or {}).get("stage") == stage
@@ -50,6 +52,7 @@ def columns(workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
             return {"pipe_stages": stages, "pipe_split": _split_text(first)}
         compute.append(statistics.fmean(l["fwd_s"] + l["bwd_s"] for l in lines))
         pipe.append(statistics.fmean(l["pipe_s"] for l in lines))
+        stash.append(max(l.get("stash_mb", 0.0) for l in lines))
         touched = [boundary[b] for b in (stage - 1, stage) if 0 <= b < len(boundary)]
         wire.append(2 * micro * sum(touched) / link if link else 0.0)
     bubbles = [max(0.0, (p - c - w) / p) for p, c, w in zip(pipe, compute, wire) if p > 0]
@@ -70,6 +73,7 @@ def columns(workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
         "pipe_step_vs_predicted": _round(max(pipe) / predicted) if predicted else None,
         "pipe_bytes_floor_per_step": 2 * micro * sum(boundary) * replicas,
         "link_mbit_s": round(link * 8 / 1e6, 1) if link else None,
+        "stage_stash_mb": [round(m, 2) for m in stash],
     }
 
 

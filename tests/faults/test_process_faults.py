@@ -145,3 +145,38 @@ def test_a_cell_that_cannot_start_is_failed_and_the_sweep_goes_on(tmp_path):
     me = psutil.Process(os.getpid())
     assert [p for p in me.children(recursive=True)
             if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+def test_a_pipeline_stage_killed_fails_the_cell_naming_the_stage(tmp_path):
+    """The last stage of a 2-stage pipeline killed mid-training: the cell is failed
+    naming that stage (not stage 0, which the runner stops after), nothing is left."""
+    out = tmp_path / "sweep"
+    cmd = [*EDGEPROF, "sweep", "--engine", "torch-pipe", "--model", "lenet-cnn",
+           "--devices", "2", "--batch", "8", "--microbatches", "2", "--max-samples", "6000",
+           "--val-samples", "64", "--no-agent", "--timeout", str(TIMEOUT_S), "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    controller = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _training(out):
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.1)
+    assert _training(out), "the cell never started training"
+    stages = {}
+    for child in controller.children(recursive=True):
+        try:
+            if "workloads.train" in child.cmdline():
+                stages[int(child.environ()["RANK"])] = child
+        except (psutil.Error, KeyError, ValueError):
+            continue
+    cell_processes = controller.children(recursive=True)
+    stages[1].kill()
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-2000:]
+    record = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
+    assert record["status"] == "failed"
+    assert record["reason"].startswith("worker-1 (stage 1) was killed by SIGKILL"), \
+        record["reason"]
+    assert record["reaped_at"] - record["launched_at"] < TIMEOUT_S
+    alive = [p for p in cell_processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert alive == []

@@ -103,6 +103,21 @@ def test_pipelines_side_by_side_average_their_stages(tmp_path):
     no_children_left()
 
 
+def test_gpipe_stashes_every_micro_batch_and_1f1b_only_a_few(tmp_path):
+    """The same split, 8 micro-batches on 2 stages: stage 0 under GPipe holds all 8
+    micro-batches' activations before the first backward, under 1F1B at most 2 (S), so
+    its stash is several times smaller (4x in theory; at least 2x asked)."""
+    stash = {}
+    for schedule in ("gpipe", "1f1b"):
+        record = _run(tmp_path, _cell(model="resnet", layers=8, schedule=schedule,
+                                      microbatches=8, split="5,4", dataset="synthetic",
+                                      epochs=1))
+        assert record["status"] == "ok", record["reason"]
+        assert record["pipe_split"] == "5,4"
+        stash[schedule] = record["stage_stash_mb"]
+    assert stash["gpipe"][0] > 2 * stash["1f1b"][0] > 0, stash
+
+
 @pytest.mark.parametrize("args, words", [
     (["--devices", "2", "--microbatches", "64"], ["--microbatches 64 is more than the batch"]),
     (["--devices", "2", "--microbatches", "3"], ["does not divide into 3 micro-batches"]),
