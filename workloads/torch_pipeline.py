@@ -310,8 +310,8 @@ class PipelineWorker(TorchWorker):
             self.model.eval()
             with torch.no_grad():
                 for images, labels in self.test_batches():
-                    if len(images) % self.microbatches:
-                        continue  # a short last batch does not split into M micro-batches
+                    if len(images) != self.args.batch:
+                        continue  # the stages' buffers are shaped for a whole batch
                     counted += len(images)
                     if self.is_first:
                         self.schedule.eval(torch.from_numpy(images))
