@@ -125,7 +125,7 @@ def describe(path: str | Path, image_size: int | None = None,
         canonical = cache / f"folder-{found.key(image_size)[:24]}-v{FORMAT}.npz"
         if not canonical.is_file():
             arrays, _ = imagefolder.decode(found, image_size, progress)
-            _write(canonical, *arrays["train"], *arrays["test"], found.class_names)
+            _write(canonical, *arrays["train"], *arrays["test"], found.class_names, path)
     else:
         if image_size is not None:
             raise ConfigError(f"--image-size applies to an image folder, not to {path}: "
@@ -239,7 +239,7 @@ def _convert_npz(source: Path, canonical: Path, shown: str | Path) -> None:
                               " number the classes from 0")
     else:
         class_names = tuple(str(i) for i in range(top + 1))
-    _write(canonical, x_train, y_train, x_test, y_test, class_names)
+    _write(canonical, x_train, y_train, x_test, y_test, class_names, shown)
 
 
 def _shape(x: np.ndarray) -> str:
@@ -311,9 +311,9 @@ def _channel_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, np.where(std > 1e-12, std, 1.0)  # a constant channel: leave it unscaled
 
 
-def _write(canonical: Path, x_train, y_train, x_test, y_test, class_names) -> None:
+def _write(canonical: Path, x_train, y_train, x_test, y_test, class_names, shown) -> None:
     if len(class_names) < 2:
-        raise ConfigError(f"the data has one class ({class_names[0]}): a classifier "
+        raise ConfigError(f"--dataset {shown} has one class ({class_names[0]}): a classifier "
                           "needs labels of two classes or more")
     mean, std = _channel_stats(x_train)
     # Each split in a fixed shuffled order: a folder is read class by class (and a
