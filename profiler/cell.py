@@ -90,9 +90,23 @@ class CellConfig:
     def label(self) -> str:
         """Short human name, e.g. ``resnet20 b32 d2 sync mxnet``."""
         depth = f"{self.layers}" if self.layers else ""
-        return f"{self.model}{depth} b{self.batch} d{self.devices} {self.sync} {self.engine}"
+        # A script's --param values tell its cells apart: ``train.py b32 d2 ... hidden=64``.
+        params = "".join(f" {name}={value}" for name, value in self.params)
+        return (f"{self.model}{depth} b{self.batch} d{self.devices} {self.sync} {self.engine}"
+                f"{params}")
 
     def tags(self) -> dict[str, str]:
-        """The configuration as metric tags (strings, no empty values)."""
-        return {f.name: str(getattr(self, f.name)) for f in fields(self)
-                if getattr(self, f.name) is not None}
+        """The configuration as metric tags (strings, no empty values); each --param is
+        a tag of its own (``param_columns``)."""
+        return {**{f.name: str(getattr(self, f.name)) for f in fields(self)
+                   if f.name != "params" and getattr(self, f.name) not in (None, "")},
+                **param_columns(self.params)}
+
+
+PARAM_COLUMN_PREFIX = "param_"
+
+
+def param_columns(params) -> dict[str, str]:
+    """A cell's ``--param`` pairs as results columns and tags: ``{"param_hidden": "64"}``
+    (``params`` as a cell holds them, or as a results record's JSON lists)."""
+    return {f"{PARAM_COLUMN_PREFIX}{name}": str(value) for name, value in params or ()}

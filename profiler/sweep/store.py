@@ -16,14 +16,15 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from ..cell import CellConfig
+from ..cell import CellConfig, param_columns
 from ..fsutil import atomic_write_text
 from ..timeline.pipeline import COLUMNS as PIPELINE_COLUMNS
 
 CONFIG_COLUMNS = [f for f in CellConfig.__dataclass_fields__]
 RESULT_COLUMNS = [
     "status", "reason", "elapsed_s", "train_s", "first_step_s", "epoch_s", "val_accuracy",
-    "val_accuracy_per_epoch", "diverged", "train_loss_per_epoch", "lr_applied",
+    "val_accuracy_per_epoch", "accuracy_reported", "diverged", "train_loss_per_epoch",
+    "lr_applied",
     "samples_per_s", "syncs_per_worker", "train_samples", "steady_s_per_sample",
     # The cell's rate over the run, slow moments left out (profiler.timeline.rate).
     "robust_s_per_sample", "robust_from", "robust_slow_blocks", "speedup",
@@ -85,11 +86,16 @@ class ResultsStore:
         self.write_csv()
 
     def write_csv(self) -> None:
+        # A script's --param values (a cell's ``params``) get a column each, after the
+        # configuration's: param_<name>.
+        rows = [{**row, **param_columns(row.get("params"))} for row in self.latest().values()]
+        columns = self.columns + list(dict.fromkeys(
+            c for row in rows for c in param_columns(row.get("params"))))
         buffer = io.StringIO(newline="")
-        writer = csv.DictWriter(buffer, fieldnames=self.columns, extrasaction="ignore")
+        writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
-        for row in self.latest().values():
-            writer.writerow({k: _cell_text(row.get(k)) for k in self.columns})
+        for row in rows:
+            writer.writerow({k: _cell_text(row.get(k)) for k in columns})
         atomic_write_text(self.csv_path, buffer.getvalue())
 
 
