@@ -23,7 +23,8 @@ CELL_FORMAT = 4  # 3: data_partition; 4: straggler
 # Fields a cell of format 4 did not have, with their defaults: a cell that leaves them
 # at the default keeps the cell_id it had, so that sweeps run before them still resume.
 OPTIONAL_FIELDS = {"model_digest": "", "data_digest": "", "script_args": "", "params": (),
-                   "microbatches": None, "schedule": None, "replicas": None, "split": None}
+                   "microbatches": None, "schedule": None, "replicas": None, "split": None,
+                   "task": None}
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class CellConfig:
     schedule: str | None = None
     replicas: int | None = None
     split: str | None = None
+    task: str | None = None  # train, or infer (a pipeline streaming the test set)
 
     def __post_init__(self):
         # Read back from JSON (sweep.json, results) the pairs are lists.

@@ -262,7 +262,14 @@ def _stage_layers(model: str, layers: int | None) -> int:
     if "torch" not in get(model).builders:
         raise ModelError(f"{model} has no torch build to split into pipeline stages: use "
                          f"one of {', '.join(names('torch'))}")
-    return len(list(get(model).build("torch", layers).children()))
+    import torch
+
+    built = get(model).build("torch", layers)
+    if not isinstance(built, torch.nn.Sequential):
+        raise ModelError(f"{model} is a {type(built).__name__}, not a torch.nn.Sequential: "
+                         "a pipeline cuts a model between the layers of a Sequential; return "
+                         "one from the factory")
+    return len(list(built.children()))
 
 
 def _resolve(target: str):

@@ -37,13 +37,17 @@ from __future__ import annotations
 import os
 import time
 
+from profiler.errors import ConfigError
+
 from . import optim, pipeline_split
 from .node_limits import join_cpu_limit
 from .torch_worker import TorchWorker, init_gloo
 
 STAGES_ENV, MICROBATCHES_ENV = "EDGEPROF_PIPE_STAGES", "EDGEPROF_PIPE_MICROBATCHES"
 SCHEDULE_ENV, SPLIT_ENV = "EDGEPROF_PIPE_SCHEDULE", "EDGEPROF_PIPE_SPLIT"
+TASK_ENV = "EDGEPROF_PIPE_TASK"
 SCHEDULES = ("gpipe", "1f1b")
+TASKS = ("train", "infer")
 PROFILE_REPEATS = 3  # each layer timed this often on one micro-batch; the median counts
 LINK_PROBE_BYTES = 1 << 20
 LINK_PROBE_ROUNDS = 3
@@ -58,6 +62,7 @@ class PipelineWorker(TorchWorker):
         self.microbatches = int(os.environ.get(MICROBATCHES_ENV, "1"))
         self.schedule_name = os.environ.get(SCHEDULE_ENV, "gpipe")
         self.split_setting = pipeline_split.parse(os.environ.get(SPLIT_ENV, "balanced"))
+        self.task = os.environ.get(TASK_ENV, "train")
         self.replicas = self.num_workers // self.stages
         self.stage, self.replica = self.rank % self.stages, self.rank // self.stages
         self.counts_samples = self.is_first
@@ -91,8 +96,8 @@ class PipelineWorker(TorchWorker):
 
         args = self.args
         torch.manual_seed(args.seed)  # every process builds the same initial weights
-        full = torch_models.build(args.model, args.layers)
-        layers = list(full.children())
+        full = torch_models.build(args.model, args.layers, self.data.classes)
+        layers = sequential_layers(full, args.model)
         micro = max(1, args.batch // self.microbatches)
         example = torch.zeros(micro, *self.data.x_train.shape[1:])
         # The profile is this node's speed: under its CPU quota (emulated cluster), and
@@ -125,15 +130,19 @@ class PipelineWorker(TorchWorker):
         self.model = torch.nn.Sequential(*layers[first:end])
         del full, layers  # this stage keeps its own layers only
         self.net = self.model
-        self.pipe_stage = PipelineStage(self.model, self.stage, self.stages,
-                                        torch.device("cpu"), input_args=(stage_input,),
-                                        group=self.pipe_group)
-        schedule = Schedule1F1B if self.schedule_name == "1f1b" else ScheduleGPipe
         self.loss_fn = torch.nn.CrossEntropyLoss()
-        self.schedule = schedule(self.pipe_stage, self.microbatches, loss_fn=self.loss_fn)
         self.spans: list[tuple[str, int, float, float]] = []
         self.stash = [0, 0]  # activations kept for backward: bytes now, most this step
-        self._time_chunks()
+        self.pipe_stage = self.schedule = None
+        if self.stages > 1:  # one stage (inference alone or side by side): no pipeline
+            self.pipe_stage = PipelineStage(self.model, self.stage, self.stages,
+                                            torch.device("cpu"), input_args=(stage_input,),
+                                            group=self.pipe_group)
+            schedule = Schedule1F1B if self.schedule_name == "1f1b" else ScheduleGPipe
+            # Inference has no loss: its last stage returns the outputs.
+            self.schedule = schedule(self.pipe_stage, self.microbatches,
+                                     loss_fn=self.loss_fn if self.task == "train" else None)
+            self._time_chunks()
         self.lr_applied = optim.applied_lr(args.lr, args.lr_scaling, "allreduce",
                                            self.replicas)
         from .torch_sgd import SGD
@@ -205,8 +214,22 @@ class PipelineWorker(TorchWorker):
 
         return torch_models.count_parameters(self.model)
 
+    def prepare(self) -> None:
+        """The data and the stage; for inference, the stream: this pipeline's 1/R of the
+        test set in whole batches, one pass an epoch."""
+        super().prepare()
+        if self.task == "infer":
+            n = len(self.data.x_test) // self.replicas
+            self.stream = slice(self.replica * n, (self.replica + 1) * n)
+            self.steps_per_epoch = n // self.args.batch
+            if self.steps_per_epoch == 0:
+                raise ConfigError(f"{len(self.data.x_test)} test samples make no batch of "
+                                  f"{self.args.batch} for each of {self.replicas} "
+                                  "pipeline(s): raise --val-samples or lower --batch")
+            self.tail_start = self.steps_per_epoch - max(1, self.steps_per_epoch // 4)
+
     def start_fields(self) -> dict:
-        return {"stage": self.stage, "replica": self.replica, "stages": self.stages,
+        return {"task": self.task, "stage": self.stage, "replica": self.replica, "stages": self.stages,
                 "replicas": self.replicas, "microbatches": self.microbatches,
                 "schedule": self.schedule_name, "split": list(self.split),
                 "predicted_stage_s": [round(s, 6) for s in self.predicted_stage_s],
@@ -215,6 +238,8 @@ class PipelineWorker(TorchWorker):
                 "counts_samples": self.is_first}
 
     def train_epoch(self, epoch: int, on_first_step) -> tuple[float, float]:
+        if self.task == "infer":
+            return self._infer_epoch(epoch, on_first_step)
         import torch
 
         self.model.train()
@@ -230,8 +255,6 @@ class PipelineWorker(TorchWorker):
             self.stash[:] = [0, 0]
             self.optimizer.zero_grad()
             losses: list = []
-            if self.is_first and self.is_last:
-                raise RuntimeError("a pipeline needs at least 2 stages")
             if self.is_first:
                 self.schedule.step(data)
             elif self.is_last:
@@ -270,6 +293,52 @@ class PipelineWorker(TorchWorker):
             t_begin = clock()
         return self._pipeline_losses(loss_sum, tail_sum)
 
+    def _infer_epoch(self, epoch: int, on_first_step) -> tuple[None, None]:
+        """One pass of the stream through the stages, forward only. A batch's step is
+        its latency: from entering stage 0 to leaving the last (each stage's ``pipe_s``;
+        the last stage's is the whole pipeline's)."""
+        import torch
+
+        self.model.eval()
+        log, clock = self.step_log, time.perf_counter
+        x, y = self.data.x_test[self.stream], self.data.y_test[self.stream]
+        batch = self.args.batch
+        self.correct = self.counted = 0
+        t_begin = clock()
+        for step in range(self.steps_per_epoch):
+            rows = slice(step * batch, (step + 1) * batch)
+            data = torch.from_numpy(self.data.normalize(x[rows]))
+            t_data = clock()
+            self.spans.clear()
+            out = None
+            with torch.no_grad():
+                if self.schedule is None:
+                    out = self.model(data)
+                elif self.is_first:
+                    self.schedule.eval(data)
+                else:
+                    out = self.schedule.eval()
+            if self.is_last:
+                self.correct += int((out.argmax(dim=1).numpy() == y[rows]).sum())
+                self.counted += batch
+            self.syncs += 1
+            t_end = clock()
+            if log.enabled:
+                fwd = (sum(b - a for kind, _, a, b in self.spans if kind == "fwd")
+                       if self.schedule is not None else t_end - t_data)
+                log.add(epoch=epoch, step=step, t=log.wall(t_begin), data_s=t_data - t_begin,
+                        compute_s=fwd, exchange_s=t_end - t_data - fwd,
+                        step_s=t_end - t_begin, fwd_s=fwd, bwd_s=0.0, update_s=0.0,
+                        pipe_s=t_end - t_data, allreduce_s=0.0, stash_mb=0.0,
+                        spans=[[kind, chunk, round(a - t_begin, 6), round(b - a, 6)]
+                               for kind, chunk, a, b in self.spans])
+            if on_first_step is not None:
+                on_first_step()
+                on_first_step = None
+            t_begin = clock()
+        self.model.train()
+        return None, None
+
     def _average_replicas(self) -> None:
         """The mean of this stage's gradients over its R replicas (one flat allreduce)."""
         if self.stage_group is None:
@@ -304,6 +373,13 @@ class PipelineWorker(TorchWorker):
         import torch
         import torch.distributed as dist
 
+        if self.task == "infer":  # the stream's own outputs, every pipeline's
+            counts = torch.tensor([float(self.correct), float(self.counted)],
+                                  dtype=torch.float64)
+            dist.all_reduce(counts)
+            if self.rank != 0:
+                return None
+            return float(counts[0] / counts[1]) if counts[1] else None
         correct = torch.zeros(1, dtype=torch.float64)
         counted = 0
         if self.replica == 0:
@@ -328,6 +404,17 @@ class PipelineWorker(TorchWorker):
             correct /= counted
         dist.broadcast(correct, self.stages - 1)
         return float(correct[0]) if self.rank == 0 else None
+
+
+def sequential_layers(model, name: str) -> list:
+    """The modules a pipeline cuts between: a ``torch.nn.Sequential``'s children."""
+    import torch
+
+    if not isinstance(model, torch.nn.Sequential):
+        raise ConfigError(f"{name} is a {type(model).__name__}, not a torch.nn.Sequential: "
+                          "a pipeline cuts a model between the layers of a Sequential; "
+                          "return one from the factory")
+    return list(model.children())
 
 
 def profile_layers(layers, example) -> pipeline_split.LayerCosts:

@@ -7,7 +7,10 @@ micro-batches (``--microbatches``) through the stages with GPipe or 1F1B
 (``--schedule``), on ``torch.distributed.pipelining`` over Gloo; with R > 1 each
 stage's replicas average their gradients (``workloads.torch_pipeline``). Where the
 model is cut is ``--split`` (``workloads.pipeline_split``): balanced by measurement by
-default. Synchronous SGD only.
+default. Synchronous SGD only. ``--task infer`` streams the test set through the same
+stages forward only (each pipeline 1/R of it): samples/s and each batch's latency; with
+one stage a "pipeline" is the whole model on one node, so ``--devices 1`` is one device
+and ``--replicas`` equal to ``--devices`` is R whole-model replicas, beside the split.
 
 Settings of its own (``options``) become grid dimensions for its cells only, and
 results columns; the other engines' cells leave them empty.
@@ -21,7 +24,7 @@ from pathlib import Path
 
 from workloads import pipeline_split
 from workloads.torch_pipeline import (MICROBATCHES_ENV, SCHEDULE_ENV, SCHEDULES, SPLIT_ENV,
-                                      STAGES_ENV)
+                                      STAGES_ENV, TASK_ENV, TASKS)
 
 from ..cell import CellConfig
 from ..cluster.base import Node
@@ -46,6 +49,12 @@ def _schedules(text: str) -> list[str]:
     from ..sweep.grid import parse_choice_list
 
     return parse_choice_list(text, "--schedule", SCHEDULES)
+
+
+def _tasks(text: str) -> list[str]:
+    from ..sweep.grid import parse_choice_list
+
+    return parse_choice_list(text, "--task", TASKS)
 
 
 def _splits(text: str) -> list[str]:
@@ -74,6 +83,10 @@ class TorchPipelineEngine(_TorchEngine):
         EngineOption("replicas", "1", _positive_ints("--replicas"),
                      "Pipelines side by side (torch-pipe), each stage's replicas averaging "
                      "their gradients: stages = devices / replicas."),
+        EngineOption("task", "train", _tasks,
+                     "train, or infer: stream the test set through the stages forward "
+                     "only (samples/s and latency; one stage, or --replicas equal to "
+                     "--devices, is one device or whole-model replicas) (torch-pipe)."),
         EngineOption("split", "balanced", _splits,
                      "Where the model is cut (torch-pipe): balanced (by measured layer "
                      "times and the link), params, layers, or layer counts per stage such "
@@ -96,7 +109,10 @@ class TorchPipelineEngine(_TorchEngine):
                               f"{replicas}: each of the {replicas} pipelines needs the same "
                               "number of stages")
         stages = cell.devices // replicas
-        if stages < 2:
+        if cell.task == "infer" and cell.schedule == "1f1b":
+            raise ConfigError("--task infer streams forward only, which 1F1B has nothing "
+                              "to interleave with: use --schedule gpipe")
+        if stages < 2 and cell.task != "infer":
             raise ConfigError(f"--engine torch-pipe with --devices {cell.devices} and "
                               f"--replicas {replicas} makes pipelines of {stages} stage: give "
                               f"--devices {2 * replicas} or more")
@@ -107,7 +123,7 @@ class TorchPipelineEngine(_TorchEngine):
             raise ConfigError(f"--batch {cell.batch} does not divide into {micro} "
                               "micro-batches: give a --batch that is a multiple of "
                               "--microbatches")
-        if cell.schedule == "1f1b" and micro < stages:
+        if cell.schedule == "1f1b" and micro < stages and cell.task != "infer":
             raise ConfigError(f"--schedule 1f1b needs at least one micro-batch per stage: "
                               f"give --microbatches {stages} or more with {stages} stages, "
                               "or --schedule gpipe")
@@ -122,7 +138,7 @@ class TorchPipelineEngine(_TorchEngine):
                   STAGES_ENV: str(cell.devices // (cell.replicas or 1)),
                   MICROBATCHES_ENV: str(cell.microbatches or 1),
                   SCHEDULE_ENV: cell.schedule or "gpipe",
-                  SPLIT_ENV: cell.split or "balanced"}
+                  SPLIT_ENV: cell.split or "balanced", TASK_ENV: cell.task or "train"}
         stages = cell.devices // (cell.replicas or 1)
         return [ProcessSpec("worker", i, node, argv, _process_env(common, i, node),
                             part=_part(i, stages, cell.replicas or 1))
@@ -131,6 +147,8 @@ class TorchPipelineEngine(_TorchEngine):
 
 def _part(rank: int, stages: int, replicas: int) -> str:
     """``stage 1``, or ``stage 1 of pipeline 0`` with pipelines side by side."""
+    if stages == 1:
+        return f"replica {rank}" if replicas > 1 else ""
     return f"stage {rank % stages}" + (f" of pipeline {rank // stages}" if replicas > 1 else "")
 
 

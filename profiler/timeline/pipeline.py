@@ -16,6 +16,8 @@ time (``pipe_s``). Per stage, over the measured steps (the run's first left out)
   (its compute over M plus sending its output and receiving that output's gradient),
   beside the measured schedule time: when measured over predicted is well above 1, the
   network or the schedule's overheads, not the split, limit the pipeline.
+- **latency** (``--task infer``): the last stage's time per batch, from the batch
+  entering the first stage to its outputs (the stages run side by side);
 - **stash**: the most bytes of activations a stage held for its backward passes at once
   (autograd's saved tensors, weights left out), the largest over the steps.
 """
@@ -29,7 +31,8 @@ from workloads import pipeline_split
 COLUMNS = ("pipe_stages", "pipe_split", "stage_compute_ms", "stage_imbalance",
            "stage_imbalance_predicted", "bubble_measured", "bubble_gpipe",
            "pipe_step_ms", "pipe_step_ms_predicted", "pipe_step_vs_predicted",
-           "pipe_bytes_floor_per_step", "link_mbit_s", "stage_stash_mb")
+           "pipe_bytes_floor_per_step", "link_mbit_s", "stage_stash_mb",
+           "infer_latency_ms")
 
 
 def columns(workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
@@ -74,6 +77,9 @@ def columns(workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
         "pipe_bytes_floor_per_step": 2 * micro * sum(boundary) * replicas,
         "link_mbit_s": round(link * 8 / 1e6, 1) if link else None,
         "stage_stash_mb": [round(m, 2) for m in stash],
+        # Inference: a batch's time from entering the first stage to leaving the last.
+        "infer_latency_ms": (round(pipe[-1] * 1e3, 3) if first.get("task") == "infer"
+                             else None),
     }
 
 

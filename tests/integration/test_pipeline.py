@@ -118,6 +118,25 @@ def test_gpipe_stashes_every_micro_batch_and_1f1b_only_a_few(tmp_path):
     assert stash["gpipe"][0] > 2 * stash["1f1b"][0] > 0, stash
 
 
+def test_inference_streams_the_test_set_through_the_stages(tmp_path):
+    """--task infer: one device, a 2-stage pipeline and 2 whole-model replicas see the
+    same weights (the same seed), so they classify the stream alike; each streamed
+    sample is counted once; the pipeline's latency is a batch's way through both
+    stages."""
+    records = [_run(tmp_path, _cell(task="infer", devices=devices, replicas=replicas,
+                                    epochs=1, max_samples=64, split="balanced"))
+               for devices, replicas in ((1, 1), (2, 1), (2, 2))]
+    for record in records:
+        assert record["status"] == "ok", record["reason"]
+        assert record["samples_per_s"] > 0 and record["infer_latency_ms"] > 0
+        assert record["train_loss_per_epoch"] == [None]
+    alone, piped, replicas = records
+    assert alone["val_accuracy"] == piped["val_accuracy"] == replicas["val_accuracy"]
+    assert alone["syncs_per_worker"] == piped["syncs_per_worker"] == 4  # 128 / 32
+    assert replicas["syncs_per_worker"] == 2  # each replica half of the stream
+    assert piped["bubble_gpipe"] == pytest.approx(1 / 5) and alone["bubble_gpipe"] == 0
+
+
 @pytest.mark.parametrize("args, words", [
     (["--devices", "2", "--microbatches", "64"], ["--microbatches 64 is more than the batch"]),
     (["--devices", "2", "--microbatches", "3"], ["does not divide into 3 micro-batches"]),
@@ -127,6 +146,9 @@ def test_gpipe_stashes_every_micro_batch_and_1f1b_only_a_few(tmp_path):
     (["--devices", "2", "--split", "3,4"], ["adds up to 7 layers"]),
     (["--devices", "3", "--replicas", "2"], ["not a multiple of --replicas 2"]),
     (["--devices", "2", "--schedule", "zb"], ["--schedule 'zb' is unknown"]),
+    (["--devices", "1"], ["pipelines of 1 stage"]),
+    (["--devices", "2", "--task", "infer", "--schedule", "1f1b", "--microbatches", "2"],
+     ["--task infer streams forward only"]),
 ])
 def test_bad_pipeline_settings_are_one_line(tmp_path, args, words):
     done = subprocess.run([*EDGEPROF, "sweep", "--engine", "torch-pipe", "--model", "lenet-cnn",
@@ -141,3 +163,31 @@ def test_pipeline_settings_need_the_pipeline_engine(tmp_path):
                            "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True,
                           text=True)
     assert_one_line(done, "--microbatches is a setting of --engine torch-pipe")
+
+
+def test_a_users_sequential_model_is_split_and_another_module_refused(tmp_path):
+    """A user's factory (examples/cnn_model.py returns a Sequential) is cut like a built-in
+    model; a module that is no Sequential is refused before anything runs."""
+    done = subprocess.run([*EDGEPROF, "sweep", "--engine", "torch-pipe", "--model",
+                           "examples/cnn_model.py:make_model", "--devices", "2", "--batch", "32",
+                           "--microbatches", "4", "--max-samples", "320", "--val-samples", "64",
+                           "--dataset", "fashion-mnist", "--no-agent",
+                           "--out", str(tmp_path / "ok")], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads((tmp_path / "ok" / "results.jsonl").read_text().splitlines()[-1])
+    assert record["status"] == "ok", record["reason"]
+    assert record["model"] == "cnn_model.py:make_model" and record["pipe_split"]
+    factory = tmp_path / "net.py"
+    factory.write_text("import torch\n\nclass Net(torch.nn.Module):\n"
+                       "    def __init__(self):\n        super().__init__()\n"
+                       "        self.a = torch.nn.Flatten()\n"
+                       "        self.b = torch.nn.Linear(784, 10)\n\n"
+                       "    def forward(self, x):\n        return self.b(self.a(x))\n\n"
+                       "def make():\n    return Net()\n")
+    done = subprocess.run([*EDGEPROF, "sweep", "--engine", "torch-pipe", "--model",
+                           f"{factory}:make", "--devices", "2", "--dataset", "fashion-mnist",
+                           "--out", str(tmp_path / "bad")], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert_one_line(done, "not a torch.nn.Sequential")
+    assert not (tmp_path / "bad").exists()
