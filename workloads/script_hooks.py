@@ -24,7 +24,8 @@
   and late enough that a hook the script registers itself (right after construction,
   as DDP's docs show) is left alone (then this one is not installed: see below). It
   is DDP's default allreduce (averaging) with a note of when each bucket was launched,
-  the torch-ddp engine's hook (``workloads.torch_ddp``). From inside it an autograd
+  the torch-ddp engine's hook (``workloads.torch_ddp``), on the DDP's own process
+  group. From inside it an autograd
   callback is queued that queues a second one: DDP queues its own end-of-backward
   callback (which waits for the allreduce futures and writes the gradients back) when
   the last bucket is ready, after the hook's, and the second callback runs after
@@ -54,7 +55,6 @@ import time
 from typing import Any
 
 from .events import NODE_ENV
-from .node_limits import join_cpu_limit
 from .steps import StepLog
 
 # The values edgeprof_hooks.log understands; others are kept in the event as they are.
@@ -239,7 +239,6 @@ class StepRecorder:
     def _start(self, module, batch: int | None) -> None:
         self.started = True
         self.t_wall_start = time.time()
-        join_cpu_limit()  # start-up is over (workloads.node_limits)
         if module is not None:
             self.param_count = sum(p.numel() for p in module.parameters()
                                    if p.requires_grad)
@@ -344,9 +343,13 @@ class Hooks:
         if ddp._comm_hooks:  # the script's own hook: DDP takes one only
             self.foreign_ddp += 1
             return
-        ddp.register_comm_hook(None, self._timed_allreduce)
+        try:
+            # The DDP's own group: a script may train on a subgroup.
+            ddp.register_comm_hook(ddp.process_group, self._timed_allreduce)
+        except RuntimeError:  # a built-in hook of the script's (not in _comm_hooks)
+            self.foreign_ddp += 1
 
-    def _timed_allreduce(self, state, bucket):
+    def _timed_allreduce(self, process_group, bucket):
         from torch.autograd import Variable
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -355,4 +358,4 @@ class Hooks:
             # This callback runs before DDP's end-of-backward one (queued after this
             # hook); the one it queues runs after DDP's (module docstring).
             engine.queue_callback(lambda: engine.queue_callback(self.recorder.backward_ended))
-        return default_hooks.allreduce_hook(None, bucket)
+        return default_hooks.allreduce_hook(process_group, bucket)

@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     import edgeprof_hooks  # before sys.path[0] becomes the script's folder
 
     from .events import EventWriter
+    from .node_limits import join_cpu_limit
     from .script_hooks import Hooks, StepRecorder
     from .worker import OOM_MARKERS
 
@@ -138,6 +139,10 @@ def main(argv: list[str] | None = None) -> None:
     sys.argv = [str(script), *args.script_args]
     sys.path[0] = str(script.resolve().parent)
     sys.stderr = tail = StderrTail(sys.stderr)
+    # The launcher's start-up (torch's import) is over: the node's CPU quota applies to
+    # all the script does, its DataLoader's worker processes too (they are forked from
+    # this process later; workloads.node_limits).
+    join_cpu_limit()
     code = EXIT_OK
     try:
         runpy.run_path(str(script), run_name="__main__")
