@@ -60,14 +60,17 @@ def build_report(sweep_dir: Path, out: Path | None = None, *,
     else:
         drawn = [build(sweep.records) for build in figs.SWEEP_FIGURES]
         cell_figures = [f for f in map(_cell_figure, jobs) if f is not None]
+    from .pipeline import figure as pipeline_figure
+    pipe = pipeline_figure(sweep.records)  # None: no pipeline cell, no section
     page = render(title=f"edgeprof sweep {sweep.sweep_id}", environment=environment(sweep),
                   records=sweep.records, config_of=_config, figures=drawn,
                   cell_figures=cell_figures, matches=matches(sweep.records),
                   ratios=reproduce(sweep.records), traces=_trace_links(sweep, out),
-                  network_drawn=network)
+                  network_drawn=network, pipeline_figure=pipe)
     try:
         figures_dir.mkdir(parents=True, exist_ok=True)
-        for figure in [f for f in drawn if isinstance(f, figs.Figure)] + cell_figures:
+        for figure in ([f for f in drawn if isinstance(f, figs.Figure)] + cell_figures
+                       + ([pipe] if pipe else [])):
             (figures_dir / f"{figure.name}.png").write_bytes(figure.png)
         atomic_write_text(out, page)
     except OSError as exc:

@@ -3,17 +3,21 @@
 Cells are matched by their configuration (``cell_id`` hashes it), so two clusters or two
 dates of the same grid match as they are; ``ignore`` drops fields from the match, e.g.
 ``engine`` to set MXNet's cells beside Horovod's of the same model, batch and devices.
-Only cells that finished ``ok`` in both are compared.
+Only cells that finished ``ok`` in both are compared. Pipeline cells add their own
+measures (step, step over its prediction, bubble, imbalance, largest stage stash) when
+both sides of a pair have them.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 from dataclasses import dataclass
 
 from ..cell import CellConfig
 from ..errors import ConfigError
+from ..sweep.table import engine_label
 from .sweep_data import Sweep
 
 # samples_per_s is the whole run's (first step and every slow moment in); the training
@@ -22,6 +26,10 @@ from .sweep_data import Sweep
 MEASURES = ["elapsed_s", "train_s", "samples_per_s", "robust_s_per_sample", "val_accuracy",
             "cpu_percent_mean", "mem_used_mb_mean", "rss_mb_peak", "net_sent_kb_per_s",
             "net_recv_kb_per_s"]
+# A pipeline cell's own measures (profiler.timeline.pipeline), compared only when a
+# pair of cells has them: a sweep without pipeline cells keeps its table as it was.
+PIPELINE_MEASURES = ["pipe_step_ms", "pipe_step_vs_predicted", "bubble_measured",
+                     "stage_imbalance", "stage_stash_mb_max"]
 MATCHABLE = [f for f in CellConfig.__dataclass_fields__]
 
 
@@ -32,7 +40,7 @@ class Row:
     b: dict
 
     def ratio(self, measure: str) -> float | None:
-        x, y = self.a.get(measure), self.b.get(measure)
+        x, y = value(self.a, measure), value(self.b, measure)
         if x in (None, 0) or y is None:
             return None
         return y / x
@@ -45,7 +53,9 @@ def compare(a: Sweep, b: Sweep, ignore: tuple[str, ...] = ()) -> list[Row]:
                           f"{', '.join(MATCHABLE)}")
 
     def key(r: dict) -> tuple:
-        return tuple((f, r.get(f)) for f in MATCHABLE if f not in ignore)
+        # As JSON: a record's params are lists (read back from results.jsonl), which a
+        # tuple cannot hash.
+        return tuple((f, json.dumps(r.get(f))) for f in MATCHABLE if f not in ignore)
 
     b_by_key: dict[tuple, dict] = {}
     for r in b.records:
@@ -60,34 +70,54 @@ def compare(a: Sweep, b: Sweep, ignore: tuple[str, ...] = ()) -> list[Row]:
     return rows
 
 
+def value(record: dict, measure: str):
+    """A measure of a record; ``stage_stash_mb_max`` is its largest stage's stash (the
+    memory a pipeline's stages must each have)."""
+    if measure == "stage_stash_mb_max":
+        stash = record.get("stage_stash_mb")
+        return max(stash) if stash else None
+    return record.get(measure)
+
+
+def measures(rows: list[Row]) -> list[str]:
+    """What is compared: ``MEASURES``, and the pipeline's own when a pair has them."""
+    pipelines = any(row.a.get("pipe_step_ms") is not None
+                    and row.b.get("pipe_step_ms") is not None for row in rows)
+    return MEASURES + (PIPELINE_MEASURES if pipelines else [])
+
+
 def table(rows: list[Row]) -> str:
+    shown = measures(rows)
     width = max(len(r.config) for r in rows)
-    head = f"{'cell':<{width}} " + " ".join(f"{_short(m):>10}" for m in MEASURES)
+    head = f"{'cell':<{width}} " + " ".join(f"{_short(m):>10}" for m in shown)
     lines = [head]
     for row in rows:
         lines.append(f"{row.config:<{width}} " + " ".join(
-            f"{_fmt(row.ratio(m)):>10}" for m in MEASURES))
+            f"{_fmt(row.ratio(m)):>10}" for m in shown))
     return "\n".join(lines)
 
 
 def to_csv(rows: list[Row]) -> str:
+    shown = measures(rows)
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(["cell", "cell_id_a", "cell_id_b"]
-                    + [f"{m}_{side}" for m in MEASURES for side in ("a", "b", "ratio")])
+                    + [f"{m}_{side}" for m in shown for side in ("a", "b", "ratio")])
     for row in rows:
         values = []
-        for m in MEASURES:
+        for m in shown:
             ratio = row.ratio(m)
-            values += [row.a.get(m), row.b.get(m), "" if ratio is None else round(ratio, 4)]
+            values += [value(row.a, m), value(row.b, m),
+                       "" if ratio is None else round(ratio, 4)]
         writer.writerow([row.config, row.a["cell_id"], row.b["cell_id"], *values])
     return buffer.getvalue()
 
 
 def _label(r: dict, ignore) -> str:
     depth = f"-{r['layers']}" if r.get("layers") else ""
+    # A pipeline's shape (S2 M4 1f1b) names it, unless the match ignores the engine.
     parts = [f"{r['model']}{depth}", f"b{r['batch']}", f"x{r['devices']}", r["sync"],
-             r["engine"] if "engine" not in ignore else ""]
+             engine_label(r) if "engine" not in ignore else ""]
     return " ".join(p for p in parts if p)
 
 
@@ -95,7 +125,9 @@ def _short(measure: str) -> str:
     return {"cpu_percent_mean": "cpu%", "mem_used_mb_mean": "mem MB", "rss_mb_peak": "rss MB",
             "net_sent_kb_per_s": "sent KB/s", "net_recv_kb_per_s": "recv KB/s",
             "samples_per_s": "samples/s", "val_accuracy": "val acc",
-            "robust_s_per_sample": "s/sample"}.get(measure, measure)
+            "robust_s_per_sample": "s/sample", "pipe_step_ms": "pipe step",
+            "pipe_step_vs_predicted": "step/pred", "bubble_measured": "bubble",
+            "stage_imbalance": "imbalance", "stage_stash_mb_max": "stash MB"}.get(measure, measure)
 
 
 def _fmt(value: float | None) -> str:

@@ -3,12 +3,16 @@
 What ``edgeprof compare A B --ignore engine`` does across two sweeps, done within one
 sweep for the report: a row per configuration that ran ``ok`` on two engines or more,
 with each engine's time per epoch, training rate and accuracy, and each engine's time
-relative to the first engine of the row (MXNet first: the study's engine).
+relative to the first engine of the row (MXNet first: the study's engine). A pipeline
+cell's engine is its shape (``torch-pipe M4 1f1b``): data and pipeline parallelism on
+the same devices side by side.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from ..sweep.table import engine_label
 
 # Every cell setting but the engine: what makes two cells "the same cell".
 SAME_CELL = ("model", "layers", "batch", "devices", "sync", "epochs", "lr", "momentum", "wd",
@@ -33,7 +37,9 @@ def side_by_side(records: list[dict]) -> tuple[list[str], list[Row]]:
         key = tuple(r.get(k) for k in SAME_CELL)
         row = rows.setdefault(key, Row({k: r.get(k) for k in SAME_CELL}))
         epochs = [e for e in (r.get("epoch_s") or []) if e is not None]
-        row.by_engine[r["engine"]] = {
+        # Each pipeline shape (M, schedule, ...) is an engine of its own here: the
+        # row's configuration fixes the devices, and with them the stages.
+        row.by_engine[engine_label(r, stages=False)] = {
             **r, "epoch_s_mean": sum(epochs) / len(epochs) if epochs else None}
     shared = [row for row in rows.values() if len(row.by_engine) >= 2]
     engines = sorted({e for row in shared for e in row.by_engine},

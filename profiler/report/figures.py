@@ -21,6 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from ..sweep import board_time  # noqa: E402
+from ..sweep.table import engine_label  # noqa: E402
 
 DPI = 90
 
@@ -51,8 +52,11 @@ def _ok(records: list[dict]) -> list[dict]:
 
 
 def _series_label(r: dict, *, without: tuple[str, ...] = ()) -> str:
+    # A pipeline cell's engine names its shape (S, M, schedule), S only where the
+    # series keeps the device count (S follows it).
+    engine = engine_label(r, stages="devices" not in without)
     parts = {"model": r["model"] + (f"-{r['layers']}" if r.get("layers") else ""),
-             "batch": f"b{r['batch']}", "sync": r["sync"], "engine": r["engine"],
+             "batch": f"b{r['batch']}", "sync": r["sync"], "engine": engine,
              "devices": f"x{r['devices']}"}
     return " ".join(v for k, v in parts.items() if k not in without)
 

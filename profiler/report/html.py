@@ -16,7 +16,8 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from ..study.reference import HARDWARE, Match
 from ..sweep import board_time
-from ..sweep.table import status_counts
+from ..sweep.table import engine_label, is_pipeline, status_counts
+from . import pipeline
 from .engines import MEASURES, side_by_side
 from .figures import Figure, Skipped
 from .ratios import Ratio, summary
@@ -58,9 +59,12 @@ def number(value) -> str:
 def render(*, title: str, environment: dict, records: list[dict], config_of,
            figures: list[Figure | Skipped], cell_figures: list[Figure],
            matches: list[Match], ratios: list[Ratio] = (),
-           traces: dict[str, str] | None = None, network_drawn: bool = True) -> str:
+           traces: dict[str, str] | None = None, network_drawn: bool = True,
+           pipeline_figure: Figure | None = None) -> str:
     """The page. ``network_drawn`` False: the per-node figures have no network panels
-    (no cell had two devices), which the page says in one line."""
+    (no cell had two devices), which the page says in one line. ``pipeline_figure``:
+    ``pipeline.figure``'s, shown in the pipeline section (there when a pipeline cell is)."""
+    config_of = _with_pipeline(config_of)
     columns = STATUS_COLUMNS + ([("speedup", "speedup")]
                                 if any((r.get("speedup") or 1) != 1 for r in records) else [])
     return _TEMPLATES.get_template("page.html.j2").render(
@@ -72,6 +76,7 @@ def render(*, title: str, environment: dict, records: list[dict], config_of,
         breakdown_headings=[h for _, h in BREAKDOWN_COLUMNS],
         breakdown=_breakdown(records, config_of, traces or {}),
         engines=_engines(records, config_of),
+        pipeline=_pipeline(records, config_of, pipeline_figure),
         reproduction=_reproduction(list(ratios)) if ratios else None,
         hardware=HARDWARE, cluster=environment.get("cluster", ""),
         matches=[_match_row(m) for m in matches],
@@ -139,9 +144,39 @@ def _engines(records: list[dict], config_of) -> dict | None:
         for engine in engines[1:]:
             mine = row.by_engine.get(engine, {}).get("epoch_s_mean")
             values.append(number(mine / base if mine and base else None))
-        shown.append({"config": config_of({**any_record, "engine": ""}).strip(),
+        plain = {**any_record, "engine": "", "microbatches": None, "schedule": None}
+        shown.append({"config": config_of(plain).strip(),
                       "numbers": values})
     return {"names": engines, "units": [unit for _, unit in MEASURES], "rows": shown}
+
+
+def _with_pipeline(config_of):
+    """``config_of`` with a pipeline cell's shape after its engine (``... torch-pipe S2
+    M4 1f1b``): cells that differ in those settings alone are told apart."""
+    def named(r: dict) -> str:
+        label = config_of(r)
+        if is_pipeline(r):
+            label += engine_label(r).removeprefix(str(r.get("engine", "?")))
+        return label
+    return named
+
+
+def _pipeline(records: list[dict], config_of, figure: Figure | None) -> dict | None:
+    """A row per finished pipeline cell (``pipeline.TABLE``), per-stage values joined
+    with " / " in stage order; None without one (the page then has no such section)."""
+    shown = pipeline.cells(records)
+    if not shown:
+        return None
+    rows = []
+    for r in shown:
+        values = []
+        for _heading, column, per_stage in pipeline.TABLE:
+            value = r.get(column)
+            values.append(" / ".join(number(v) for v in value) if per_stage and value
+                          else number(value))
+        rows.append({"config": config_of(r), "numbers": values})
+    return {"headings": [heading for heading, _, _ in pipeline.TABLE], "rows": rows,
+            "figure": figure}
 
 
 def _verdict(ratio: Ratio) -> tuple[str, str]:

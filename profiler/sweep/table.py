@@ -6,6 +6,11 @@ cell's life, then over worker nodes: ``rss_mb_mean``), which is what a reader ta
 model's footprint to be; ``node_mem_MB`` is the node's used memory (``mem_used_mb_mean``:
 the host's on the local cluster, the node's cgroup on the emulated one, the board's on
 real nodes), which includes everything else running there.
+
+A pipeline cell's engine reads ``torch-pipe S2 M4 1f1b`` (``engine_label``: stages,
+micro-batches, schedule, and pipelines side by side or a split other than the default
+when set), so that cells differing only in those settings are told apart; the report
+and ``edgeprof compare`` name cells the same way.
 """
 
 from __future__ import annotations
@@ -25,6 +30,32 @@ COLUMNS = [  # (header, record key, format)
 
 STATUS = [key for _, key, _ in COLUMNS].index("status")
 ACCURACY = [key for _, key, _ in COLUMNS].index("val_accuracy")
+
+
+def engine_label(rec: dict, *, stages: bool = True) -> str:
+    """The engine, and for a pipeline cell its shape: ``torch-pipe S2 M4 1f1b``, with
+    ``R2`` for two pipelines side by side and the split when it is not ``balanced``
+    (``split=3,5``). ``stages`` False leaves S out (a series over the device count,
+    along which S changes). Any other cell: the engine's name alone."""
+    engine = str(rec.get("engine", "?"))
+    if not is_pipeline(rec):
+        return engine
+    replicas = rec.get("replicas") or 1
+    parts = [engine]
+    if stages:
+        parts.append(f"S{rec.get('pipe_stages') or (rec.get('devices') or 0) // replicas}")
+    parts += [f"M{rec.get('microbatches') or 1}", str(rec.get("schedule") or "gpipe")]
+    if replicas > 1:
+        parts.append(f"R{replicas}")
+    if (rec.get("split") or "balanced") != "balanced":
+        parts.append(f"split={rec['split']}")
+    return " ".join(parts)
+
+
+def is_pipeline(rec: dict) -> bool:
+    """Whether a record (or a cell's fields) is a pipeline cell's: its engine's own
+    settings are set (other engines' cells leave them empty)."""
+    return rec.get("microbatches") is not None or rec.get("schedule") is not None
 
 
 def status_label(rec: dict) -> str:
@@ -58,6 +89,8 @@ def format_table(records: list[dict]) -> str:
         rec = {**rec, **param_columns(rec.get("params"))}
         row = [_fmt(rec.get(key), fmt) for _, key, fmt in columns]
         row[status] = status_label(rec)
+        if is_pipeline(rec):
+            row[keys.index("engine")] = engine_label(rec)
         if rec.get("diverged"):
             # The run was measured (status ok), but its accuracy means nothing.
             row[accuracy] = f"{row[accuracy]}!"

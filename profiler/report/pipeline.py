@@ -1,0 +1,120 @@
+"""The report's pipeline section: each ``torch-pipe`` cell's split, stage times, bubble
+and step beside what the pipeline model predicts, and one figure of both over M.
+
+The values are the cell's own results columns (``profiler.timeline.pipeline`` says how
+each is measured); this module only picks them, reads dilated cells (``--speedup``) in
+the board's time (ms times k, the link's Mbit/s over k; ratios are what they are) and
+draws. A sweep without a finished pipeline cell gets neither the table nor the figure:
+``cells`` is empty and the page leaves the section out.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ..sweep import board_time
+from ..sweep.table import is_pipeline
+from .figures import Figure, _png, plt
+
+# (heading, results column, per stage): a per-stage column is a list in stage order.
+TABLE = [("split (layers)", "pipe_split", True),
+         ("compute ms", "stage_compute_ms", True),
+         ("imbalance", "stage_imbalance", False),
+         ("imbalance predicted", "stage_imbalance_predicted", False),
+         ("bubble", "bubble_measured", False),
+         ("bubble GPipe", "bubble_gpipe", False),
+         ("step ms", "pipe_step_ms", False),
+         ("step ms predicted", "pipe_step_ms_predicted", False),
+         ("step / predicted", "pipe_step_vs_predicted", False),
+         ("stash MB", "stage_stash_mb", True),
+         ("floor MB/step", "pipe_bytes_floor_mb", False),
+         ("link Mbit/s", "link_mbit_s", False)]
+TIME_MS = ("stage_compute_ms", "pipe_step_ms", "pipe_step_ms_predicted")
+FIGURE_NAME = "fig-pipeline-bubble-step"
+
+
+def cells(records: list[dict]) -> list[dict]:
+    """The finished pipeline cells that measured their stages, in the board's time, each
+    with ``pipe_bytes_floor_mb`` and its split as a list of layer counts."""
+    return [_board(r) for r in records
+            if r.get("status") == "ok" and is_pipeline(r) and r.get("stage_compute_ms")]
+
+
+def _board(r: dict) -> dict:
+    k = board_time.speedup(r)
+    out = dict(r)
+    for column in TIME_MS:
+        value = r.get(column)
+        if isinstance(value, list):
+            out[column] = [v * k for v in value]
+        elif isinstance(value, (int, float)):
+            out[column] = value * k
+    if isinstance(r.get("link_mbit_s"), (int, float)):
+        out["link_mbit_s"] = r["link_mbit_s"] / k  # the emulated link ran k times faster
+    floor = r.get("pipe_bytes_floor_per_step")
+    out["pipe_bytes_floor_mb"] = floor / 1e6 if isinstance(floor, (int, float)) else None
+    split = r.get("pipe_split")
+    out["pipe_split"] = [int(n) for n in str(split).split(",")] if split else None
+    return out
+
+
+def stages(r: dict) -> int:
+    return r.get("pipe_stages") or r["devices"] // (r.get("replicas") or 1)
+
+
+def _series(r: dict) -> str:
+    """A line of the figure: everything but M alike."""
+    depth = f"-{r['layers']}" if r.get("layers") else ""
+    parts = [f"{r['model']}{depth}", f"b{r['batch']}", f"S{stages(r)}",
+             str(r.get("schedule") or "gpipe")]
+    if (r.get("replicas") or 1) > 1:
+        parts.append(f"R{r['replicas']}")
+    if (r.get("split") or "balanced") != "balanced":
+        parts.append(f"split={r['split']}")
+    return " ".join(parts)
+
+
+def figure(records: list[dict]) -> Figure | None:
+    """Measured bubble against GPipe's (S-1)/(M+S-1) over M, one line per S and schedule
+    (and model, batch), and the measured step over the predicted one; None without a
+    pipeline cell."""
+    shown = cells(records)
+    if not shown:
+        return None
+    series: dict[str, list[dict]] = defaultdict(list)
+    for r in shown:
+        series[_series(r)].append(r)
+    fig, (bubble_ax, step_ax) = plt.subplots(1, 2, figsize=(10.4, 3.8))
+    for label, rows in sorted(series.items()):
+        rows.sort(key=lambda r: r.get("microbatches") or 1)
+        ms = [r.get("microbatches") or 1 for r in rows]
+        bubble_ax.plot(ms, [r.get("bubble_measured") for r in rows], marker="o", label=label)
+        step_ax.plot(ms, [r.get("pipe_step_vs_predicted") for r in rows], marker="o",
+                     label=label)
+    # GPipe's prediction depends on S and M alone: one dashed curve per S, over the M range.
+    all_ms = sorted({r.get("microbatches") or 1 for r in shown})
+    for i, s in enumerate(sorted({stages(r) for r in shown})):
+        xs = [m / 4 for m in range(4 * all_ms[0], 4 * all_ms[-1] + 1)]
+        bubble_ax.plot(xs, [(s - 1) / (m + s - 1) for m in xs], linestyle="--",
+                       color="grey", linewidth=1)
+        bubble_ax.plot(all_ms, [(s - 1) / (m + s - 1) for m in all_ms], linestyle="none",
+                       marker="x", color="grey",
+                       label="GPipe (S-1)/(M+S-1)" if i == 0 else None)
+        bubble_ax.annotate(f"GPipe S={s}", (xs[-1], (s - 1) / (xs[-1] + s - 1)),
+                           fontsize=7, color="grey", xytext=(3, 0),
+                           textcoords="offset points", va="center")
+    bubble_ax.set_ylabel("bubble (idle share of the step)")
+    bubble_ax.set_ylim(bottom=0)
+    step_ax.axhline(1.0, linestyle="--", color="grey", linewidth=1)
+    step_ax.set_ylabel("measured step / predicted")
+    for ax in (bubble_ax, step_ax):
+        ax.set_xlabel("micro-batches M")
+        ax.set_xticks(all_ms)
+        ax.grid(alpha=0.3)
+    bubble_ax.legend(fontsize=7)
+    return Figure(FIGURE_NAME, "Pipeline bubble and step against the prediction",
+                  "Left: each stage's idle share of the schedule (mean over stages), "
+                  "measured, and GPipe's (S-1)/(M+S-1) dashed. Right: the measured step "
+                  "over the pipeline model's (M+S-1) x the slowest stage's time per "
+                  "micro-batch (compute and its link); above 1, the network or the "
+                  "schedule's overheads, not the split, limit the pipeline.", _png(fig))
