@@ -57,10 +57,6 @@ from typing import Any
 from .events import NODE_ENV
 from .steps import StepLog
 
-# The values edgeprof_hooks.log understands; others are kept in the event as they are.
-LOGGED_FIELDS = ("epoch", "val_accuracy", "train_loss", "val_loss")
-
-
 def batch_size(inputs: tuple) -> int | None:
     """The first dimension of the first tensor among a call's positional inputs."""
     for value in inputs:
