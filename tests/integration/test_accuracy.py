@@ -102,6 +102,12 @@ TORCH_REFERENCES = {(m, n): _cell(model=m, engine="torch", batch=BATCH * n)
 TORCH_PS = {(m, n): _cell(model=m, engine="torch", devices=n) for m, n in TORCH_PARITY}
 TORCH_DDP = {(m, n): _cell(model=m, engine="torch-ddp", devices=n) for m, n in TORCH_PARITY}
 ONE_DEVICE = {m: _cell(model=m) for m in MODELS}
+# A pipeline beside them: LeNet-5 as 2 pipelines of 2 stages, batch 64 each, so the
+# global batch of TORCH_REFERENCES' four workers (128); the replicas train other shards
+# than one device, so it is held to PARITY_TOL (its losses equal one device's at the
+# same batches: tests/integration/test_pipeline.py).
+PIPELINE = _cell(model="lenet-cnn", engine="torch-pipe", devices=4, replicas=2,
+                 batch=BATCH * 2, microbatches=4, schedule="gpipe", split="balanced")
 # One torch device is checked at the global batches (TORCH_REFERENCES, held to the sync
 # workers and through them to MXNet's); a batch-32 one would only repeat MXNet's check.
 # linear scaling would multiply a sync cell's rate by N; async must keep it.
@@ -111,7 +117,8 @@ LINEAR = _cell(devices=2, epochs=1, lr_scaling="linear")
 DIVERGING = _cell(epochs=1, lr=TOO_HIGH_LR)
 CELLS = [*ONE_DEVICE.values(), *REFERENCES.values(), *MXNET_SYNC.values(),
          *HOROVOD.values(), ASYNC, LINEAR, DIVERGING,
-         *TORCH_REFERENCES.values(), *TORCH_PS.values(), *TORCH_DDP.values(), TORCH_ASYNC]
+         *TORCH_REFERENCES.values(), *TORCH_PS.values(), *TORCH_DDP.values(), TORCH_ASYNC,
+         PIPELINE]
 
 
 @pytest.fixture(scope="module")
@@ -184,6 +191,16 @@ def test_torch_sync_workers_reach_one_device_at_the_global_batch(sweep, model, w
     assert abs(ps["val_accuracy"] - mxnet["val_accuracy"]) <= PARITY_TOL, (
         ps["val_accuracy"], mxnet["val_accuracy"])
     assert ps["lr_applied"] == ddp["lr_applied"] == optim.default_lr(model)
+
+
+def test_a_pipeline_reaches_one_device_at_the_global_batch(sweep):
+    records = sweep[0]
+    reference = _ok(records, TORCH_REFERENCES["lenet-cnn", 4])["val_accuracy"]
+    piped = _ok(records, PIPELINE)
+    assert piped["diverged"] is False
+    assert abs(piped["val_accuracy"] - reference) <= PARITY_TOL, (piped["val_accuracy"],
+                                                                  reference)
+    assert piped["pipe_stages"] == 2 and piped["lr_applied"] == optim.default_lr("lenet-cnn")
 
 
 def test_too_high_learning_rate_is_reported_as_diverged(sweep):
