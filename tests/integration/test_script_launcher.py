@@ -108,30 +108,38 @@ def test_two_ranks_on_loopback(tmp_path, fashion):
     assert any(l["exchange_s"] > 0 for rank_lines in lines for l in rank_lines)
 
 
+# name: (script, the error event's kind and message, the script's status, the launcher's)
 FAILING = {
     "raises": ("import torch\nraise ValueError('the data are wrong')\n",
-               "ValueError: the data are wrong", 1),
+               "error", "ValueError: the data are wrong", 1, 1),
     "exits_3": ("import sys\nprint('no checkpoint to resume from', file=sys.stderr)\n"
-                "sys.exit(3)\n", "no checkpoint to resume from", 3),
-    "imports_missing": ("import torch\nimport edgeprof_no_such_package\n",
-                        "ModuleNotFoundError: No module named 'edgeprof_no_such_package'", 1),
+                "sys.exit(3)\n", "error", "no checkpoint to resume from", 3, 1),
+    "imports_missing": ("import torch\nimport edgeprof_no_such_package\n", "error",
+                        "ModuleNotFoundError: No module named 'edgeprof_no_such_package'",
+                        1, 1),
+    "out_of_memory": ("import torch\ntorch.empty(1 << 62, dtype=torch.uint8)\n", "oom",
+                      None, 1, 3),
 }
 
 
 def test_failing_scripts_leave_an_error_event(tmp_path):
     procs = {}
-    for name, (code_text, _, _) in FAILING.items():
+    for name, (code_text, *_) in FAILING.items():
         script = tmp_path / f"{name}.py"
         script.write_text(code_text)
         procs[name] = _launch(tmp_path / name, script)
     for name, proc in procs.items():
         code, _, err = _finish(proc)
-        _, message, status = FAILING[name]
-        assert code == 1, f"{name}: {err[-2000:]}"  # workloads.train's 'error'
-        events = read_events(tmp_path / name / "worker-0.jsonl")
-        assert events[-1]["event"] == "error", name
-        assert (events[-1]["kind"], events[-1]["message"], events[-1]["exit_status"]) == (
-            "error", message, status)
+        _, kind, message, status, launcher_status = FAILING[name]
+        # workloads.train's statuses: 1 error (whatever the script's), 3 out of memory
+        assert code == launcher_status, f"{name}: {err[-2000:]}"
+        error = read_events(tmp_path / name / "worker-0.jsonl")[-1]
+        assert error["event"] == "error", name
+        assert (error["kind"], error["exit_status"]) == (kind, status), name
+        if message is None:  # torch's allocator's own words
+            assert "can't allocate memory" in error["message"]
+        else:
+            assert error["message"] == message
 
 
 def test_a_script_without_log_says_accuracy_was_not_reported(tmp_path):
