@@ -242,6 +242,16 @@ def test_report_sets_the_study_beside_matching_cells(sweep, report):
     assert time_ratio[7] in ("within", "outside")  # judged: both cells are there
 
 
+def test_a_sweep_without_pipeline_cells_has_no_pipeline_section(report):
+    """test_report_pipeline.py shows the section on a torch-pipe sweep; here it is absent,
+    and so is its figure, and no cell's engine names a pipeline's shape."""
+    page = report.read_text()
+    assert "id='pipeline'" not in page and "Pipeline stages" not in page
+    assert "fig-pipeline" not in page
+    assert not list((report.parent / "report-figures").glob("fig-pipeline*"))
+    assert not re.search(r"torch-pipe|\bS\d+ M\d+", page)
+
+
 def test_report_to_another_file(sweep, tmp_path):
     out = tmp_path / "elsewhere" / "pi.html"
     out.parent.mkdir()
