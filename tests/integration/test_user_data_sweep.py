@@ -1,7 +1,8 @@
 """The user's own data trains through the real command: real Fashion-MNIST exported to an
 ``.npz`` and to a folder of PNGs, ``edgeprof sweep --dataset PATH`` on the local cluster,
-LeNet-MLP on the torch parameter server (sync and async) and on torch-ddp, two devices,
-two epochs, every process a real ``workloads.train`` over loopback.
+a user's model (``examples/cnn_model.py:make_model``, ``--model PATH.py:FACTORY``) on the
+torch parameter server (sync and async) and on torch-ddp, two devices, two epochs, every
+process a real ``workloads.train`` over loopback.
 
 Each format must learn (accuracy above chance, 0.3 for ten classes), the results must
 name the data and its digest, and the worker must have read the staged file. A second
@@ -28,13 +29,14 @@ from workloads.datasets import user
 
 pytestmark = pytest.mark.integration
 CHANCE = 0.3  # "above chance" for ten classes, with a margin for two short epochs
+USER_MODEL = f"{ROOT / 'examples' / 'cnn_model.py'}:make_model"
 
 
 def _sweep(dataset: Path, out: Path, cache: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, user.CACHE_ENV: str(cache),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     argv = [sys.executable, "-m", "profiler.cli", "sweep", "--cluster", "local",
-            "--engine", "torch,torch-ddp", "--model", "lenet-mlp", "--devices", "2",
+            "--engine", "torch,torch-ddp", "--model", USER_MODEL, "--devices", "2",
             "--sync", "sync,async", "--epochs", "2", "--batch", "32", "--dataset",
             str(dataset), "--out", str(out), "--no-agent", *extra]
     return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=out.parent,
@@ -63,12 +65,13 @@ def test_user_data_trains_on_the_parameter_server_and_ddp(fmt, exported, tmp_pat
     assert {(r["engine"], r["sync"]) for r in rows} == {
         ("torch", "sync"), ("torch", "async"), ("torch-ddp", "sync")}
     staged = list((tmp_path / "out" / "inputs").iterdir())
-    assert len(staged) == 1 and staged[0].name.startswith("dataset-")
+    staged = [path for path in staged if path.name.startswith("dataset-")]
+    assert len(staged) == 1  # beside the model file
     label = exported[fmt].name
     for row in rows:
         assert row["status"] == "ok", row["reason"]
         assert float(row["val_accuracy"]) > CHANCE, row
-        assert row["dataset"] == label
+        assert row["dataset"] == label and row["model"] == "cnn_model.py:make_model"
         assert staged[0].name == f"dataset-{row['data_digest'][:12]}.npz"
         assert len(row["data_digest"]) == 64
         assert int(row["train_samples"]) == exported["train"][fmt]
@@ -96,5 +99,5 @@ def test_a_set_of_five_classes_builds_five_outputs_on_workers_and_server(exporte
     assert all(r["status"] == "ok" and float(r["val_accuracy"]) > 0.4 for r in rows), rows
     starts = [json.loads(line) for path in out.glob("cells/*/attempt-1/events/worker-0.jsonl")
               for line in path.read_text().splitlines() if '"start"' in line]
-    # LeNet-MLP's 109,386 parameters with its last layer 64 x 5 + 5 instead of 64 x 10 + 10.
-    assert [s["param_count"] for s in starts] == [109386 - 5 * 65] * 3
+    # The example CNN's 105,866 parameters with its last layer 64 x 5 + 5, not 64 x 10 + 10.
+    assert [s["param_count"] for s in starts] == [105866 - 5 * 65] * 3
