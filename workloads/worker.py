@@ -170,6 +170,7 @@ class Worker:
                     node=os.environ.get(NODE_ENV), breakdown=args.breakdown,
                     comm=args.comm, model=args.model, layers=args.layers, batch=args.batch,
                     dataset=self.data.name, train_samples=self.data.train_total,
+                    classes=self.data.classes,
                     data_partition=args.data_partition,
                     worker_samples=len(self.data.x_train), data_digest=self.data_digest(),
                     val_samples=len(self.data.x_test), steps_per_epoch=self.steps_per_epoch,

@@ -48,7 +48,7 @@ def loss_per_epoch(epochs_by_rank: dict[int, list[dict]]) -> list[float | str | 
     return losses
 
 
-def judge(epochs_by_rank: dict[int, list[dict]], classes: int = CLASSES,
+def judge(epochs_by_rank: dict[int, list[dict]], classes: int | None = CLASSES,
           steps_per_epoch: int | None = None) -> tuple[bool | None, str | None]:
     """``(diverged, reason)``; ``(None, None)`` when no epoch ended (nothing to judge),
     or when an epoch of ``steps_per_epoch`` < ``MIN_JUDGED_STEPS`` ended with finite
@@ -74,6 +74,8 @@ def judge(epochs_by_rank: dict[int, list[dict]], classes: int = CLASSES,
     ends = [v for v in ends if _finite(v)]
     if not ends or (steps_per_epoch is not None and steps_per_epoch < MIN_JUDGED_STEPS):
         return None, None
+    if not classes or classes < 2:  # a loss of unknown meaning: only NaN/inf is judged
+        return False, None
     uniform = math.log(classes)
     end_loss = mean(ends)
     if end_loss >= uniform:

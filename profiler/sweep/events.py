@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
 
+from workloads.datasets.catalog import CLASSES
 from workloads.datasets.resolver import parts as data_parts
 from workloads.events import read_events
 
@@ -56,8 +57,13 @@ class CellEvents:
         accuracies = [e.get("val_accuracy") for e in rank0_epochs]
         start0 = next((e for e in self.by_rank.get(0, []) if e.get("event") == "start"), {})
         window = self.train_window()
+        # The classes the model chose among (a user's data has its own count; older
+        # events, ten); a user's script does not say, and its loss may be anything:
+        # only a non-finite one is judged.
+        classes = None if "script" in start0 else start0.get("classes", CLASSES)
         diverged, divergence_reason = divergence.judge(
-            self.epochs_by_rank(), steps_per_epoch=start0.get("steps_per_epoch"))
+            self.epochs_by_rank(), classes=classes,
+            steps_per_epoch=start0.get("steps_per_epoch"))
         return {
             "elapsed_s": round(max(e["t"] for e in ends) - t_launch, 3) if ends else None,
             "train_s": round(window[1] - window[0], 3) if window else None,

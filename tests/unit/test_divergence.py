@@ -179,3 +179,14 @@ def test_an_epoch_too_short_to_learn_is_not_judged_unless_its_loss_is_not_finite
     assert judge({0: _epochs(2.4, end=[6.97])}, steps_per_epoch=3) == (None, None)
     assert judge({0: _epochs(float("nan"))}, steps_per_epoch=3)[0] is True
     assert judge({0: _epochs(2.4, end=[6.97])}, steps_per_epoch=MIN_JUDGED_STEPS)[0] is True
+
+
+def test_the_uniform_guess_is_the_datas_own_and_a_scripts_loss_is_not_judged():
+    """100 classes: a loss of 3.0 is below ln(100) = 4.6 (learning); a script's loss of
+    unknown meaning is judged only when it is not finite."""
+    epochs = {0: [{"epoch": 1, "train_loss": 3.0, "train_loss_end": 3.0}]}
+    assert judge(epochs, classes=100, steps_per_epoch=50) == (False, None)
+    assert judge(epochs, classes=10, steps_per_epoch=50)[0] is True
+    assert judge(epochs, classes=None, steps_per_epoch=50) == (False, None)
+    nan = {0: [{"epoch": 1, "train_loss": float("nan")}]}
+    assert judge(nan, classes=None, steps_per_epoch=50)[0] is True
