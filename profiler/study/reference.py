@@ -126,4 +126,7 @@ def _model(r: dict) -> str:
 
 def _config(r: dict) -> str:
     depth = f"-{r['layers']}" if r.get("layers") else ""
-    return (f"{r['model']}{depth} b{r['batch']} x{r['devices']} {r['sync']} {r['engine']}")
+    # A script's --param values tell its cells apart (``train.py b32 x2 ... seed=1``).
+    params = "".join(f" {name}={value}" for name, value in r.get("params") or ())
+    return (f"{r['model']}{depth} b{r['batch']} x{r['devices']} {r['sync']} {r['engine']}"
+            f"{params}")

@@ -390,6 +390,8 @@ def sweep(**kw) -> None:
     \b
         edgeprof sweep --model resnet --layers 20,32 --batch 32,64 --devices 1,2 \\
             --sync sync,async --max-samples 2000
+        edgeprof sweep --script examples/ddp_train.py --devices 1,2,4 \\
+            --script-args "--epochs 2 --batch {batch}" --batch 32,64
     """
     from ..calibrate.check import check_sweep
 

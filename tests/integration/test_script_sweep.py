@@ -119,7 +119,8 @@ def test_script_sweep_local_params_resume_and_report(fashion, tmp_path):
     report = _edgeprof("report", str(out))
     assert report.returncode == 0, report.stderr[-3000:]
     page = (out / "report.html").read_text()
-    assert "train.py" in page and all(r["cell_id"] in page for r in records)
+    assert "train.py b32 x4 sync script seed=7" in page
+    assert all(r["cell_id"] in page for r in records)
 
 
 def _compare_with_the_factory(script_cell: dict, out: Path) -> None:
