@@ -179,7 +179,10 @@ def sweep_overview() -> dashboard.Dashboard:
             'last("cpu_percent_mean") AS "CPU %", last("mem_used_mb_mean") AS "memory MB", '
             'last("net_sent_kb_per_s") AS "sent KB/s" FROM "cell" WHERE '
             f'{cells} AND $timeFilter GROUP BY "cell", "model", "layers", "batch", '
-            '"devices", "sync", "engine", "status", "diverged"', result_format="table")))
+            '"devices", "sync", "engine", "status", "diverged", '
+            # A pipeline cell's shape (torch-pipe's own settings): an empty column for
+            # the other engines' cells, which do not have these tags.
+            '"microbatches", "schedule", "replicas", "split"', result_format="table")))
     board = board.with_row(dashboard.Row("Against devices (finished cells)"))
     board = board.with_panel(_by_devices("CPU % against devices", "cpu_percent_mean",
                                          "percent"))

@@ -5,7 +5,9 @@ live by ``edgeprof sweep --influx-url`` (agents' metrics and the cells' training
 points), and of a second one run with ``--no-agent`` (training points only, which the
 sweep overview must still list and show). The queries are those of the committed
 dashboards/*.json, with Grafana's
-macros substituted as Grafana renders them: ``$timeFilter`` as a time range covering
+macros substituted as Grafana renders them (a third sweep, one ``torch-pipe`` cell,
+checks that a pipeline cell's points, tagged with its own settings, fill every panel
+too, and that the cells table names its shape): ``$timeFilter`` as a time range covering
 the sweep, ``$__interval`` as 1s, each variable as one of the values its own query
 returned (chained: the cell list comes from the chosen sweep, and so on) and once as
 the "All" value. Each must return at least one series: this is what catches a panel
@@ -31,11 +33,11 @@ BOARDS = sorted((ROOT / "dashboards").glob("*.json"))
 DB = "edgeprof"
 
 
-def _sweep(server, out: Path, *args: str) -> str:
+def _sweep(server, out: Path, *args: str, dataset: str = "mnist-5k") -> str:
     """Run a small real sweep shipping live to ``server``; return its sweep id."""
     done = subprocess.run(
         [sys.executable, "-m", "profiler.cli", "sweep", "--model", "lenet-mlp",
-         "--dataset", "mnist-5k", "--batch", "32", "--max-samples", "400", "--out", str(out),
+         "--dataset", dataset, "--batch", "32", "--max-samples", "400", "--out", str(out),
          "--influx-url", server.url, "--influx-db", DB, *args],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -54,7 +56,10 @@ def shipped(tmp_path_factory):
         no_agent_id = _sweep(server, work / "no-agent", "--devices", "1", "--epochs", "1",
                              "--no-agent")
         assert no_agent_id != sweep_id
-        yield server, sweep_id, no_agent_id
+        time.sleep(1.1)
+        pipe_id = _sweep(server, work / "pipe", "--engine", "torch-pipe", "--devices", "2",
+                         "--microbatches", "2", "--interval", "0.5", dataset="synthetic")
+        yield server, sweep_id, no_agent_id, pipe_id
 
 
 def _render(query: str, values: dict[str, str]) -> str:
@@ -91,7 +96,7 @@ def _targets(board: dict):
 @pytest.mark.parametrize("board_path", BOARDS, ids=[p.stem for p in BOARDS])
 @pytest.mark.parametrize("all_values", [False, True], ids=["one-value", "all"])
 def test_every_query_of_the_dashboard_returns_data(shipped, board_path: Path, all_values):
-    server, sweep_id, _ = shipped
+    server, sweep_id, _, _ = shipped
     board = json.loads(board_path.read_text())
     values = _variable_values(server, board, sweep_id, all_values=all_values)
     empty = _empty_panels(server, board, values)
@@ -113,13 +118,31 @@ def _empty_panels(server, board: dict, values: dict) -> list[str]:
 def test_sweep_overview_shows_a_sweep_run_without_agents(shipped, all_values):
     """A ``--no-agent`` sweep has no agents' points: the overview still lists it and its
     cells (from the ``cell`` measurement) and shows everything but the resources."""
-    server, _, no_agent_id = shipped
+    server, _, no_agent_id, _ = shipped
     board = json.loads((ROOT / "dashboards" / "sweep-overview.json").read_text())
     values = _variable_values(server, board, no_agent_id, all_values=all_values)
     assert "cpu" not in _measurements(server, no_agent_id)  # no agent ran indeed
     empty = {line.split(":", 1)[0] for line in _empty_panels(server, board, values)}
     assert empty == {"CPU % against devices", "Memory against devices",
                      "Network sent against devices"}, empty
+
+
+@pytest.mark.parametrize("board_path", BOARDS, ids=[p.stem for p in BOARDS])
+def test_a_pipeline_sweep_fills_every_panel(shipped, board_path: Path):
+    """A torch-pipe cell's points (its stages are its nodes; its tags add microbatches,
+    schedule, replicas, split) fill every panel, and the cells table shows its shape."""
+    server, _, _, pipe_id = shipped
+    board = json.loads(board_path.read_text())
+    for all_values in (False, True):
+        values = _variable_values(server, board, pipe_id, all_values=all_values)
+        assert not _empty_panels(server, board, values), all_values
+    if board["uid"] != "edgeprof-sweep-overview":
+        return
+    [target] = [t for title, t in _targets(board) if title.startswith("Cells")]
+    [series] = influx_query(server.url, DB, _render(target["query"], {
+        "sweep": pipe_id, "cell": ".*"}))
+    assert {k: series["tags"][k] for k in ("engine", "microbatches", "schedule")} == \
+        {"engine": "torch-pipe", "microbatches": "2", "schedule": "gpipe"}
 
 
 def _measurements(server, sweep_id: str) -> set[str]:
