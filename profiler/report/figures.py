@@ -40,7 +40,8 @@ class Skipped:
     reason: str
 
 
-def _png(fig) -> bytes:
+def png_bytes(fig) -> bytes:
+    """A pyplot figure as PNG bytes at the report's DPI; the figure is closed."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
     plt.close(fig)
@@ -92,7 +93,7 @@ def _plot_against_devices(records, name, title, caption, panels) -> Figure | Ski
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     _legend(fig, axes[0][0])
-    return Figure(name, title, caption, _png(fig))
+    return Figure(name, title, caption, png_bytes(fig))
 
 
 def _legend(fig, ax, inside_at_most: int = 6) -> None:
@@ -145,7 +146,7 @@ def sync_vs_async(records):
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", alpha=0.3)
     axes[0].legend()
-    return Figure("fig-sync-async", title, "As the study's Figure 3.", _png(fig))
+    return Figure("fig-sync-async", title, "As the study's Figure 3.", png_bytes(fig))
 
 
 def _grid_layers_batch(records):
@@ -174,7 +175,7 @@ def _bars_by_layers(records, name, title, caption, panels) -> Figure | Skipped:
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    return Figure(name, title, caption, _png(fig))
+    return Figure(name, title, caption, png_bytes(fig))
 
 
 def time_and_accuracy_by_layers_batch(records):
@@ -207,7 +208,7 @@ def accuracy_over_epochs(records):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return Figure("fig-epochs", title, "Validation accuracy after each epoch, as the "
-                  "study's Table 4.", _png(fig))
+                  "study's Table 4.", png_bytes(fig))
 
 
 PHASE_COLOURS = (("data", "#bbbbbb"), ("compute", "#4c72b0"), ("comm", "#dd8452"),
@@ -254,7 +255,7 @@ def step_breakdown_vs_devices(records):
                   "Each worker's mean step split into preparing the batch, computing "
                   "(forward, backward), communicating and waiting (for the slowest worker "
                   "or the server), sync cells in the board's time (docs/timeline.md says "
-                  "how each engine is measured).", _png(fig))
+                  "how each engine is measured).", png_bytes(fig))
 
 
 def wait_by_worker(records):
@@ -291,7 +292,7 @@ def wait_by_worker(records):
     return Figure("fig-wait-by-worker", title,
                   "Mean wait per step of each worker (one bar a worker rank, grouped by "
                   "cell), in the board's time; hatched: the slowest worker (sync: the one "
-                  "the others waited for most often).", _png(fig))
+                  "the others waited for most often).", png_bytes(fig))
 
 
 SWEEP_FIGURES: list[Callable] = [time_and_accuracy_vs_devices, sync_vs_async,

@@ -14,7 +14,7 @@ from collections import defaultdict
 
 from ..sweep import board_time
 from ..sweep.table import is_pipeline
-from .figures import Figure, _png, plt
+from .figures import Figure, png_bytes, plt
 
 # (heading, results column, per stage): a per-stage column is a list in stage order.
 TABLE = [("split (layers)", "pipe_split", True),
@@ -113,8 +113,9 @@ def figure(records: list[dict]) -> Figure | None:
         ax.grid(alpha=0.3)
     bubble_ax.legend(fontsize=7)
     return Figure(FIGURE_NAME, "Pipeline bubble and step against the prediction",
-                  "Left: each stage's idle share of the schedule (mean over stages), "
-                  "measured, and GPipe's (S-1)/(M+S-1) dashed. Right: the measured step "
+                  "Left: each stage's idle share of the schedule (neither computing "
+                  "nor sending at the link's rate; mean over stages), measured, and "
+                  "GPipe's (S-1)/(M+S-1) dashed. Right: the measured step "
                   "over the pipeline model's (M+S-1) x the slowest stage's time per "
                   "micro-batch (compute and its link); above 1, the network or the "
-                  "schedule's overheads, not the split, limit the pipeline.", _png(fig))
+                  "schedule's overheads, not the split, limit the pipeline.", png_bytes(fig))
