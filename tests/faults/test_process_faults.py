@@ -53,6 +53,18 @@ def _training(out: Path) -> bool:
                for path in out.glob("cells/*/attempt-1/events/worker-*.jsonl"))
 
 
+def _start_until_training(cmd: list[str], out: Path):
+    """Start the sweep ``cmd`` and wait until its first cell trains: (process, psutil's)."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _training(out):
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.1)
+    assert _training(out), "the sweep's first cell never started training"
+    return proc, psutil.Process(proc.pid)
+
+
 @pytest.mark.parametrize("engine, role", [
     ("mxnet", "worker"), ("mxnet", "server"), ("mxnet", "scheduler"),
     ("torch", "worker"), ("torch", "server")])
@@ -64,14 +76,7 @@ def test_a_role_killed_mid_cell_fails_the_cell_naming_it(tmp_path, engine, role)
            "--max-samples", "6000", "--val-samples", "200", "--epochs", "2",
            "--interval", "0.5", "--timeout", str(TIMEOUT_S), "--engine", engine,
            "--out", str(out)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    controller = psutil.Process(proc.pid)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not _training(out):
-        assert proc.poll() is None, proc.communicate()[1][-2000:]
-        time.sleep(0.1)
-    assert _training(out), "the first cell never started training"
+    proc, controller = _start_until_training(cmd, out)
     victim = _roles(controller)[role]
     cell_processes = controller.children(recursive=True)
     t_kill = time.monotonic()
@@ -154,14 +159,7 @@ def test_a_pipeline_stage_killed_fails_the_cell_naming_the_stage(tmp_path):
     cmd = [*EDGEPROF, "sweep", "--engine", "torch-pipe", "--model", "lenet-cnn",
            "--devices", "2", "--batch", "8", "--microbatches", "2", "--max-samples", "6000",
            "--val-samples", "64", "--no-agent", "--timeout", str(TIMEOUT_S), "--out", str(out)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    controller = psutil.Process(proc.pid)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not _training(out):
-        assert proc.poll() is None, proc.communicate()[1][-2000:]
-        time.sleep(0.1)
-    assert _training(out), "the cell never started training"
+    proc, controller = _start_until_training(cmd, out)
     stages = {}
     for child in controller.children(recursive=True):
         try:
