@@ -43,6 +43,17 @@ class CellEvents:
             return None
         return min(e["t"] for e in starts), max(e["t"] for e in ends)
 
+    def start0(self) -> dict:
+        """Rank 0's ``start`` event; its ``steps_per_epoch`` from its ``end`` where the
+        start could not know it (a user's script says it once an epoch has run)."""
+        events = self.by_rank.get(0, [])
+        start = next((e for e in events if e.get("event") == "start"), {})
+        if start.get("steps_per_epoch") is None:
+            end = next((e for e in events if e.get("event") == "end"), {})
+            if end.get("steps_per_epoch") is not None:
+                start = {**start, "steps_per_epoch": end["steps_per_epoch"]}
+        return start
+
     def epochs_by_rank(self) -> dict[int, list[dict]]:
         """Each worker's ``epoch`` events, in epoch order."""
         return {rank: sorted((e for e in events if e.get("event") == "epoch"),
@@ -55,7 +66,7 @@ class CellEvents:
         rank0_epochs = sorted((e for e in self.by_rank.get(0, []) if e.get("event") == "epoch"),
                               key=lambda e: e["epoch"])
         accuracies = [e.get("val_accuracy") for e in rank0_epochs]
-        start0 = next((e for e in self.by_rank.get(0, []) if e.get("event") == "start"), {})
+        start0 = self.start0()
         window = self.train_window()
         # The classes the model chose among (a user's data has its own count; older
         # events, ten); a user's script does not say, and its loss may be anything:

@@ -45,7 +45,7 @@ def breakdown_columns(cell, cell_dir: Path, events, specs: Sequence,
     loaded = step_lines.load_cell_steps(
         cell_dir / "events", sync=cell.sync == "sync", worker_nodes=worker_nodes,
         server_nodes=node_of_ranks(events, specs, "server"), offsets_s=offsets_s)
-    start0 = next((e for e in events.by_rank.get(0, []) if e.get("event") == "start"), {})
+    start0 = events.start0()
     columns = step_lines.summarize(loaded, events.epochs_by_rank(),
                                    start0.get("steps_per_epoch"), cell.sync == "sync")
     columns.update(robust_columns(loaded.workers, events.epochs_by_rank(), start0,
