@@ -42,3 +42,18 @@ def test_epochs_done_counts_rank0_epoch_events(tmp_path):
     writer.emit("epoch", epoch=1, epoch_s=1.0)
     writer.emit("epoch", epoch=2, epoch_s=1.0)
     assert epochs_done(tmp_path) == 2
+
+
+def test_a_script_says_its_steps_per_epoch_at_its_end(tmp_path):
+    """The script launcher's start event comes before any epoch: the steady rate takes
+    rank 0's steps_per_epoch from its end event."""
+    with EventWriter(tmp_path, 0) as ev:
+        ev.emit("start", num_workers=1, batch=10, script="train.py")
+        ev.emit("first_step")
+        ev.emit("epoch", epoch=1, epoch_s=2.0, first_step_s=0.2, train_loss=1.0)
+        ev.emit("end", elapsed_s=2.1, train_s=2.0, samples=None, samples_per_s=0.0,
+                syncs=10, steps_per_epoch=10)
+    events = read_cell_events(tmp_path)
+    assert events.start0()["steps_per_epoch"] == 10
+    # (2.0 - 0.2) s over 9 steps of 10 samples.
+    assert events.columns(0.0)["steady_s_per_sample"] == 0.02
