@@ -366,3 +366,30 @@ def test_a_users_model_file_goes_to_each_node_and_is_removed_at_the_end(hosts, t
         assert f"model file: {remote}" in (logs / f"{log}.log").read_text(), log
         assert not remote.parent.exists(), node
     assert _wait_gone(hosts, str(out), "remote-n") == []
+
+
+def test_a_pipeline_cell_over_ssh_has_its_stages_on_two_hosts(hosts, tmp_path):
+    """``torch-pipe``: LeNet-CNN in 2 stages, stage 0 on n0 and stage 1 on n1, the
+    activations and their gradients over Gloo between the two hosts' interfaces; the
+    split was priced on the link measured between them, and nothing is left on a node."""
+    out = tmp_path / "sweep"
+    done = _sweep(hosts, out, "--engine", "torch-pipe", "--model", "lenet-cnn", "--devices",
+                  "2", "--batch", "32", "--microbatches", "2", "--max-samples", "128",
+                  "--no-agent", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (rec,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["cluster"] == "inventory" and rec["syncs_per_worker"] == 4
+    assert rec["worker_nodes"] == {"0": "n0", "1": "n1"}, rec["worker_nodes"]
+    cell = out / "cells" / rec["cell_id"] / "attempt-1"
+    starts = [next(json.loads(line) for line in
+                   (cell / "events" / f"worker-{rank}.jsonl").read_text().splitlines()
+                   if '"start"' in line) for rank in (0, 1)]
+    assert [s["stage"] for s in starts] == [0, 1]
+    assert starts[0]["split"] == starts[1]["split"] and sum(starts[0]["split"]) == 12
+    assert starts[0]["link_bytes_per_s"] > 0 and len(rec["stage_compute_ms"]) == 2
+    assert rec["pipe_split"] == ",".join(map(str, starts[0]["split"]))
+    for node in ("n0", "n1", "n2"):
+        remote = hosts["work"] / f"remote-{node}" / "sweep"
+        assert not remote.exists() or not any(remote.glob("cells/*/*/*")), node
+    assert _wait_gone(hosts, str(out), "remote-n") == []
