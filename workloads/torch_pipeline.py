@@ -121,6 +121,7 @@ class PipelineWorker(TorchWorker):
         self.predicted_stage_s = [sum(per_stage[s].seconds[bounds[s]:bounds[s + 1]])
                                   for s in range(self.stages)]
         self.link_bytes_per_s = link
+        self.stage_profiles = per_stage  # for the start event: the split can be re-checked
         self.boundary_bytes = [profile.out_bytes[bounds[s + 1] - 1]
                                for s in range(self.stages - 1)]
         with torch.no_grad():
@@ -235,6 +236,10 @@ class PipelineWorker(TorchWorker):
                 "predicted_stage_s": [round(s, 6) for s in self.predicted_stage_s],
                 "link_bytes_per_s": self.link_bytes_per_s,
                 "boundary_bytes": self.boundary_bytes, "data_shards": self.replicas,
+                # The profile the split was chosen from: per stage (its slowest replica),
+                # each layer's forward+backward seconds; each layer's output bytes.
+                "layer_s": [[round(t, 6) for t in p.seconds] for p in self.stage_profiles],
+                "layer_out_bytes": list(self.stage_profiles[0].out_bytes),
                 "counts_samples": self.is_first}
 
     def train_epoch(self, epoch: int, on_first_step) -> tuple[float, float]:
