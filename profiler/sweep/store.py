@@ -41,6 +41,8 @@ RESULT_COLUMNS = [
     "server_send_ms_mean", "trace_file",
     # A pipeline's split, stages and bubble (profiler.timeline.pipeline).
     *PIPELINE_COLUMNS,
+    # What the cell cost at --price (profiler.sweep.cost).
+    "cost_usd", "cost_per_epoch_usd", "price_source",
 ]
 ID_COLUMNS = ["sweep_id", "cell_id", "cluster", "attempt"]
 # Statuses that a resumed sweep does not run again; ``failed`` cells are retried

@@ -25,11 +25,13 @@ from ..cell import CELL_FORMAT, CellConfig
 from ..cluster import ClusterSettings, cluster_settings
 from ..engines import get_engine
 from ..engines.base import TrainOptions
+from ..cluster.prices import PriceSpec
 from ..errors import ConfigError
 from .folder import next_attempt, prepare_sweep_dir
 from .inputs import UserFile, stage
 from .interrupts import StopRequest
 from .monitoring import summary_columns
+from .cost import cost_columns
 from .train_points import spool_cell_points
 from .runner import run_cell
 from .store import ResultsStore
@@ -57,6 +59,9 @@ class SweepSettings:
     # The user's files the cells need on their nodes (a model file, a dataset, a script),
     # staged into <sweep>/inputs before the first cell (profiler.sweep.inputs).
     user_files: tuple[UserFile, ...] = ()
+    # What each node costs per hour (``--price``, profiler.cluster.prices): the cells'
+    # cost columns (profiler.sweep.cost); None: no cost columns.
+    price: PriceSpec | None = None
 
     def identity(self) -> dict:
         """What else, besides each cell's configuration, decides a cell's results.
@@ -190,6 +195,10 @@ def _run_one(cell, cluster, engine, sweep_dir, options, sweep_id, settings, stor
                   "cluster": cluster.name, "attempt": attempt, "status": "failed",
                   "reason": f"could not run the cell: {type(exc).__name__}: {exc}"[:500]}
     finally:
+        if record is not None and settings.price is not None:
+            # The nodes the cell ran on, as run_cell placed them: the first it needs.
+            record.update(cost_columns(record, settings.price,
+                                       cluster.nodes()[:engine.nodes_needed(cell)]))
         if record is not None:
             try:
                 # Progress and outcome as points for Grafana, shipped with the cell's spools.
