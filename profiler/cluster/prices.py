@@ -154,6 +154,19 @@ def _given_name(usd_per_h: float) -> str:
     return f"{usd_per_h:g} USD/h"
 
 
+PRICE_HELP = ("What each node costs per hour, for the cells' cost_usd and cost_per_epoch_usd "
+              "columns: USD per hour (0.034), a packaged board or cloud VM (pi3b, pi4, pi5: "
+              "list price over its life plus electricity; c6g.medium .. c6g.2xlarge, "
+              "p4d.24xlarge), or per node profile (pi4=0.02,pi3b=pi3b; local slots are "
+              "'host'). Prices: profiles.yaml's 'prices:', docs/energy.md.")
+
+
+def price_spec(text: str) -> PriceSpec:
+    """``--price`` read against the profile files' prices and profiles."""
+    from .profiles import load_catalog
+    return parse_price(text, load_prices(), load_catalog())
+
+
 def parse_price(text: str, table: PriceTable, catalog=None) -> PriceSpec:
     """``--price``: ``NAME`` or ``USD_PER_H`` for every node, or ``PROFILE=NAME|USD_PER_H``
     pairs, comma-separated. ``catalog`` (``profiles.Catalog``): the node profiles a pair

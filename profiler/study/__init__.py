@@ -39,6 +39,7 @@ class StudySettings:
     timeout_s: float | None = None
     interval_s: float | None = 1.0
     ship_target: object | None = None
+    price: object | None = None  # --price: profiler.cluster.prices.PriceSpec
 
 
 @dataclass
@@ -115,6 +116,7 @@ def plan(settings: StudySettings) -> StudyPlan:
         cells=cells, out_dir=settings.out_dir, cluster=cluster,
         data_dir=settings.data_dir, timeout_s=settings.timeout_s, resume=settings.resume,
         interval_s=settings.interval_s, val_samples=val, ship_target=settings.ship_target,
+        price=settings.price,
         extra={"study": "park2019", "scale": settings.scale, "method": how.name})
     check = settings.profile_check if profiled else "off"
     if check != "off" and profile in catalog.mixes:

@@ -9,6 +9,7 @@ import click
 
 from ..cli_errors import reports_errors
 from ..cluster import providers_help
+from ..cluster.prices import PRICE_HELP, price_spec
 from ..engines import ENGINES
 
 
@@ -69,13 +70,14 @@ def study() -> None:
               help="Seconds per cell [default: derived from the cell's work].")
 @click.option("--out", default=None, type=click.Path(path_type=Path),
               help="Sweep folder [default: runs/<sweep_id>].")
+@click.option("--price", default=None, help=PRICE_HELP)
 @click.option("--resume", is_flag=True, help="Continue the study in --out.")
 @click.option("--estimate", "estimate_only", is_flag=True,
               help="Print the cells, data and estimated time, and run nothing.")
 @reports_errors
 def park2019(scale, parts, devices, cluster_name, profile, speedup, engine, method,
-             profile_check, profile_tolerance, data_dir, inventory, timeout, out, resume,
-             estimate_only) -> None:
+             profile_check, profile_tolerance, data_dir, inventory, timeout, out, price,
+             resume, estimate_only) -> None:
     """Park, Lee & Kim (2019): Tables 1-4 and Figures 3-7 as one sweep, then its report.
 
     Prints the grid and an estimate of its time before it starts; the sweep is
@@ -107,7 +109,7 @@ def park2019(scale, parts, devices, cluster_name, profile, speedup, engine, meth
         cluster=cluster_name, profile=profile, speedup=speedup, engine=engine,
         method=method, profile_check=profile_check, profile_tolerance=profile_tolerance,
         data_dir=data_dir, inventory=inventory, out_dir=out, resume=resume,
-        timeout_s=timeout)
+        timeout_s=timeout, price=price_spec(price) if price is not None else None)
     study_plan = plan(settings)
     preflight(study_plan.sweep)
     click.echo(study_plan.describe(), err=True)

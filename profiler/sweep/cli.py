@@ -19,6 +19,7 @@ from workloads import models as model_registry
 from workloads.datasets.catalog import DIGITS, family_of
 
 from ..cli_errors import reports_errors
+from ..cluster.prices import PRICE_HELP, price_spec
 from ..engines import ENGINES
 from ..errors import EdgeprofError
 from . import grid
@@ -49,24 +50,6 @@ def _lr_help() -> str:
     rates = ", ".join(f"{name} {spec.lr:g}" for name, spec in model_registry.REGISTRY.items())
     return (f"Learning rate(s) [default: the model's: {rates}; "
             "docs/workloads.md#learning-rates].")
-
-
-def price_help() -> str:
-    """``--price``'s help, shared with ``edgeprof study``."""
-    return ("What each node costs per hour, for the cells' cost_usd and cost_per_epoch_usd "
-            "columns: USD per hour (0.034), a packaged board or cloud VM (pi3b, pi4, pi5: "
-            "list price over its life plus electricity; c6g.medium .. c6g.2xlarge, "
-            "p4d.24xlarge), or per node profile (pi4=0.02,pi3b=pi3b; local slots are "
-            "'host'). Prices: profiles.yaml's 'prices:', docs/energy.md.")
-
-
-def parse_price_option(text: str | None):
-    """``--price`` as a ``PriceSpec`` (None when not given); bad input raises one line."""
-    if text is None:
-        return None
-    from ..cluster.prices import load_prices, parse_price
-    from ..cluster.profiles import load_catalog
-    return parse_price(text, load_prices(), load_catalog())
 
 
 def grid_options(func):
@@ -135,7 +118,7 @@ def grid_options(func):
                      help="Emulated cluster: every node's CPU quota and link rate x this "
                           "factor (time dilation: same balance of compute and network, "
                           "docs/emulated.md)."),
-        click.option("--price", default=None, help=price_help()),
+        click.option("--price", default=None, help=PRICE_HELP),
         click.option("--timeout", default=None, type=float,
                      help="Seconds a cell may take before it is stopped (status timeout); "
                           "0 for no limit [default: derived from the cell's work, "
@@ -225,7 +208,7 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
         raise EdgeprofError(f"--timeout {kw['timeout']} must be a number of seconds, "
                             "or 0 for no limit")
     target = target_from_options(**{k: v for k, v in kw.items() if k.startswith("influx_")})
-    price = parse_price_option(kw["price"])
+    price = price_spec(kw["price"]) if kw["price"] is not None else None
     cluster = cluster_settings(kw["cluster_name"], profile=kw["profile"],
                                speedup=kw["speedup"], inventory=kw["inventory"])
     settings = SweepSettings(
