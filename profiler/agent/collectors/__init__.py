@@ -13,10 +13,13 @@ from .cpu_freq import CpuFreq
 from .disk import Disk
 from .host_cpu import HostCpu
 from .host_memory import HostMemory
+from .hwmon_power import HwmonPower
 from .load import Load
 from .network import Network
+from .pi5_pmic import Pi5Pmic
 from .pi_throttling import PiThrottling
 from .processes import Processes
+from .rapl import Rapl
 from .temperature import Temperature
 
 register(HostCpu)
@@ -29,9 +32,13 @@ register(Network)
 register(Disk)
 register(Temperature)
 register(PiThrottling)
+register(Pi5Pmic)
+register(HwmonPower)
+register(Rapl)
 register(Processes)
 register(AgentSelf)
 
 __all__ = ["REGISTRY", "Collector", "Field", "Sample", "Unavailable", "build", "register",
            "AgentSelf", "CgroupCpu", "CgroupMemory", "CpuFreq", "Disk", "HostCpu",
-           "HostMemory", "Load", "Network", "PiThrottling", "Processes", "Temperature"]
+           "HostMemory", "HwmonPower", "Load", "Network", "Pi5Pmic", "PiThrottling", "Processes",
+           "Rapl", "Temperature"]

@@ -107,6 +107,12 @@ def build(config, spool) -> list[Collector]:
     return built
 
 
+def read_int(path) -> int:
+    """A sysfs file holding one integer (a counter, microwatts), read in one call."""
+    with open(path, "rb") as f:
+        return int(f.read())
+
+
 class Periodic:
     """A reading too dear for every tick, taken again at most every ``period_s``; the
     last one is repeated in between.
