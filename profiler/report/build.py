@@ -26,11 +26,12 @@ CELLS_PER_WORKER_MIN = 8
 
 
 def build_report(sweep_dir: Path, out: Path | None = None, *,
-                 workers: int | None = None) -> Path:
+                 workers: int | None = None, cloud=None) -> Path:
     """Write the report of ``sweep_dir``; return the HTML file's path.
 
     ``workers``: processes drawing the per-cell figures (1: this one alone); None: one
-    per CPU this process may use, as far as the cells keep each busy.
+    per CPU this process may use, as far as the cells keep each busy. ``cloud``: a
+    ``energy.CloudVM`` to price the cells' training beside (None: none).
     """
     sweep = load_sweep(Path(sweep_dir))
     out = Path(out) if out is not None else sweep.path / "report.html"
@@ -62,15 +63,20 @@ def build_report(sweep_dir: Path, out: Path | None = None, *,
         cell_figures = [f for f in map(_cell_figure, jobs) if f is not None]
     from .pipeline import figure as pipeline_figure
     pipe = pipeline_figure(sweep.records)  # None: no pipeline cell, no section
+    from . import energy
+    from .html import number
+    energy_fig = energy.figure(sweep.records)  # None: no cell with energy
     page = render(title=f"edgeprof sweep {sweep.sweep_id}", environment=environment(sweep),
                   records=sweep.records, config_of=_config, figures=drawn,
                   cell_figures=cell_figures, matches=matches(sweep.records),
                   ratios=reproduce(sweep.records), traces=_trace_links(sweep, out),
-                  network_drawn=network, pipeline_figure=pipe)
+                  network_drawn=network, pipeline_figure=pipe,
+                  energy_section=energy.section(sweep.records, cloud, number, _config),
+                  energy_figure=energy_fig)
     try:
         figures_dir.mkdir(parents=True, exist_ok=True)
         for figure in ([f for f in drawn if isinstance(f, figs.Figure)] + cell_figures
-                       + ([pipe] if pipe else [])):
+                       + ([pipe] if pipe else []) + ([energy_fig] if energy_fig else [])):
             (figures_dir / f"{figure.name}.png").write_bytes(figure.png)
         atomic_write_text(out, page)
     except OSError as exc:

@@ -30,6 +30,10 @@ MEASURES = ["elapsed_s", "train_s", "samples_per_s", "robust_s_per_sample", "val
 # pair of cells has them: a sweep without pipeline cells keeps its table as it was.
 PIPELINE_MEASURES = ["pipe_step_ms", "pipe_step_vs_predicted", "bubble_measured",
                      "stage_imbalance", "stage_stash_mb_max"]
+# Energy and cost (issue 32: profiler.sweep.cost and the cell's energy), compared only
+# when a pair of cells has them; ``energy_source`` says whether a side was measured.
+ENERGY_MEASURES = ["energy_j", "avg_power_w", "j_per_sample", "energy_to_accuracy_j",
+                   "cost_usd", "cost_per_epoch_usd"]
 MATCHABLE = [f for f in CellConfig.__dataclass_fields__]
 
 
@@ -80,10 +84,13 @@ def value(record: dict, measure: str):
 
 
 def measures(rows: list[Row]) -> list[str]:
-    """What is compared: ``MEASURES``, and the pipeline's own when a pair has them."""
+    """What is compared: ``MEASURES``, and the pipeline's own and the energy and cost
+    measures each when a pair has them."""
     pipelines = any(row.a.get("pipe_step_ms") is not None
                     and row.b.get("pipe_step_ms") is not None for row in rows)
-    return MEASURES + (PIPELINE_MEASURES if pipelines else [])
+    energy = [m for m in ENERGY_MEASURES
+              if any(row.a.get(m) is not None and row.b.get(m) is not None for row in rows)]
+    return MEASURES + (PIPELINE_MEASURES if pipelines else []) + energy
 
 
 def table(rows: list[Row]) -> str:
@@ -127,7 +134,10 @@ def _short(measure: str) -> str:
             "samples_per_s": "samples/s", "val_accuracy": "val acc",
             "robust_s_per_sample": "s/sample", "pipe_step_ms": "pipe step",
             "pipe_step_vs_predicted": "step/pred", "bubble_measured": "bubble",
-            "stage_imbalance": "imbalance", "stage_stash_mb_max": "stash MB"}.get(measure, measure)
+            "stage_imbalance": "imbalance", "stage_stash_mb_max": "stash MB",
+            "energy_j": "energy J", "avg_power_w": "avg W", "j_per_sample": "J/sample",
+            "energy_to_accuracy_j": "J to acc", "cost_usd": "cost USD",
+            "cost_per_epoch_usd": "USD/epoch"}.get(measure, measure)
 
 
 def _fmt(value: float | None) -> str:

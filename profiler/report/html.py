@@ -17,7 +17,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from ..study.reference import HARDWARE, Match
 from ..sweep import board_time
 from ..sweep.table import engine_label, is_pipeline, status_counts
-from . import pipeline
+from . import energy, pipeline
 from .engines import MEASURES, side_by_side
 from .figures import Figure, Skipped
 from .ratios import Ratio, summary
@@ -60,13 +60,15 @@ def render(*, title: str, environment: dict, records: list[dict], config_of,
            figures: list[Figure | Skipped], cell_figures: list[Figure],
            matches: list[Match], ratios: list[Ratio] = (),
            traces: dict[str, str] | None = None, network_drawn: bool = True,
-           pipeline_figure: Figure | None = None) -> str:
+           pipeline_figure: Figure | None = None, energy_section: dict | None = None,
+           energy_figure: Figure | None = None) -> str:
     """The page. ``network_drawn`` False: the per-node figures have no network panels
     (no cell had two devices), which the page says in one line. ``pipeline_figure``:
     ``pipeline.figure``'s, shown in the pipeline section (there when a pipeline cell is)."""
     config_of = _with_pipeline(config_of)
     columns = STATUS_COLUMNS + ([("speedup", "speedup")]
                                 if any((r.get("speedup") or 1) != 1 for r in records) else [])
+    columns += energy.status_columns(records)  # energy and cost, where a record has them
     return _TEMPLATES.get_template("page.html.j2").render(
         title=title, environment=environment, status_counts=status_counts(records),
         columns=[{"heading": h, "text": k in TEXT_COLUMNS} for k, h in columns],
@@ -77,6 +79,7 @@ def render(*, title: str, environment: dict, records: list[dict], config_of,
         breakdown=_breakdown(records, config_of, traces or {}),
         engines=_engines(records, config_of),
         pipeline=_pipeline(records, config_of, pipeline_figure),
+        energy=({**energy_section, "figure": energy_figure} if energy_section else None),
         reproduction=_reproduction(list(ratios)) if ratios else None,
         hardware=HARDWARE, cluster=environment.get("cluster", ""),
         matches=[_match_row(m) for m in matches],
