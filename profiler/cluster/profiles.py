@@ -15,13 +15,19 @@ on x86 runs convolutions far cheaper, next to dense layers, than MXNet 0.9.5 did
 Cortex-A53), so a calibrated profile may give a model family its own
 (``cpu_cores_by_model``); the emulated cluster applies the cell's model's quota before each
 cell (``EmulatedCluster.prepare``).
+
+Power models: a profile's ``power: {idle_w, full_w, source}`` is the board's watts idle
+and with every core busy, linear in between (``PowerModel.watts``): what a cell's energy
+is modelled from where no meter measures it (``profiler.metrics.energy``). ``power:
+pi3b`` (a profile's name) shares that profile's model, resolved after every file is
+read, so a user's own pi3b model reaches pi3b-park2019 too.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -62,6 +68,23 @@ class BoardRate:
 
 
 @dataclass(frozen=True)
+class PowerModel:
+    """A board's power, linear in its CPU use: ``idle_w`` idle, ``full_w`` with every
+    core busy, and where the figures come from (``source``)."""
+
+    idle_w: float
+    full_w: float
+    source: str
+
+    def watts(self, utilisation: float) -> float:
+        """The board's watts at ``utilisation`` (0 to 1 of all its cores; clipped)."""
+        return self.idle_w + (self.full_w - self.idle_w) * min(1.0, max(0.0, utilisation))
+
+    def as_spec(self) -> dict:
+        return {"idle_w": self.idle_w, "full_w": self.full_w, "source": self.source}
+
+
+@dataclass(frozen=True)
 class Profile:
     """What one emulated node is: link rate, memory limit and compute."""
 
@@ -85,6 +108,8 @@ class Profile:
     # (``profiler.calibrate.check``).
     board_rates: dict[str, "BoardRate"] = field(default_factory=dict, hash=False,
                                                 compare=False)
+    # The board's power model (None: none known, energy is then measured or unknown).
+    power: PowerModel | None = field(default=None, hash=False, compare=False)
 
     def cpu_cores_for(self, model: str, speedup: float = 1.0) -> float | None:
         """The quota a node of this profile gets while it trains ``model``, k times as
@@ -109,6 +134,8 @@ class Profile:
             spec["cpu_cores_dilated"] = {m: dict(v) for m, v in self.cpu_cores_dilated.items()}
         if self.board_rates:
             spec["board_rates"] = {m: r.as_spec() for m, r in self.board_rates.items()}
+        if self.power:
+            spec["power"] = self.power.as_spec()
         return spec
 
 
@@ -159,10 +186,14 @@ def load_catalog(files: list[Path] | None = None) -> Catalog:
     """Read and validate the profile files (default: ``profile_files()``)."""
     profiles: dict[str, Profile] = {}
     raw_mixes: dict[str, tuple[str, ...]] = {}
+    power_refs: dict[str, tuple[Path, str]] = {}  # profile -> (its file, the profile named)
     for path in files if files is not None else profile_files():
         doc = _read_yaml(path)
         for name, spec in _mapping(doc, "profiles", path).items():
             profiles[str(name)] = _parse_profile(path, name, spec)
+            power_refs.pop(str(name), None)
+            if isinstance(spec, dict) and isinstance(spec.get("power"), str):
+                power_refs[str(name)] = (path, spec["power"])
         for name, spec in _mapping(doc, "mixes", path).items():
             raw_mixes[str(name)] = _parse_mix(path, name, spec)
     for name, members in raw_mixes.items():
@@ -170,7 +201,38 @@ def load_catalog(files: list[Path] | None = None) -> Catalog:
         if unknown:
             raise ConfigError(f"mix {name} uses unknown profile(s) {', '.join(unknown)}: "
                               f"define them under 'profiles:'")
+    for name, (path, board) in power_refs.items():
+        if board not in profiles or board in power_refs:
+            raise ConfigError(f"{path}: profile {name}: power: {board} names no profile with "
+                              "a power model of its own: give power: {idle_w: W, full_w: W, "
+                              "source: ...} or such a profile's name")
+        # A board replaced by a user's profile without a model leaves this one without.
+        profiles[name] = replace(profiles[name], power=profiles[board].power)
     return Catalog(profiles=profiles, mixes=raw_mixes)
+
+
+def _parse_power(path: Path, name: str, spec) -> PowerModel | None:
+    """A profile's ``power:`` mapping (None when absent or a profile's name, resolved
+    by ``load_catalog``)."""
+    if spec is None or isinstance(spec, str):
+        return None
+    fix = 'give power: {idle_w: W, full_w: W, source: "where the watts come from"}'
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{path}: profile {name}: power must be a mapping or a profile's "
+                          f"name: {fix}")
+    missing = [k for k in ("idle_w", "full_w", "source") if spec.get(k) in (None, "")]
+    if missing:
+        raise ConfigError(f"{path}: profile {name}: power lacks {', '.join(missing)}: {fix}")
+    try:
+        model = PowerModel(float(spec["idle_w"]), float(spec["full_w"]), str(spec["source"]))
+    except (TypeError, ValueError):
+        raise ConfigError(f"{path}: profile {name}: power's idle_w and full_w must be "
+                          f"numbers (watts): {fix}") from None
+    # Written as ``not (...)`` so that .nan is refused.
+    if not (0 <= model.idle_w <= model.full_w < math.inf):
+        raise ConfigError(f"{path}: profile {name}: power needs 0 <= idle_w <= full_w "
+                          f"(watts), got idle_w {spec['idle_w']}, full_w {spec['full_w']}")
+    return model
 
 
 def _read_yaml(path: Path) -> dict:
@@ -243,7 +305,8 @@ def _parse_profile(path: Path, name: str, spec) -> Profile:
                                              for m, v in dilated.items()},
                           board_cores=(int(spec["board_cores"])
                                        if spec.get("board_cores") is not None else None),
-                          board_rates=board_rates)
+                          board_rates=board_rates,
+                          power=_parse_power(path, name, spec.get("power")))
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{path}: profile {name}: link_mbit, memory_mb, cpu_cores, "
                           f"cpu_cores_by_model, cpu_cores_dilated, board_cores and "

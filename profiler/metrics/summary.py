@@ -30,6 +30,9 @@ Over every node of the cell with a spool (servers' too: a slow server paces ever
   all nodes, and ``cpu_mhz_min_by_node`` per node (on the local and emulated clusters the
   host's, every node alike).
 
+Over every node of the cell too, its energy (``energy_j``, by node and role, J per
+sample, to the final accuracy, measured or modelled): ``profiler.metrics.energy``.
+
 The live shipper's own traffic is not training traffic: when it ships to a loopback
 address and a node counts ``lo`` (the local cluster), the bytes it recorded in the
 sweep's ``shipper-traffic.jsonl`` (passed as ``traffic_file``) during the window are
@@ -46,6 +49,7 @@ from bisect import bisect_left
 from pathlib import Path
 from statistics import fmean, median
 
+from .energy import ENERGY_COLUMNS, CellWork, NodePower, energy_columns
 from .spool_reader import read_points
 
 SUMMARY_COLUMNS = [
@@ -59,6 +63,8 @@ SUMMARY_COLUMNS = [
     # Not means: over every node of the cell (see the module doc).
     "throttled_nodes", "throttle_flags_by_node", "cpu_mhz_min", "cpu_mhz_min_by_node",
     "metrics_nodes",
+    # The cell's energy, over every node (profiler.metrics.energy).
+    *ENERGY_COLUMNS,
 ]
 _MEAN_COLUMNS = SUMMARY_COLUMNS[:SUMMARY_COLUMNS.index("throttled_nodes")]
 # The firmware's current conditions; each has a sticky ``<name>_occurred`` bit too.
@@ -68,12 +74,15 @@ _COUNTERS = ("sent_bytes", "recv_bytes", "sent_packets", "recv_packets")
 
 
 def summarize_cell(cell_dir: Path, worker_nodes: list[str], t_start: float,
-                   t_end: float, *, traffic_file: Path | None = None) -> dict:
+                   t_end: float, *, traffic_file: Path | None = None,
+                   power: dict[str, NodePower] | None = None,
+                   work: CellWork | None = None) -> dict:
     """The cell's ``SUMMARY_COLUMNS`` (floats, ints or None) from ``cell_dir/metrics``.
 
     ``traffic_file``: the live shipper's ``shipper-traffic.jsonl`` (the sweep's
     ``ship.TRAFFIC_FILE``) whose loopback bytes are taken out of ``lo``; None when nothing
-    shipped live.
+    shipped live. ``power`` and ``work``: what the energy columns need
+    (``energy.energy_columns``).
     """
     cell_dir = Path(cell_dir)
     start_ms, end_ms = int(t_start * 1000), int(t_end * 1000)
@@ -100,6 +109,7 @@ def summarize_cell(cell_dir: Path, worker_nodes: list[str], t_start: float,
         if values:
             mean = fmean(values)
             row[column] = round(mean) if column.endswith("_packets") else round(mean, 3)
+    row.update(energy_columns(cell_dir, t_start, t_end, power, work))
     return row
 
 

@@ -3,7 +3,8 @@
 The agent runs on each node (inside an emulated node's network namespace) but outside
 the node's CPU and memory limits (``confine=False``), so its own footprint is not charged
 to training. The runner tells it which pids belong to which role through
-``pids/<node>.json``, written atomically.
+``pids/<node>.json``, written atomically. The summary's energy needs each node's power
+model (its profile's) and whether its meters are its own (``node_power``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class CellMonitor:
         self.interval_s = interval_s
         self.traffic_file = traffic_file  # the live shipper's, to take out of loopback
         self._agents: list[subprocess.Popen] = []
+        self._nodes: list[Node] = []
 
     def pids_file(self, node: Node) -> Path:
         return self.cell_dir / "pids" / f"{node.name}.json"
@@ -41,6 +43,7 @@ class CellMonitor:
         from ..metrics.launch import agent_argv
 
         (self.cell_dir / "pids").mkdir(parents=True, exist_ok=True)
+        self._nodes = list(nodes)
         for node in nodes:
             if stop is not None and stop.requested:
                 return
@@ -63,10 +66,27 @@ class CellMonitor:
                     hurry=lambda: stop is not None and stop.hurry)
         self._agents.clear()
 
-    def summary(self, worker_nodes: list[str], t_start: float, t_end: float) -> dict:
+    def summary(self, worker_nodes: list[str], t_start: float, t_end: float,
+                work=None) -> dict:
+        """The cell's summary columns; ``work``: its ``energy.CellWork`` (samples,
+        accuracy time, dilation) for the energy per sample and to accuracy."""
         from ..metrics.summary import summarize_cell
         return summarize_cell(self.cell_dir, worker_nodes, t_start, t_end,
-                              traffic_file=self.traffic_file)
+                              traffic_file=self.traffic_file,
+                              power=node_power(self._nodes), work=work)
+
+
+def node_power(nodes: list[Node]) -> dict:
+    """``{node: energy.NodePower}``: its profile's power model (None for a local slot or
+    a profile without one), and whether the meters its agent reads are its own: not on
+    an emulated node (a network namespace of a host that is not its board)."""
+    from ..cluster.profiles import load_catalog
+    from ..metrics.energy import NodePower
+
+    profiles = load_catalog().profiles if any(n.profile != "host" for n in nodes) else {}
+    return {node.name: NodePower(model=getattr(profiles.get(node.profile), "power", None),
+                                 own_meters=node.scope.netns is None)
+            for node in nodes}
 
 
 def summary_columns() -> list[str]:

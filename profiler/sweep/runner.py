@@ -23,6 +23,7 @@ from ..cluster.base import Cluster, kill_groups
 from ..engines.base import Engine, ProcessSpec, TrainOptions
 from ..errors import ClusterError
 from ..fsutil import atomic_write_text
+from ..metrics.energy import cell_work
 from ..timeline.record import breakdown_columns
 from .events import CellEvents, epochs_done, read_cell_events
 from .interrupts import StopRequest
@@ -157,7 +158,8 @@ def run_cell(cell: CellConfig, cluster: Cluster, engine: Engine, cell_dir: Path,
     if monitor and launched:
         worker_nodes = sorted({l.spec.node.name for l in launched if l.spec.role == "worker"})
         try:
-            record.update(monitor.summary(worker_nodes, *window))
+            record.update(monitor.summary(worker_nodes, *window,
+                                          work=cell_work(events, speedup)))
         except Exception as exc:  # a broken spool must not lose the training result
             record["reason"] = (reason + "; " if reason else "") + f"no metrics summary: {exc}"
     return record

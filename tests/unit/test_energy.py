@@ -1,0 +1,205 @@
+"""A cell's energy from spools written here: modelled from CPU use, measured from meters,
+over the cell's own window, per node and per role; and the boards' power models.
+
+The spools are written by the agent's own ``SpoolWriter`` with the points a real agent
+writes (``cpu``, ``proc``, ``power_*``), at 1 s ticks from t = 100 s.
+"""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from profiler.agent import lineproto
+from profiler.agent.spool import SpoolWriter
+from profiler.cluster.base import Node, NodeScope
+from profiler.cluster.profiles import PACKAGED_PROFILES, PowerModel, load_catalog
+from profiler.errors import ConfigError
+from profiler.metrics.energy import CellWork, NodePower, cell_work, integrate_j
+from profiler.metrics.summary import SUMMARY_COLUMNS, summarize_cell
+from profiler.sweep.events import CellEvents
+from profiler.sweep.monitoring import node_power
+
+PI3B = PowerModel(1.4, 3.7, "PiDramble")
+
+
+def _spool(cell, node, cpu_by_second, *, host="h1", role="worker", procs=None, meter=None):
+    """One node's spool: ``cpu`` each second, ``procs`` {proc: (role, cpu %)} each
+    second, ``meter`` (measurement, field, watts by second)."""
+    writer = SpoolWriter(cell / "metrics" / node, {"node": node, "host": host})
+    for second, cpu in enumerate(cpu_by_second):
+        t_ms = 100_000 + second * 1000
+        lines = [lineproto.encode("cpu", {"role": role}, {"cpu_percent": float(cpu)}, t_ms)]
+        for proc, (proc_role, proc_cpu) in (procs or {}).items():
+            lines.append(lineproto.encode("proc", {"role": proc_role, "proc": proc},
+                                          {"cpu_percent": float(proc_cpu), "rss_mb": 50.0},
+                                          t_ms))
+        if meter is not None:
+            measurement, name, watts = meter
+            lines.append(lineproto.encode(measurement, {"role": role},
+                                          {name: float(watts[second])}, t_ms))
+        writer.append(lines)
+    writer.close()
+
+
+def test_a_node_at_half_its_cpu_is_charged_half_way_between_idle_and_full(tmp_path):
+    cell = tmp_path / "cell"
+    _spool(cell, "n1", [50] * 11)  # 50% of the board's cores from 100 s to 110 s
+    row = summarize_cell(cell, ["n1"], 102.0, 106.0, power={"n1": NodePower(PI3B)})
+    half_way_w = (1.4 + 3.7) / 2
+    assert row["energy_j"] == pytest.approx(half_way_w * 4.0)
+    assert row["avg_power_w"] == pytest.approx(half_way_w)
+    assert row["energy_source"] == "modelled"
+    assert row["energy_j_by_node"] == {"n1": pytest.approx(10.2)}
+    assert row["energy_j_by_role"] == {"worker": pytest.approx(10.2)}
+    assert list(row) == SUMMARY_COLUMNS
+
+
+def test_energy_integrates_over_the_cells_own_window_not_the_sweeps(tmp_path):
+    # Idle before the cell, busy during it (102-106 s), idle after: the sweep's other
+    # cells and its pauses are not this cell's.
+    cell = tmp_path / "cell"
+    _spool(cell, "n1", [0, 0, 0, 100, 100, 100, 100, 0, 0, 0, 0])
+    row = summarize_cell(cell, ["n1"], 102.0, 106.0, power={"n1": NodePower(PI3B)})
+    assert row["energy_j"] == pytest.approx(3.7 * 4.0)
+    # Inside a tick: the sample that ends it covers it (100% from 102 to 103 s).
+    assert summarize_cell(cell, ["n1"], 102.25, 102.75,
+                          power={"n1": NodePower(PI3B)})["energy_j"] == pytest.approx(3.7 / 2)
+    # A window over the whole spool: idle 2 s + 4 s full + idle 4 s (the tick at 100 s
+    # holds back to the window's start).
+    whole = summarize_cell(cell, ["n1"], 100.0, 110.0, power={"n1": NodePower(PI3B)})
+    assert whole["energy_j"] == pytest.approx(1.4 * 6 + 3.7 * 4)
+
+
+def test_a_step_series_integrates_exactly():
+    series = [(1000, 2.0), (2000, 4.0), (3000, 6.0)]
+    assert integrate_j(series, 0, 1000) == 2.0  # before the first sample: its value
+    assert integrate_j(series, 1500, 2500) == pytest.approx(0.5 * 4 + 0.5 * 6)
+    assert integrate_j(series, 3000, 5000) == 12.0  # after the last: its value
+
+
+def test_measured_power_wins_and_a_shared_hosts_meter_is_counted_once(tmp_path):
+    cell = tmp_path / "cell"
+    # Two local slots on one x86 host with RAPL at 30 W: the host once, 15 W each.
+    rapl = ("power_rapl", "power_w", [30.0] * 11)
+    _spool(cell, "local0", [90] * 11, meter=rapl)
+    _spool(cell, "local1", [90] * 11, meter=rapl)
+    row = summarize_cell(cell, ["local0", "local1"], 101.0, 105.0)
+    assert row["energy_j"] == pytest.approx(30.0 * 4) and row["avg_power_w"] == 30.0
+    assert row["energy_j_by_node"] == {"local0": 60.0, "local1": 60.0}
+    assert row["energy_source"] == "measured"
+    # A Pi 5 with its PMIC beside a modelled Pi 3B: mixed; the model is not used there.
+    cell = tmp_path / "mixed"
+    _spool(cell, "pi5", [10] * 11, host="pi5", meter=("power_pmic", "board_w", [6.0] * 11))
+    _spool(cell, "pi3b", [0] * 11, host="pi3b")
+    row = summarize_cell(cell, ["pi5", "pi3b"], 101.0, 103.0,
+                         power={"pi5": NodePower(PowerModel(2.8, 9.7, "x")),
+                                "pi3b": NodePower(PI3B)})
+    assert row["energy_j_by_node"] == {"pi5": 12.0, "pi3b": pytest.approx(2.8)}
+    assert row["energy_source"] == "mixed"
+
+
+def test_an_emulated_nodes_host_meters_are_not_its_board(tmp_path):
+    cell = tmp_path / "cell"
+    _spool(cell, "n0", [50] * 6, meter=("power_rapl", "power_w", [80.0] * 6))
+    row = summarize_cell(cell, ["n0"], 101.0, 103.0,
+                         power={"n0": NodePower(PI3B, own_meters=False)})
+    assert row["energy_source"] == "modelled" and row["energy_j"] == pytest.approx(5.1)
+    emulated = Node("n0", profile="pi3b-park2019", scope=NodeScope(netns="edgeprof-n0"))
+    local = Node("local0")
+    powers = node_power([emulated, local])
+    assert powers["n0"].model.full_w == 3.7 and not powers["n0"].own_meters
+    assert powers["local0"] == NodePower(None, True)
+
+
+def test_no_meter_and_no_model_is_unknown_not_zero(tmp_path):
+    cell = tmp_path / "cell"
+    _spool(cell, "local0", [50] * 6)
+    _spool(cell, "n1", [50] * 6)
+    row = summarize_cell(cell, ["local0"], 101.0, 103.0)
+    assert row["energy_j"] is None and row["energy_source"] is None
+    assert row["energy_j_by_node"] == {"local0": None, "n1": None}
+    # One node known, one not: no total (it would pass for the cell's), the node's kept.
+    row = summarize_cell(cell, ["local0"], 101.0, 103.0, power={"n1": NodePower(PI3B)})
+    assert row["energy_j"] is None and row["energy_j_by_node"]["n1"] == pytest.approx(5.1)
+    assert row["energy_source"] == "modelled"
+
+
+def test_energy_goes_to_roles_by_cpu_share_and_per_sample_and_to_accuracy(tmp_path):
+    cell = tmp_path / "cell"
+    # A node with a server (3x the CPU) and a worker; another with one worker.
+    _spool(cell, "n0", [100] * 11, role="server+worker",
+           procs={"server-0": ("server", 75.0), "worker-0": ("worker", 25.0)})
+    _spool(cell, "n1", [100] * 11, procs={"worker-1": ("worker", 100.0)})
+    power = {"n0": NodePower(PI3B), "n1": NodePower(PI3B)}
+    work = CellWork(samples=740, accuracy_t=103.0, speedup=1.0)
+    row = summarize_cell(cell, ["n0", "n1"], 101.0, 105.0, power=power, work=work)
+    assert row["energy_j"] == pytest.approx(2 * 3.7 * 4)
+    assert row["energy_j_by_role"] == {"server": pytest.approx(11.1),
+                                       "worker": pytest.approx(3.7 + 14.8)}
+    assert row["j_per_sample"] == pytest.approx(29.6 / 740)
+    assert row["energy_to_accuracy_j"] == pytest.approx(2 * 3.7 * 2)
+    # Dilated 4x: the boards would have run 4 x as long at that use.
+    dilated = summarize_cell(cell, ["n0", "n1"], 101.0, 105.0, power=power,
+                             work=CellWork(samples=740, speedup=4.0))
+    assert dilated["energy_j"] == pytest.approx(4 * 29.6)
+    assert dilated["avg_power_w"] == pytest.approx(7.4)
+
+
+def test_cell_work_from_events():
+    events = CellEvents(by_rank={
+        0: [{"event": "epoch", "epoch": 1, "t": 10.0, "val_accuracy": 0.9},
+            {"event": "epoch", "epoch": 2, "t": 20.0, "val_accuracy": 0.95},
+            {"event": "epoch", "epoch": 3, "t": 30.0, "val_accuracy": 0.93},
+            {"event": "end", "samples": 300}],
+        1: [{"event": "end", "samples": 300}]})
+    # Final accuracy 0.93, first reached at epoch 2.
+    assert cell_work(events, 2.0) == CellWork(600, 20.0, 2.0)
+    assert cell_work(CellEvents(), None) == CellWork(None, None, 1.0)
+
+
+def test_packaged_boards_have_power_models_and_the_study_profiles_share_them():
+    profiles = load_catalog([PACKAGED_PROFILES]).profiles
+    assert (profiles["pi3b"].power.idle_w, profiles["pi3b"].power.full_w) == (1.4, 3.7)
+    assert (profiles["pi4"].power.idle_w, profiles["pi4"].power.full_w) == (2.7, 6.4)
+    assert profiles["pi5"].power.full_w > profiles["pi4"].power.full_w
+    assert profiles["pi3b-park2019"].power == profiles["pi3b"].power
+    assert profiles["pi4-park2019"].power == profiles["pi4"].power
+    assert all(p.power.source for p in profiles.values())
+    assert PI3B.watts(0.5) == pytest.approx(2.55) and PI3B.watts(1.7) == 3.7
+
+
+def test_a_users_board_model_reaches_the_profiles_that_share_it(tmp_path):
+    user = tmp_path / "mine.yaml"
+    user.write_text("profiles:\n  pi3b: {link_mbit: 100, memory_mb: 1024, cpu_cores: 0.3, "
+                    "power: {idle_w: 1.9, full_w: 5.1, source: my INA219}}\n")
+    profiles = load_catalog([PACKAGED_PROFILES, user]).profiles
+    assert profiles["pi3b-park2019"].power == PowerModel(1.9, 5.1, "my INA219")
+    # A profile written back (calibration) keeps its model.
+    assert profiles["pi3b-park2019"].as_spec()["power"]["full_w"] == 5.1
+    # A board replaced without a model: none for the profiles that share it (unknown
+    # energy unless measured), not an error in a file the user did not write.
+    user.write_text("profiles:\n  pi3b: {link_mbit: 100, memory_mb: 1024, cpu_cores: 0.3}\n")
+    assert load_catalog([PACKAGED_PROFILES, user]).profiles["pi3b-park2019"].power is None
+
+
+@pytest.mark.parametrize("power, message", [
+    ("{idle_w: 1.4, source: x}", "power lacks full_w: give power: {idle_w: W"),
+    ("{idle_w: 1.4, full_w: 3.7}", "power lacks source"),
+    ("{idle_w: low, full_w: 3.7, source: x}", "must be numbers"),
+    ("{idle_w: 4, full_w: 3.7, source: x}", "0 <= idle_w <= full_w"),
+    ("pi9", "power: pi9 names no profile with a power model"),
+    ("[1, 2]", "power must be a mapping or a profile's name"),
+])
+def test_a_bad_power_model_is_one_line_and_exit_2(tmp_path, monkeypatch, power, message):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"profiles:\n  x: {{link_mbit: 100, memory_mb: 1024, cpu_cores: 0.3, "
+                   f"power: {power}}}\n")
+    with pytest.raises(ConfigError, match=message.replace("{", r"\{")):
+        load_catalog([PACKAGED_PROFILES, bad])
+    from profiler.cli import cli
+
+    monkeypatch.setenv("EDGEPROF_PROFILES", str(bad))
+    result = CliRunner().invoke(cli, ["cluster", "profiles"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert message.split(":")[0] in result.output and len(result.output.strip().splitlines()) == 1
