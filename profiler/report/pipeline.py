@@ -100,9 +100,12 @@ def figure(records: list[dict]) -> Figure | None:
         bubble_ax.plot(all_ms, [(s - 1) / (m + s - 1) for m in all_ms], linestyle="none",
                        marker="x", color="grey",
                        label="GPipe (S-1)/(M+S-1)" if i == 0 else None)
-        bubble_ax.annotate(f"GPipe S={s}", (xs[-1], (s - 1) / (xs[-1] + s - 1)),
-                           fontsize=7, color="grey", xytext=(3, 0),
+        bubble_ax.annotate(f"S={s}", (xs[-1], (s - 1) / (xs[-1] + s - 1)),
+                           fontsize=7, color="grey", xytext=(7, 0),
                            textcoords="offset points", va="center")
+    # Room on the right for the prediction curves' S labels, clear of the last markers.
+    span = (all_ms[-1] - all_ms[0]) or 1
+    bubble_ax.set_xlim(all_ms[0] - 0.08 * span, all_ms[-1] + 0.2 * span)
     bubble_ax.set_ylabel("bubble (idle share of the step)")
     bubble_ax.set_ylim(bottom=0)
     step_ax.axhline(1.0, linestyle="--", color="grey", linewidth=1)
