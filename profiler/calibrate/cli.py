@@ -19,14 +19,17 @@ from ..engines import ENGINES
               help="Name of the profile to write, e.g. pi3b-mine.")
 @click.option("--base", default="pi3b", show_default=True,
               help="Profile whose link rate and memory the new one keeps.")
-@click.option("--workload", required=True,
-              help="What the board was measured training: lenet-mlp, lenet-cnn, resnet-N.")
-@click.option("--samples-per-s", "samples_per_s", required=True, type=float,
-              help="The board's training rate on that workload (samples per second).")
+@click.option("--workload", default=None,
+              help="What the board was measured training: lenet-mlp, lenet-cnn, resnet-N "
+                   "(required, unless --power-from).")
+@click.option("--samples-per-s", "samples_per_s", default=None, type=float,
+              help="The board's training rate on that workload (samples per second; "
+                   "required, unless --power-from).")
 @click.option("--batch", default=64, show_default=True, type=int,
               help="Batch size of that measurement.")
 @click.option("--engine", default="mxnet", show_default=True,
-              type=click.Choice(list(ENGINES)),
+              # A board measured training a model: not the script engine's own scripts.
+              type=click.Choice([n for n, e in ENGINES.items() if not e.takes_script]),
               help="The engine the board was measured with (its one-device training).")
 @click.option("--check-workload", default=None,
               help="A second workload to check the quota with (e.g. lenet-cnn).")
@@ -47,10 +50,17 @@ from ..engines import ENGINES
                    "longer is steadier on a busy host, shorter is quicker.")
 @click.option("--to", "to_file", default=None, type=click.Path(path_type=Path),
               help="Profiles file to write (default ~/.config/edgeprof/profiles.yaml).")
+@click.option("--power-from", "power_from", default=None, type=click.Path(path_type=Path),
+              help="Instead of a CPU quota: fit --profile's power model (idle and full "
+                   "watts, least squares on power against CPU use) from a sweep or cell "
+                   "folder measured on the board with a power meter.")
+@click.option("--power-node", "power_nodes", multiple=True,
+              help="With --power-from: the node(s) whose spools to fit (default: all with "
+                   "a meter).")
 @reports_errors
 def calibrate(profile, base, workload, samples_per_s, batch, engine, check_workload,
               check_samples_per_s, check_batch, model_quota, dilations, tolerance,
-              measure_s, to_file) -> None:
+              measure_s, to_file, power_from, power_nodes) -> None:
     """Find the CPU quota at which one emulated node trains like a real board (root).
 
     Measure the board first: `edgeprof run` (or a one-device sweep) on it gives
@@ -60,7 +70,8 @@ def calibrate(profile, base, workload, samples_per_s, batch, engine, check_workl
     When a model lands far from its reference at that quota, give it its own with
     --model-quota. --dilations finds, for each speedup k, the quota at which the model
     trains k times the rate (what `--speedup` gives a cell): not k times the quota,
-    since a process trains more per CPU-second at larger quotas.
+    since a process trains more per CPU-second at larger quotas. --power-from fits the
+    board's power model instead (nothing runs; no root needed).
 
     Example:
 
@@ -71,11 +82,18 @@ def calibrate(profile, base, workload, samples_per_s, batch, engine, check_workl
             --workload lenet-cnn --samples-per-s 55.6 --dilations 2,4,8,16,32
         sudo edgeprof cluster calibrate --profile pi4-torch --engine torch \\
             --workload lenet-mlp --samples-per-s 2400
+        edgeprof cluster calibrate --profile pi5 --power-from runs/pi5-sweep
     """
     from . import MEASURE_TRAIN_S, Workload, calibrate as run_calibration
     from .profiles_file import write_profile
     from ..errors import ConfigError
 
+    if power_from is not None:
+        _calibrate_power(profile, power_from, tuple(power_nodes), to_file)
+        return
+    if workload is None or samples_per_s is None:
+        raise ConfigError("--workload and --samples-per-s are needed to calibrate a CPU "
+                          "quota (or --power-from RUN to fit a power model)")
     if (check_workload is None) != (check_samples_per_s is None):
         raise ConfigError("--check-workload and --check-samples-per-s go together: give "
                           "both, or neither")
@@ -113,3 +131,15 @@ def calibrate(profile, base, workload, samples_per_s, batch, engine, check_workl
                    f"{check_workload} --batch {check[0].batch} --samples-per-s "
                    f"{check_samples_per_s:g}" + (f" --to {to_file}" if to_file else "")
                    + "`", err=True)
+
+
+def _calibrate_power(profile: str, run: Path, nodes: tuple[str, ...],
+                     to_file: Path | None) -> None:
+    from ..cluster.profiles import USER_PROFILES
+    from .power import fit_from_run, write_power
+
+    fit = fit_from_run(run, nodes)
+    path = write_power(profile, fit.model, to_file or USER_PROFILES)
+    low, high = fit.utilisation_range
+    click.echo(f"{profile}: power idle {fit.model.idle_w:.2f} W, full {fit.model.full_w:.2f} W "
+               f"({fit.samples} ticks, CPU {low:.0%}-{high:.0%}, r2 {fit.r2:.2f}) -> {path}")

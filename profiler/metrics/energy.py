@@ -110,16 +110,26 @@ class _Series:
     role_tags: set[str] = field(default_factory=set)  # roles node-level points carry
 
 
+def meter_watts(point, meters: dict[str, dict[int, float]]) -> bool:
+    """Add a meter's point to ``meters`` (measurement -> {time_ms: watts summed over its
+    channels}); False when the point is no meter's."""
+    name = _METER_FIELD.get(point.measurement)
+    if name is None or name not in point.fields:
+        return False
+    by_time = meters.setdefault(point.measurement, {})
+    by_time[point.time_ms] = by_time.get(point.time_ms, 0.0) + float(point.fields[name])
+    return True
+
+
 def _read(spool_dir: Path, start_ms: int, end_ms: int) -> _Series:
     series = _Series()
-    for base, point in read_points(spool_dir):
+    # Only the points energy reads are parsed (the summary reads the spool too).
+    for base, point in read_points(spool_dir, ("cpu", "proc", *METERS)):
         series.host = series.host or base.get("host", "")
         name = point.measurement
-        if name in _METER_FIELD and _METER_FIELD[name] in point.fields:
-            by_time = series.meters.setdefault(name, {})
-            by_time[point.time_ms] = (by_time.get(point.time_ms, 0.0)
-                                      + float(point.fields[_METER_FIELD[name]]))
-        elif name == "cpu" and "cpu_percent" in point.fields:
+        if meter_watts(point, series.meters):
+            continue
+        if name == "cpu" and "cpu_percent" in point.fields:
             series.cpu.append((point.time_ms, float(point.fields["cpu_percent"])))
             if start_ms < point.time_ms <= end_ms and point.tags.get("role"):
                 series.role_tags.add(point.tags["role"])
