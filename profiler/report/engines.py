@@ -16,7 +16,7 @@ from ..sweep.table import engine_label
 
 # Every cell setting but the engine: what makes two cells "the same cell".
 SAME_CELL = ("model", "layers", "batch", "devices", "sync", "epochs", "lr", "momentum", "wd",
-             "lr_scaling", "max_samples", "dataset", "placement", "straggler")
+             "lr_scaling", "max_samples", "dataset", "placement", "straggler", "task")
 MEASURES = (("epoch_s_mean", "s/epoch"), ("samples_per_s", "samples/s"),
             ("val_accuracy", "val acc"))
 
@@ -34,8 +34,9 @@ def side_by_side(records: list[dict]) -> tuple[list[str], list[Row]]:
     for r in records:
         if r.get("status") != "ok":
             continue
-        key = tuple(r.get(k) for k in SAME_CELL)
-        row = rows.setdefault(key, Row({k: r.get(k) for k in SAME_CELL}))
+        # Training is the task of every engine without a --task of its own.
+        config = {k: r.get(k) or "train" if k == "task" else r.get(k) for k in SAME_CELL}
+        row = rows.setdefault(tuple(config.values()), Row(config))
         epochs = [e for e in (r.get("epoch_s") or []) if e is not None]
         # Each pipeline shape (M, schedule, ...) is an engine of its own here: the
         # row's configuration fixes the devices, and with them the stages.

@@ -67,6 +67,8 @@ def _series(r: dict) -> str:
     depth = f"-{r['layers']}" if r.get("layers") else ""
     parts = [f"{r['model']}{depth}", f"b{r['batch']}", f"S{stages(r)}",
              str(r.get("schedule") or "gpipe")]
+    if (r.get("task") or "train") != "train":
+        parts.append(str(r["task"]))
     if (r.get("replicas") or 1) > 1:
         parts.append(f"R{r['replicas']}")
     if (r.get("split") or "balanced") != "balanced":

@@ -34,8 +34,8 @@ ACCURACY = [key for _, key, _ in COLUMNS].index("val_accuracy")
 
 def engine_label(rec: dict, *, stages: bool = True) -> str:
     """The engine, and for a pipeline cell its shape: ``torch-pipe S2 M4 1f1b``, with
-    ``R2`` for two pipelines side by side and the split when it is not ``balanced``
-    (``split=3,5``). ``stages`` False leaves S out (a series over the device count,
+    ``infer`` for ``--task infer``, ``R2`` for two pipelines side by side and the split
+    when it is not ``balanced`` (``split=3,5``). ``stages`` False leaves S out (a series over the device count,
     along which S changes). Any other cell: the engine's name alone."""
     engine = str(rec.get("engine", "?"))
     if not is_pipeline(rec):
@@ -45,6 +45,8 @@ def engine_label(rec: dict, *, stages: bool = True) -> str:
     if stages:
         parts.append(f"S{rec.get('pipe_stages') or (rec.get('devices') or 0) // replicas}")
     parts += [f"M{rec.get('microbatches') or 1}", str(rec.get("schedule") or "gpipe")]
+    if (rec.get("task") or "train") != "train":
+        parts.append(str(rec["task"]))  # infer: the test set streamed forward only
     if replicas > 1:
         parts.append(f"R{replicas}")
     if (rec.get("split") or "balanced") != "balanced":

@@ -57,6 +57,8 @@ def test_the_table_names_a_pipelines_shape_and_leaves_other_rows_alone():
     assert "torch-pipe S2 M4 gpipe" in lines[3]
     assert "torch-pipe S2 M8 1f1b R2 split=3,5" in lines[4]
     assert engine_label(_pipe(), stages=False) == "torch-pipe M4 gpipe"
+    assert engine_label(_pipe(task="train")) == "torch-pipe S2 M4 gpipe"
+    assert engine_label(_pipe(task="infer")) == "torch-pipe S2 M4 gpipe infer"
     assert engine_label(plain) == "torch-ddp"
 
 
@@ -117,9 +119,11 @@ def test_the_figure_draws_a_line_per_stages_and_schedule():
 def test_engines_side_by_side_keeps_each_pipeline_shape():
     """GPipe and 1F1B of one configuration, beside DDP: three columns, not one pipeline
     cell overwriting the other."""
-    engines, shared = side_by_side([_plain(), _pipe(4, "gpipe"), _pipe(4, "1f1b")])
+    engines, shared = side_by_side([_plain(), _pipe(4, "gpipe", task="train"),
+                                    _pipe(4, "1f1b", task="train"),
+                                    _pipe(4, "gpipe", task="infer")])
     assert engines == ["torch-ddp", "torch-pipe M4 1f1b", "torch-pipe M4 gpipe"]
-    assert len(shared) == 1 and len(shared[0].by_engine) == 3
+    assert len(shared) == 1 and len(shared[0].by_engine) == 3  # inference apart
 
 
 def _sweep(records) -> Sweep:
