@@ -11,8 +11,11 @@ reads the datasource chosen in the ``datasource`` variable; ``sweep``, ``cell``,
 what the choice before it contains; each board takes them from a measurement it shows
 (``_variables`` says why).
 
-The measurements and tags are the agents' (README "Schema") plus ``train`` and ``cell``
-(``profiler/sweep/train_points.py``): training progress and each cell's outcome.
+The measurements and tags are the agents' (README "Schema") plus ``train``, ``cell``
+and ``node_energy`` (``profiler/sweep/train_points.py``): training progress, each cell's
+outcome with its energy and cost, and each node's energy over a cell. Power per node is
+the agents' measured ``power_pmic``, ``power_hwmon`` and ``power_rapl`` (docs/metrics.md)
+while a cell runs, and each node's mean over a cell, measured or modelled, once it ends.
 """
 
 from __future__ import annotations
@@ -149,6 +152,20 @@ def node_resources() -> dashboard.Dashboard:
     board = board.with_panel(_timeseries(
         "Process RSS", "decmbytes",
         _series("proc", "rss_mb", proc, '"node", "proc"', alias="$tag_node $tag_proc")))
+    board = board.with_row(dashboard.Row("Power"))
+    board = board.with_panel(_timeseries(
+        "Power per node (measured: Pi 5 PMIC, power monitor, RAPL)", "watt",
+        _series("power_pmic", "board_w", node, '"node"', "A", "$tag_node board"),
+        _series("power_hwmon", "power_w", node, '"node", "monitor", "channel"', "B",
+                "$tag_node $tag_monitor $tag_channel"),
+        _series("power_rapl", "power_w", node, '"node", "domain"', "C",
+                "$tag_node $tag_domain")))
+    board = board.with_panel(
+        table.Panel().title("Mean power and energy per node, each cell (measured or modelled)")
+        .datasource(DATASOURCE).height(8).span(12).with_target(InfluxQL(
+            'SELECT last("avg_power_w") AS "mean W", last("energy_j") AS "energy J" FROM '
+            f'"node_energy" WHERE {node} AND $timeFilter GROUP BY "cell", "node", '
+            '"energy_source"', result_format="table")))
     return board
 
 
@@ -177,12 +194,15 @@ def sweep_overview() -> dashboard.Dashboard:
             'SELECT last("elapsed_s") AS "elapsed s", last("train_s") AS "train s", '
             'last("samples_per_s") AS "samples/s", last("val_accuracy") AS "val accuracy", '
             'last("cpu_percent_mean") AS "CPU %", last("mem_used_mb_mean") AS "memory MB", '
-            'last("net_sent_kb_per_s") AS "sent KB/s" FROM "cell" WHERE '
+            'last("net_sent_kb_per_s") AS "sent KB/s", last("energy_j") AS "energy J", '
+            'last("j_per_sample") AS "J/sample", last("cost_usd") AS "cost USD" FROM "cell" '
+            'WHERE '
             f'{cells} AND $timeFilter GROUP BY "cell", "model", "layers", "batch", '
             '"devices", "sync", "engine", "status", "diverged", '
             # A pipeline cell's shape (torch-pipe's own settings): an empty column for
             # the other engines' cells, which do not have these tags.
-            '"microbatches", "schedule", "replicas", "split"', result_format="table")))
+            '"microbatches", "schedule", "replicas", "split", "energy_source"',
+            result_format="table")))
     board = board.with_row(dashboard.Row("Against devices (finished cells)"))
     board = board.with_panel(_by_devices("CPU % against devices", "cpu_percent_mean",
                                          "percent"))
@@ -195,6 +215,16 @@ def sweep_overview() -> dashboard.Dashboard:
                                          "percentunit"))
     board = board.with_panel(_by_devices("Samples/s against devices", "samples_per_s",
                                          "short"))
+    board = board.with_row(dashboard.Row("Energy and cost (finished cells)"))
+    board = board.with_panel(
+        barchart.Panel().title("Energy per cell").datasource(DATASOURCE).unit("joule")
+        .height(8).span(8).x_field("cell").with_target(InfluxQL(
+            f'SELECT last("energy_j") AS "energy_j" FROM "cell" WHERE {cells} AND "status" = '
+            "'ok' AND $timeFilter GROUP BY \"cell\"", result_format="table")))
+    board = board.with_panel(_by_devices("Joules per sample against devices", "j_per_sample",
+                                         "joule"))
+    board = board.with_panel(_by_devices("Cost per epoch against devices",
+                                         "cost_per_epoch_usd", "currencyUSD"))
     board = board.with_row(dashboard.Row("Training progress"))
     epochs = f"{cells} AND \"event\" = 'epoch'"
     board = board.with_panel(_timeseries(

@@ -12,7 +12,13 @@ delivers it later like any spool. Tags: the cell's configuration, ``sweep``, ``c
 - ``cell`` (tags ``status``, ``diverged``): ``elapsed_s``, ``train_s``, ``samples_per_s``,
   ``val_accuracy``, ``cpu_percent_mean``, ``mem_used_mb_mean``, ``net_sent_kb_per_s``,
   ``net_recv_kb_per_s``, ``devices_n``: one point when the cell was reaped, so a table
-  can list every cell with its status (oom, timeout and failed included).
+  can list every cell with its status (oom, timeout and failed included). With the
+  cell's energy and cost (issue 32) where it has them: ``energy_j``, ``avg_power_w``,
+  ``j_per_sample``, ``energy_to_accuracy_j``, ``cost_usd``, ``cost_per_epoch_usd``, and
+  the tag ``energy_source`` (measured, modelled or mixed).
+- ``node_energy`` (tags ``node``, ``energy_source``): ``energy_j`` and ``avg_power_w`` of
+  each node over the cell's window, one point per node when the cell was reaped: the
+  power of nodes no meter measures (modelled), beside the agents' measured ``power_*``.
 """
 
 from __future__ import annotations
@@ -30,8 +36,12 @@ from ..cell import CellConfig
 SPOOL_NAME = "train-spool"
 TRAIN_FIELDS = ("epoch", "epoch_s", "train_loss", "val_accuracy", "samples", "train_s",
                 "samples_per_s", "syncs")
+# Energy and cost are always floats: a whole number of joules must not make InfluxDB
+# refuse the field as an integer after a float one.
+ENERGY_FIELDS = ("energy_j", "avg_power_w", "j_per_sample", "energy_to_accuracy_j",
+                 "cost_usd", "cost_per_epoch_usd")
 CELL_FIELDS = ("elapsed_s", "train_s", "samples_per_s", "val_accuracy", "cpu_percent_mean",
-               "mem_used_mb_mean", "net_sent_kb_per_s", "net_recv_kb_per_s")
+               "mem_used_mb_mean", "net_sent_kb_per_s", "net_recv_kb_per_s", *ENERGY_FIELDS)
 
 
 def spool_cell_points(cell_dir: Path, cell: CellConfig, record: dict, sweep_id: str) -> int:
@@ -49,18 +59,41 @@ def spool_cell_points(cell_dir: Path, cell: CellConfig, record: dict, sweep_id: 
                                     fields, int(event["t"] * 1000))
             if line:
                 lines.append(line)
-    fields = {k: record[k] for k in CELL_FIELDS if _number(record.get(k))}
+    fields = {k: float(record[k]) if k in ENERGY_FIELDS else record[k]
+              for k in CELL_FIELDS if _number(record.get(k))}
     fields["devices_n"] = cell.devices  # a number to plot against (the tag is a string)
     at_s = record.get("reaped_at") or time.time()
+    source = {"energy_source": str(record["energy_source"])} if record.get("energy_source") \
+        else {}
     lines.append(lineproto.encode("cell", {"status": str(record.get("status")),
-                                           "diverged": str(bool(record.get("diverged"))).lower()},
+                                           "diverged": str(bool(record.get("diverged"))).lower(),
+                                           **source},
                                   fields, int(at_s * 1000)))
+    lines += _node_energy_lines(record, source, int(at_s * 1000))
     writer = SpoolWriter(Path(cell_dir) / SPOOL_NAME, base)
     try:
         writer.append(lines)
     finally:
         writer.close()
     return len(lines)
+
+
+def _node_energy_lines(record: dict, source: dict, at_ms: int) -> list[str]:
+    """A ``node_energy`` point per node of ``energy_j_by_node``; its mean watts are its
+    joules over the cell's window (``energy_j / avg_power_w``, the same for all nodes)."""
+    by_node = record.get("energy_j_by_node") or {}
+    total_j, total_w = record.get("energy_j"), record.get("avg_power_w")
+    window_s = total_j / total_w if _number(total_j) and _number(total_w) and total_w else None
+    lines = []
+    for node, joules in sorted(by_node.items()):
+        if not _number(joules):
+            continue
+        fields = {"energy_j": float(joules),
+                  **({"avg_power_w": joules / window_s} if window_s else {})}
+        line = lineproto.encode("node_energy", {"node": str(node), **source}, fields, at_ms)
+        if line:
+            lines.append(line)
+    return lines
 
 
 def _number(value) -> bool:
