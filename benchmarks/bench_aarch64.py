@@ -9,8 +9,9 @@ with ``QEMU_CPU=cortex-a53``, the Pi 3B's core (ARMv8.0, as the Pi 4's A72). The
 1. the inventory host check for the torch engines (``profiler.engines.host_check``:
    torch imported, Gloo there, two matrices multiplied, in a child process);
 2. a tiny 2-worker cell of each torch engine (``edgeprof run`` on the local cluster
-   inside the root: a parameter server and two workers over Gloo; DDP), which must end
-   ``ok``;
+   inside the root: a parameter server and two workers over Gloo; DDP), and a 2-stage
+   ``torch-pipe`` cell of each ``--schedules`` (LeNet-CNN, 4 micro-batches, through that
+   torch's ``torch.distributed.pipelining``), which must end ``ok``;
 3. ``--torch-refused 2.10.0``: the host check on a torch reported to die with SIGILL on
    ARMv8.0 cores (pytorch#174344, #176993), under each of ``--cpus`` (the Pi 3B's A53,
    the Pi 4's A72, the Pi 5's A76, QEMU's ``max``): refused in one line where qemu's
@@ -60,6 +61,7 @@ SRC, VENV, WHEELHOUSE = "/opt/edgeprof-src", "/opt/edgeprof-venv", "/var/cache/e
 OWN_WHEEL = "/opt/edgeprof-wheel"  # this run's edgeprof wheel, alone
 CPU = "cortex-a53"  # the Pi 3B's core; QEMU's default "max" has every newer extension
 CPUS = "cortex-a53,cortex-a72,cortex-a76,max"  # Pi 3B, Pi 4, Pi 5, every extension
+PIPE_SCHEDULES = "gpipe,1f1b"  # torch-pipe's, each a 2-stage cell
 # Host settings pip inside the root gets too (a mirror or a proxy a CI sets).
 PASS_ENV = ("PIP_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_DEFAULT_TIMEOUT", "http_proxy",
             "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
@@ -261,14 +263,15 @@ def dying_frame(root: Path, python: str, cpu: str) -> str:
     return f"{fatal}; innermost frame: {frame}" if fatal else f"exit {done.returncode}"
 
 
-def torch_cell(root: Path, engine: str) -> tuple[str, bool, float]:
-    out = f"/tmp/cell-{engine}"
+def torch_cell(root: Path, engine: str, model: str = "lenet-mlp",
+               extra: tuple[str, ...] = (), name: str = "") -> tuple[str, bool, float]:
+    out = f"/tmp/cell-{name or engine}"
     shutil.rmtree(root / out.lstrip("/"), ignore_errors=True)
     t0 = time.monotonic()
     done = chroot(root, [f"{VENV}/bin/edgeprof", "run", "--engine", engine,
-                         "--model", "lenet-mlp", "--devices", "2", "--batch", "16",
+                         "--model", model, "--devices", "2", "--batch", "16",
                          "--max-samples", "320", "--val-samples", "100",
-                         "--dataset", "synthetic", "--no-agent", "--out", out])
+                         "--dataset", "synthetic", "--no-agent", "--out", out, *extra])
     took = time.monotonic() - t0
     records = root / out.lstrip("/") / "results.jsonl"
     if not records.exists():
@@ -280,11 +283,23 @@ def torch_cell(root: Path, engine: str) -> tuple[str, bool, float]:
         status += (f": val acc {record.get('val_accuracy')}, first step after "
                    f"{record.get('first_step_s', 0):.1f} s, training "
                    f"{record.get('train_s', 0):.2f} s, {record.get('samples_per_s', 0):.0f}"
-                   " samples/s")
+                   " samples/s" + pipeline_summary(record))
     else:
         for log_file in sorted((root / out.lstrip("/")).glob("cells/*/attempt-*/logs/*.log")):
             log(f"  {log_file.name}: {tail(log_file.read_text(errors='replace'), 5, 800)}")
     return status, ok, took
+
+
+def pipeline_summary(record: dict) -> str:
+    """A torch-pipe cell's split, step against the pipeline model, bubble and stash."""
+    if not record.get("pipe_split"):
+        return ""
+    got = {key: record.get(key) or 0 for key in ("pipe_step_ms", "pipe_step_ms_predicted",
+                                                 "bubble_measured", "bubble_gpipe")}
+    return (f"; split {record['pipe_split']}, step {got['pipe_step_ms']:.0f} ms (predicted "
+            f"{got['pipe_step_ms_predicted']:.0f}), bubble {got['bubble_measured']:.2f} "
+            f"(GPipe's {got['bubble_gpipe']:.2f}), stash MB per stage "
+            f"{record.get('stage_stash_mb')}")
 
 
 def refused_torch(root: Path, version: str, cpus: list[str]) -> list[tuple[str, str, float]]:
@@ -390,6 +405,9 @@ def main() -> int:
                         help=f"QEMU CPU models for that torch's host check [{CPUS}]")
     parser.add_argument("--engines", default="torch,torch-ddp",
                         help="the engines of the 2-worker cells [torch,torch-ddp]")
+    parser.add_argument("--schedules", default=PIPE_SCHEDULES,
+                        help="the schedules of the 2-stage torch-pipe cells, LeNet-CNN in 4 "
+                             f"micro-batches ('' to skip) [{PIPE_SCHEDULES}]")
     parser.add_argument("--skip-mxnet", action="store_true")
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -445,6 +463,17 @@ def main() -> int:
                          status if ok else f"FAILED: {status}", took))
             failed |= not ok
             log(f"--engine {engine}: {status} in {took:.1f} s")
+
+        for schedule in [s for s in args.schedules.split(",") if s]:
+            log(f"2-stage cell, --engine torch-pipe --schedule {schedule}")
+            status, ok, took = torch_cell(root, "torch-pipe", "lenet-cnn",
+                                          ("--microbatches", "4", "--schedule", schedule),
+                                          name=f"torch-pipe-{schedule}")
+            rows.append((f"2-stage cell, --engine torch-pipe --schedule {schedule} "
+                         "(lenet-cnn, 4 micro-batches of 4, 320 samples)",
+                         status if ok else f"FAILED: {status}", took))
+            failed |= not ok
+            log(f"torch-pipe {schedule}: {status} in {took:.1f} s")
 
         if args.torch_refused:
             log(f"torch=={args.torch_refused} in its own venv, checked under {args.cpus}")

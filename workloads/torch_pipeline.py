@@ -139,6 +139,7 @@ class PipelineWorker(TorchWorker):
             self.pipe_stage = PipelineStage(self.model, self.stage, self.stages,
                                             torch.device("cpu"), input_args=(stage_input,),
                                             group=self.pipe_group)
+            _same_dtype_handshake(self.pipe_stage)
             schedule = Schedule1F1B if self.schedule_name == "1f1b" else ScheduleGPipe
             # Inference has no loss: its last stage returns the outputs.
             self.schedule = schedule(self.pipe_stage, self.microbatches,
@@ -446,6 +447,26 @@ def profile_layers(layers, example) -> pipeline_split.LayerCosts:
         params.append(sum(p.numel() for p in layer.parameters() if p.requires_grad))
         x = out.detach()
     return pipeline_split.LayerCosts(tuple(seconds), tuple(out_bytes), tuple(params))
+
+
+def _same_dtype_handshake(stage) -> None:
+    """torch 2.9 (the Pi's 2.9.1) opens a stage's links to its neighbours by sending an
+    int64 scalar into a float32 buffer (pytorch#165143, fixed by #165539 in later torch):
+    Gloo aborts the process on the 8 bytes that do not fit 4 ("op.preamble.length <=
+    op.nbytes. 8 vs 4"). Both ends here send and receive one float32, as later torch
+    does itself (there this changes nothing)."""
+    import torch
+
+    make_ops = getattr(stage, "_get_init_p2p_neighbors_ops", None)
+    if make_ops is None:  # a torch without that handshake
+        return
+
+    def ops():
+        found = make_ops()
+        for op in found:
+            op.tensor = op.tensor.to(torch.float32).reshape(1)
+        return found
+    stage._get_init_p2p_neighbors_ops = ops
 
 
 def _shared_host() -> bool:

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 from pathlib import Path
+from typing import Sequence
 
 from workloads import pipeline_split
 from workloads.torch_pipeline import (MICROBATCHES_ENV, SCHEDULE_ENV, SCHEDULES, SPLIT_ENV,
@@ -96,6 +98,10 @@ class TorchPipelineEngine(_TorchEngine):
     def comm(self, cell: CellConfig) -> str:
         return "pipeline"
 
+    def host_problem(self, answer: dict, cells: Sequence[CellConfig]) -> str | None:
+        problem = super().host_problem(answer, cells)
+        return problem or few_microbatches_problem(answer.get("torch", ""), cells)
+
     def variants(self, cell: CellConfig, values: dict) -> list[CellConfig]:
         names = [option.name for option in self.options]
         combos = itertools.product(*(values.get(name) or [option.parse(option.default)[0]]
@@ -143,6 +149,22 @@ class TorchPipelineEngine(_TorchEngine):
         return [ProcessSpec("worker", i, node, argv, _process_env(common, i, node),
                             part=_part(i, stages, cell.replicas or 1))
                 for i, node in enumerate(worker_nodes)]
+
+
+def few_microbatches_problem(torch_version: str, cells: Sequence[CellConfig]) -> str | None:
+    """torch before 2.10 (the Pi's 2.9.1, the last that runs on its cores) builds no
+    schedule, GPipe's either, with fewer micro-batches than stages (later torch asks it
+    of 1F1B only): a cell that would fail on such a node is refused up front."""
+    match = re.match(r"(\d+)\.(\d+)", torch_version)
+    if not match or (int(match[1]), int(match[2])) >= (2, 10):
+        return None
+    for cell in cells:
+        stages = cell.devices // (cell.replicas or 1)
+        if (cell.microbatches or 1) < stages:
+            return (f"its torch {torch_version} runs a pipeline of {stages} stages only with "
+                    f"--microbatches {stages} or more, under every schedule: give "
+                    f"--microbatches {stages} or more")
+    return None
 
 
 def _part(rank: int, stages: int, replicas: int) -> str:
