@@ -28,9 +28,11 @@ from . import grid
 def _models_help() -> str:
     """``--model``'s help from the registry: the models, and those some engines lack."""
     only = []
+    # The engines that train models (the script engine runs a --script instead).
+    model_engines = [e for e in ENGINES.values() if not e.takes_script]
     for name in grid.MODELS:
-        engines = [e.name for e in ENGINES.values() if name in e.models]
-        if len(engines) < len(ENGINES):
+        engines = [e.name for e in model_engines if name in e.models]
+        if len(engines) < len(model_engines):
             only.append(f"{name} on {'/'.join(engines)}")
     return (f"{', '.join(grid.MODELS)} (comma-separated for a sweep"
             + (f"; {', '.join(only)} only" if only else "") + "), or your own "

@@ -31,6 +31,9 @@ def validate(cell: CellConfig) -> CellConfig:
     engine = get_engine(cell.engine)  # an unknown engine: one line naming the choices
     # An unknown model: one line naming the models. A script's cells name the script.
     spec = None if engine.takes_script else model_registry.get(cell.model)
+    if engine.takes_script and not cell.model_digest:
+        raise ConfigError(f"--engine {engine.name} runs your own training script: give "
+                          "--script train.py (or another --engine for a model)")
     if cell.sync not in SYNC_MODES:
         raise ConfigError(f"unknown sync mode {cell.sync!r}: use sync or async")
     if cell.sync not in engine.sync_modes:

@@ -107,6 +107,8 @@ BAD = [  # (extra args, words of the one line); {good} etc. name the scripts abo
     (["--script", "{good}", "--engine", "torch-ddp"], ["--script runs on the script engine",
                                                        "drop --engine"]),
     (["--script", "{good}", "--sync", "sync,async"], ["--sync sync,async", "drop --sync"]),
+    (["--engine", "script"], ["--engine script runs your own training script",
+                              "give --script"]),
     (["--param", "hidden=1"], ["--param", "give --script"]),
     (["--script-args", "--epochs 2"], ["--script-args", "give --script"]),
 ]
