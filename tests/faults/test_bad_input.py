@@ -219,6 +219,8 @@ CASES = [
         "is not valid YAML", "fix it", env={"EDGEPROF_PROFILES": "{profiles_not_yaml}"}),
     bad("profiles-yaml-lacks-fields", "cluster profiles", "lacks memory_mb, cpu_cores", "add them",
         env={"EDGEPROF_PROFILES": "{profiles_lacking}"}),
+    bad("profiles-power-lacks-full-w", "cluster profiles", "power lacks full_w",
+        "give power: {idle_w: W, full_w: W", env={"EDGEPROF_PROFILES": "{profiles_power}"}),
     bad("profiles-yaml-a-list", "cluster profiles", "'profiles:' must be a mapping",
         "profiles.yaml", env={"EDGEPROF_PROFILES": "{profiles_list}"}),
     bad("profiles-yaml-binary", "cluster profiles", "not a text file", "profiles YAML",
@@ -377,7 +379,9 @@ def shared(tmp_path_factory) -> dict[str, Path]:
     token_empty.chmod(0o600)
     for name, text in (("profiles-not-yaml.yaml", "profiles: [\n  pi3b: {\n"),
                        ("profiles-lacking.yaml", "profiles:\n  x: {link_mbit: 100}\n"),
-                       ("profiles-list.yaml", "profiles:\n  - pi3b\n  - pi4\n")):
+                       ("profiles-list.yaml", "profiles:\n  - pi3b\n  - pi4\n"),
+                       ("profiles-power.yaml", "profiles:\n  x: {link_mbit: 100, memory_mb: "
+                        "1024, cpu_cores: 0.3, power: {idle_w: 1.4, source: PiDramble}}\n")):
         (base / name).write_text(text)
     hide = base / "hide-horovod"
     hide.mkdir()
@@ -400,6 +404,7 @@ def shared(tmp_path_factory) -> dict[str, Path]:
         "profiles_not_yaml": base / "profiles-not-yaml.yaml",
         "profiles_lacking": base / "profiles-lacking.yaml",
         "profiles_list": base / "profiles-list.yaml",
+        "profiles_power": base / "profiles-power.yaml",
         "hide_horovod": hide, "base": base,
     }
 
