@@ -94,7 +94,9 @@ class CellConfig:
         depth = f"{self.layers}" if self.layers else ""
         # A script's --param values tell its cells apart: ``train.py b32 d2 ... hidden=64``.
         params = "".join(f" {name}={value}" for name, value in self.params)
-        return (f"{self.model}{depth} b{self.batch} d{self.devices} {self.sync} {self.engine}"
+        # A pipeline's shape tells its cells apart: ``torch-pipe S2 M4 1f1b``.
+        engine = engine_label(asdict(self))
+        return (f"{self.model}{depth} b{self.batch} d{self.devices} {self.sync} {engine}"
                 f"{params}")
 
     def tags(self) -> dict[str, str]:
@@ -112,3 +114,32 @@ def param_columns(params) -> dict[str, str]:
     """A cell's ``--param`` pairs as results columns and tags: ``{"param_hidden": "64"}``
     (``params`` as a cell holds them, or as a results record's JSON lists)."""
     return {f"{PARAM_COLUMN_PREFIX}{name}": str(value) for name, value in params or ()}
+
+
+def engine_label(rec: dict, *, stages: bool = True) -> str:
+    """The engine, and for a pipeline cell its shape: ``torch-pipe S2 M4 1f1b``, with
+    ``infer`` for ``--task infer``, ``R2`` for two pipelines side by side and the split
+    when it is not ``balanced`` (``split=3,5``). ``stages`` False leaves S out (a series
+    over the device count, along which S changes). Any other cell: the engine's name
+    alone. A record's or a cell's fields (``asdict``) alike."""
+    engine = str(rec.get("engine", "?"))
+    if not is_pipeline(rec):
+        return engine
+    replicas = rec.get("replicas") or 1
+    parts = [engine]
+    if stages:
+        parts.append(f"S{rec.get('pipe_stages') or (rec.get('devices') or 0) // replicas}")
+    parts += [f"M{rec.get('microbatches') or 1}", str(rec.get("schedule") or "gpipe")]
+    if (rec.get("task") or "train") != "train":
+        parts.append(str(rec["task"]))  # infer: the test set streamed forward only
+    if replicas > 1:
+        parts.append(f"R{replicas}")
+    if (rec.get("split") or "balanced") != "balanced":
+        parts.append(f"split={rec['split']}")
+    return " ".join(parts)
+
+
+def is_pipeline(rec: dict) -> bool:
+    """Whether a record (or a cell's fields) is a pipeline cell's: its engine's own
+    settings are set (other engines' cells leave them empty)."""
+    return rec.get("microbatches") is not None or rec.get("schedule") is not None

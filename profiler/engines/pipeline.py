@@ -103,10 +103,16 @@ class TorchPipelineEngine(_TorchEngine):
         return problem or few_microbatches_problem(answer.get("torch", ""), cells)
 
     def variants(self, cell: CellConfig, values: dict) -> list[CellConfig]:
+        """Every combination of the settings; a combination a schedule cannot run (1F1B
+        with fewer micro-batches than stages, 1F1B inference) is left out where the grid
+        has GPipe too, as the grid leaves out a sync mode an engine lacks."""
         names = [option.name for option in self.options]
         combos = itertools.product(*(values.get(name) or [option.parse(option.default)[0]]
                                      for name, option in zip(names, self.options)))
-        return [dataclasses.replace(cell, **dict(zip(names, combo))) for combo in combos]
+        cells = [dataclasses.replace(cell, **dict(zip(names, combo))) for combo in combos]
+        if len(set(values.get("schedule") or ())) < 2:
+            return cells
+        return [c for c in cells if c.schedule != "1f1b" or _one_f_one_b_runs(c)]
 
     def check_cell(self, cell: CellConfig) -> None:
         replicas, micro = cell.replicas or 1, cell.microbatches or 1
@@ -149,6 +155,11 @@ class TorchPipelineEngine(_TorchEngine):
         return [ProcessSpec("worker", i, node, argv, _process_env(common, i, node),
                             part=_part(i, stages, cell.replicas or 1))
                 for i, node in enumerate(worker_nodes)]
+
+
+def _one_f_one_b_runs(cell: CellConfig) -> bool:
+    stages = cell.devices // (cell.replicas or 1)
+    return cell.task != "infer" and (cell.microbatches or 1) >= stages
 
 
 def few_microbatches_problem(torch_version: str, cells: Sequence[CellConfig]) -> str | None:

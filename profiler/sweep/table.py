@@ -15,7 +15,7 @@ and ``edgeprof compare`` name cells the same way.
 
 from __future__ import annotations
 
-from ..cell import PARAM_COLUMN_PREFIX, param_columns
+from ..cell import PARAM_COLUMN_PREFIX, engine_label, is_pipeline, param_columns
 
 COLUMNS = [  # (header, record key, format)
     ("model", "model", "{}"), ("layers", "layers", "{}"), ("batch", "batch", "{}"),
@@ -30,34 +30,6 @@ COLUMNS = [  # (header, record key, format)
 
 STATUS = [key for _, key, _ in COLUMNS].index("status")
 ACCURACY = [key for _, key, _ in COLUMNS].index("val_accuracy")
-
-
-def engine_label(rec: dict, *, stages: bool = True) -> str:
-    """The engine, and for a pipeline cell its shape: ``torch-pipe S2 M4 1f1b``, with
-    ``infer`` for ``--task infer``, ``R2`` for two pipelines side by side and the split
-    when it is not ``balanced`` (``split=3,5``). ``stages`` False leaves S out (a series over the device count,
-    along which S changes). Any other cell: the engine's name alone."""
-    engine = str(rec.get("engine", "?"))
-    if not is_pipeline(rec):
-        return engine
-    replicas = rec.get("replicas") or 1
-    parts = [engine]
-    if stages:
-        parts.append(f"S{rec.get('pipe_stages') or (rec.get('devices') or 0) // replicas}")
-    parts += [f"M{rec.get('microbatches') or 1}", str(rec.get("schedule") or "gpipe")]
-    if (rec.get("task") or "train") != "train":
-        parts.append(str(rec["task"]))  # infer: the test set streamed forward only
-    if replicas > 1:
-        parts.append(f"R{replicas}")
-    if (rec.get("split") or "balanced") != "balanced":
-        parts.append(f"split={rec['split']}")
-    return " ".join(parts)
-
-
-def is_pipeline(rec: dict) -> bool:
-    """Whether a record (or a cell's fields) is a pipeline cell's: its engine's own
-    settings are set (other engines' cells leave them empty)."""
-    return rec.get("microbatches") is not None or rec.get("schedule") is not None
 
 
 def status_label(rec: dict) -> str:

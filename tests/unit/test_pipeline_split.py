@@ -79,3 +79,20 @@ def test_the_pipeline_model():
     assert ps.predicted_step_s([0.01] * 4, 8) == pytest.approx(0.11)
     assert ps.imbalance([1.0, 1.0, 2.0]) == pytest.approx(1.5)
     assert ps.imbalance([]) is None
+
+
+def test_a_grid_of_both_schedules_leaves_out_what_1f1b_cannot_run():
+    """1F1B needs a micro-batch per stage: with GPipe in the grid too, its smaller
+    combinations are left out (as a sync mode an engine lacks is); alone, refused."""
+    from profiler.sweep.grid import expand
+
+    def cells(schedules):
+        return expand(engines=["torch-pipe"], models=["lenet-cnn"], layers=[None],
+                      batches=[32], devices=[4], syncs=["sync"],
+                      engine_values={"microbatches": [1, 2, 4], "schedule": schedules})
+    shapes = [(c.microbatches, c.schedule) for c in cells(["gpipe", "1f1b"])]
+    assert shapes == [(1, "gpipe"), (2, "gpipe"), (4, "gpipe"), (4, "1f1b")]
+    assert [c.label for c in cells(["gpipe", "1f1b"])][-1] == \
+        "lenet-cnn b32 d4 sync torch-pipe S4 M4 1f1b"
+    with pytest.raises(ConfigError, match="1f1b needs at least one micro-batch per stage"):
+        cells(["1f1b"])
