@@ -268,6 +268,8 @@ def test_over_ssh_the_script_goes_to_each_node_and_nothing_is_left(tmp_path):
         assert proc.returncode == 130, stderr[-3000:]
         first, second = _records(out)
         assert first["status"] == "ok", first["reason"]
+        # It never called edgeprof_hooks.log: the row says accuracy was not reported.
+        assert first["accuracy_reported"] is False and first["val_accuracy"] is None
         assert second["status"] == "failed" and "interrupted" in second["reason"]
         for record in (first, second):
             logs = out / "cells" / record["cell_id"] / "attempt-1" / "logs"
