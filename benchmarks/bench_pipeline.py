@@ -20,7 +20,9 @@ One run, three parts (docs/pipeline.md shows a run's tables):
    which strategy wins; a figure (``--figure``).
 3. **MobileNetV2 in five stages on five Pi 4 nodes**: the split balanced by measurement
    against the Pi pipeline work's 27/27/36/53/14 of its 157 Keras layers (mapped onto
-   our 26 top-level modules: 6,3,4,6,7, see ``KERAS_LAYERS``), both trained.
+   our 26 top-level modules: 6,3,4,6,7, see ``KERAS_LAYERS``), both trained; and
+   ``--task infer``: the test stream through the five stages, on one node and over five
+   whole-model replicas.
 
 Bytes per step are measured from the agents' ``eth0`` counters of the worker nodes
 (``net`` in each node's spool, sampled every ``INTERVAL_S``), summed over the nodes,
@@ -96,6 +98,7 @@ MODELS = {"lenet-cnn": None, "resnet": 20, "mobilenetv2": None}
 SAMPLES = {"lenet-cnn": 2560, "resnet": 640, "mobilenetv2": 384}
 QUICK_SAMPLES = {"lenet-cnn": 1280, "resnet": 480, "mobilenetv2": 320}
 VAL_SAMPLES = 64
+INFER_SAMPLES = 800  # part 3's inference stream: 20 batches of 40, 4 per replica
 
 # Keras's MobileNetV2 (ImageNet, with the Pi work's GlobalAveragePooling, Dropout and
 # Dense on top: 157 layers, the input layer counted) per top-level module of ours:
@@ -162,13 +165,14 @@ def emulated_lock():
         yield
 
 
-def sweep(cells: list[CellConfig], profile: str, out: Path, nodes: int = NODES) -> list[dict]:
+def sweep(cells: list[CellConfig], profile: str, out: Path, nodes: int = NODES,
+          val_samples: int = VAL_SAMPLES) -> list[dict]:
     """One sweep on an emulated cluster of ``nodes`` nodes brought up for it (the quotas
     depend on how many nodes share the host: the same count for every sweep compared).
     ``--cluster local`` runs it on local processes instead (a check of this script)."""
     if CLUSTER["name"] == "local":
         settings = SweepSettings(cells=cells, out_dir=out, interval_s=INTERVAL_S,
-                                 val_samples=VAL_SAMPLES)
+                                 val_samples=val_samples)
         records = run_sweep(settings, progress=False).records
         for record in records:
             record["_dir"] = out / "cells" / record["cell_id"] / f"attempt-{record['attempt']}"
@@ -181,7 +185,7 @@ def sweep(cells: list[CellConfig], profile: str, out: Path, nodes: int = NODES) 
         try:
             settings = SweepSettings(cells=cells, out_dir=out,
                                      cluster=cluster_settings("emulated", profile=profile),
-                                     interval_s=INTERVAL_S, val_samples=VAL_SAMPLES)
+                                     interval_s=INTERVAL_S, val_samples=val_samples)
             records = run_sweep(settings, progress=False).records
         finally:
             emulated.down()
@@ -499,6 +503,33 @@ def five_stages(quick: bool, out: Path) -> tuple[list[str], list[dict]]:
     return rows, records
 
 
+def five_inference(out: Path) -> list[str]:
+    """``--task infer``: the test stream (``INFER_SAMPLES``, batches of 40) through the
+    five stages, on one node, and over five whole-model replicas (1/5 of it each)."""
+    def cell(devices: int, replicas: int, micro: int) -> CellConfig:
+        return validate(CellConfig(engine="torch-pipe", model="mobilenetv2", layers=None,
+                                   batch=40, devices=devices, max_samples=200,
+                                   dataset="synthetic", microbatches=micro,
+                                   schedule="gpipe", replicas=replicas, split="balanced",
+                                   task="infer"))
+    shapes = {"one node": cell(1, 1, 1), "five stages (GPipe, M = 8)": cell(FIVE, 1, 8),
+              "five replicas": cell(FIVE, FIVE, 1)}
+    records = sweep(list(shapes.values()), PROFILE, out / "five-infer", nodes=FIVE,
+                    val_samples=INFER_SAMPLES)
+    rows = ["| inference | nodes | samples/s | x one node | latency ms per batch of 40 |",
+            "|---|---|---|---|---|"]
+    alone = records[0].get("samples_per_s") if records[0]["status"] == "ok" else None
+    for (name, c), r in zip(shapes.items(), records):
+        if r["status"] != "ok":
+            rows.append(f"| {name} | {c.devices} | {r['status']}: {r.get('reason')} |")
+            continue
+        rate = r.get("samples_per_s")
+        rows.append(f"| {name} | {c.devices} | {_f(rate, 1)} | "
+                    f"{_f(rate / alone if rate and alone else None, 2)} | "
+                    f"{_f(r.get('infer_latency_ms'), 0)} |")
+    return rows
+
+
 # ---------------------------------------------------------------- formatting
 
 def _bounds(counts):
@@ -561,6 +592,7 @@ def main() -> None:
             print("## 3. MobileNetV2 in five stages on five Pi 4 nodes (GPipe, M = 8, "
                   "batch 40)\n")
             print("\n".join(rows) + "\n", flush=True)
+            print("\n".join(five_inference(out)) + "\n", flush=True)
         if 2 in parts:
             results = strategies(args.quick, grid, out)
             rows, figure = strategy_table(results, args.quick)
