@@ -113,8 +113,10 @@ def profiles() -> None:
     click.echo("files: " + ", ".join(str(p) for p in profile_files()))
     for profile in catalog.profiles.values():
         by_model = "".join(f", {m} {q:g}" for m, q in profile.cpu_cores_by_model.items())
+        power = (f", {profile.power.idle_w:g}-{profile.power.full_w:g} W"
+                 if profile.power else "")
         click.echo(f"{profile.name:<16} {profile.link_mbit:>6g} Mbit {profile.memory_mb:>6} MB "
-                   f"{profile.cpu_cores:>5g} cores{by_model}  {profile.description}")
+                   f"{profile.cpu_cores:>5g} cores{by_model}{power}  {profile.description}")
     for name, members in catalog.mixes.items():
         click.echo(f"{name:<16} {len(members)} nodes: {', '.join(members)}")
 
