@@ -14,6 +14,7 @@ Without any energy or cost column the page has no such section.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from ..cluster.prices import Price, PriceTable
@@ -103,11 +104,13 @@ def _model(r: dict) -> str:
 def figure(records: list[dict]):
     """Time against energy, a mark per finished cell: its shape the strategy (engine and
     sync mode), its colour the model, its label the device count. None without energy."""
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
     from .figures import Figure, png_bytes, plt
 
     cells = [board_time.record(r) for r in records
              if r.get("status") == "ok" and r.get("energy_j") is not None
-             and r.get("elapsed_s") is not None]
+             and r.get("train_s") is not None]
     if not cells:
         return None
     strategies = sorted({_strategy(r) for r in cells})
@@ -115,7 +118,7 @@ def figure(records: list[dict]):
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for r in cells:
-        x, y = r["energy_j"], r["elapsed_s"]
+        x, y = r["energy_j"], r["train_s"]
         ax.scatter(x, y, marker=MARKERS[strategies.index(_strategy(r)) % len(MARKERS)],
                    color=colours[models.index(_model(r)) % len(colours)], s=46,
                    edgecolors="black", linewidths=0.4, zorder=3)
@@ -129,16 +132,19 @@ def figure(records: list[dict]):
     if max(r["energy_j"] for r in cells) > 20 * max(min(r["energy_j"] for r in cells), 1e-9):
         ax.set_xscale("log")
         ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):  # 20, 50, 100 rather than 2 x 10^1
+            axis.set_major_formatter(ScalarFormatter())
+            axis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("energy of the cell, all its nodes (J)")
-    ax.set_ylabel("time of the cell (s)")
+    ax.set_ylabel("training time of the cell (s)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     sources = sorted({str(r.get("energy_source")) for r in cells})
     return Figure("fig-time-energy", "Time against energy per cell",
-                  "each finished cell's time (launch to the last worker's end, the board's "
-                  "time) against the energy of all its nodes over its own window; shape: "
-                  "engine and sync mode, colour: model, label: devices. Energy "
-                  f"{'/'.join(sources)} (energy_source).", png_bytes(fig))
+                  "each finished cell's training time (first worker start to last end, "
+                  "in the board's time) against the energy of all its nodes over that "
+                  "window; shape: engine and sync mode, colour: model, label: devices. "
+                  f"Energy {'/'.join(sources)} (energy_source).", png_bytes(fig))
 
 
 def section(records: list[dict], cloud: CloudVM | None, number, config_of) -> dict | None:
@@ -164,7 +170,8 @@ def section(records: list[dict], cloud: CloudVM | None, number, config_of) -> di
         if cloud is not None:
             values += _beside_cloud(raw, cloud, number)
         rows.append({"config": config_of(raw), "record": raw, "numbers": values})
-    sources = sorted({r["record"].get("price_source") for r in rows
+    # Each price once: the node counts (" x 3 nodes") differ from cell to cell.
+    sources = sorted({re.sub(r" x \d+ nodes?", "", r["record"]["price_source"]) for r in rows
                       if r["record"].get("price_source")})
     return {"headings": headings, "rows": rows, "prices": sources,
             "cloud": cloud.label if cloud is not None else "",
