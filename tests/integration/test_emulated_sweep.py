@@ -73,6 +73,17 @@ def test_sweep_on_4_pi3b_nodes_reports_each_nodes_own_traffic_and_cpu(no_cluster
         print(record["model"], "n0 received", nodes["n0"]["net_recv_kb"], "KB; workers sent",
               workers_sent, "KB")
         assert nodes["n0"]["net_recv_kb"] == pytest.approx(workers_sent, rel=0.15)
+        # Energy: modelled from each node's CPU use by pi3b's model (1.4 W idle, 3.7 W
+        # full), every node of the cell between the two over the cell's window.
+        assert record["energy_source"] == "modelled"
+        window_s = record["train_s"]
+        assert set(record["energy_j_by_node"]) == set(nodes)
+        for name, joules in record["energy_j_by_node"].items():
+            assert 1.4 * window_s * 0.99 <= joules <= 3.7 * window_s * 1.01, (name, joules)
+        assert record["energy_j"] == pytest.approx(sum(record["energy_j_by_node"].values()),
+                                                   abs=0.01)
+        assert {"worker", "server"} <= set(record["energy_j_by_role"])
+        assert record["j_per_sample"] > 0
     assert no_cluster.status()["up"] is False  # the sweep took down what it brought up
 
 
