@@ -45,11 +45,13 @@ _METER_FIELD = {"power_hwmon": "power_w", "power_pmic": "board_w", "power_rapl":
 
 @dataclass(frozen=True)
 class NodePower:
-    """What a node's energy can come from: its profile's model (None: none known) and
-    whether the meters its agent reads are its own (False on an emulated node)."""
+    """What a node's energy can come from: its profile's model (None: none known),
+    whether the meters its agent reads are its own (False on an emulated node), and the
+    machine they are on (nodes of one ``host`` share its meters; None: its own)."""
 
     model: "PowerModel | None" = None
     own_meters: bool = True
+    host: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,6 @@ def integrate_j(samples: list[tuple[int, float]], start_ms: int, end_ms: int) ->
 class _Series:
     """One node's spool as energy needs it."""
 
-    host: str = ""
     cpu: list[tuple[int, float]] = field(default_factory=list)  # (time_ms, cpu_percent)
     # measurement -> {time_ms: watts, summed over the meter's channels}
     meters: dict[str, dict[int, float]] = field(default_factory=dict)
@@ -124,8 +125,7 @@ def meter_watts(point, meters: dict[str, dict[int, float]]) -> bool:
 def _read(spool_dir: Path, start_ms: int, end_ms: int) -> _Series:
     series = _Series()
     # Only the points energy reads are parsed (the summary reads the spool too).
-    for base, point in read_points(spool_dir, ("cpu", "proc", *METERS)):
-        series.host = series.host or base.get("host", "")
+    for _base, point in read_points(spool_dir, ("cpu", "proc", *METERS)):
         name = point.measurement
         if meter_watts(point, series.meters):
             continue
@@ -181,13 +181,14 @@ def energy_columns(cell_dir: Path, t_start: float, t_end: float,
             sources[node] = "modelled"
             watts[node] = [(t, node_power.model.watts(cpu / 100.0)) for t, cpu in series.cpu]
     # A host's meters measure it once, however many of the cell's nodes read them.
+    host = {node: power.get(node, NodePower()).host or node for node in nodes}
     sharing: dict[str, int] = {}
     for node in watts:
         if sources[node] == "measured":
-            sharing[read[node].host] = sharing.get(read[node].host, 0) + 1
+            sharing[host[node]] = sharing.get(host[node], 0) + 1
 
     def node_j(node: str, until_ms: int) -> float:
-        share = sharing[read[node].host] if sources[node] == "measured" else 1
+        share = sharing[host[node]] if sources[node] == "measured" else 1
         return integrate_j(watts[node], start_ms, until_ms) * work.speedup / share
 
     by_node = {node: (round(node_j(node, end_ms), 3) if node in watts else None)

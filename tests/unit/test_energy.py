@@ -23,10 +23,11 @@ from profiler.sweep.monitoring import node_power
 PI3B = PowerModel(1.4, 3.7, "PiDramble")
 
 
-def _spool(cell, node, cpu_by_second, *, host="h1", role="worker", procs=None, meter=None):
+def _spool(cell, node, cpu_by_second, *, role="worker", procs=None, meter=None):
     """One node's spool: ``cpu`` each second, ``procs`` {proc: (role, cpu %)} each
     second, ``meter`` (measurement, field, watts by second)."""
-    writer = SpoolWriter(cell / "metrics" / node, {"node": node, "host": host})
+    # The sweep tags every agent with the controller's host name, whatever its node.
+    writer = SpoolWriter(cell / "metrics" / node, {"node": node, "host": "controller"})
     for second, cpu in enumerate(cpu_by_second):
         t_ms = 100_000 + second * 1000
         lines = [lineproto.encode("cpu", {"role": role}, {"cpu_percent": float(cpu)}, t_ms)]
@@ -84,14 +85,24 @@ def test_measured_power_wins_and_a_shared_hosts_meter_is_counted_once(tmp_path):
     rapl = ("power_rapl", "power_w", [30.0] * 11)
     _spool(cell, "local0", [90] * 11, meter=rapl)
     _spool(cell, "local1", [90] * 11, meter=rapl)
-    row = summarize_cell(cell, ["local0", "local1"], 101.0, 105.0)
+    local = Node("local0"), Node("local1")
+    row = summarize_cell(cell, ["local0", "local1"], 101.0, 105.0, power=node_power(local))
     assert row["energy_j"] == pytest.approx(30.0 * 4) and row["avg_power_w"] == 30.0
     assert row["energy_j_by_node"] == {"local0": 60.0, "local1": 60.0}
     assert row["energy_source"] == "measured"
+    # Two real boards, each with its own meter (the agents' host tags are the
+    # controller's): each its own.
+    boards = (Node("pi-a", "10.0.0.2", scope=NodeScope(ssh_host="pi-a")),
+              Node("pi-b", "10.0.0.3", scope=NodeScope(ssh_host="pi-b")))
+    cell = tmp_path / "boards"
+    for board in boards:
+        _spool(cell, board.name, [90] * 11, meter=("power_hwmon", "power_w", [5.0] * 11))
+    row = summarize_cell(cell, ["pi-a", "pi-b"], 101.0, 105.0, power=node_power(boards))
+    assert row["energy_j_by_node"] == {"pi-a": 20.0, "pi-b": 20.0}
     # A Pi 5 with its PMIC beside a modelled Pi 3B: mixed; the model is not used there.
     cell = tmp_path / "mixed"
-    _spool(cell, "pi5", [10] * 11, host="pi5", meter=("power_pmic", "board_w", [6.0] * 11))
-    _spool(cell, "pi3b", [0] * 11, host="pi3b")
+    _spool(cell, "pi5", [10] * 11, meter=("power_pmic", "board_w", [6.0] * 11))
+    _spool(cell, "pi3b", [0] * 11)
     row = summarize_cell(cell, ["pi5", "pi3b"], 101.0, 103.0,
                          power={"pi5": NodePower(PowerModel(2.8, 9.7, "x")),
                                 "pi3b": NodePower(PI3B)})
@@ -109,7 +120,7 @@ def test_an_emulated_nodes_host_meters_are_not_its_board(tmp_path):
     local = Node("local0")
     powers = node_power([emulated, local])
     assert powers["n0"].model.full_w == 3.7 and not powers["n0"].own_meters
-    assert powers["local0"] == NodePower(None, True)
+    assert powers["local0"] == NodePower(None, True, "127.0.0.1")
 
 
 def test_no_meter_and_no_model_is_unknown_not_zero(tmp_path):
