@@ -116,7 +116,7 @@ def figure(records: list[dict]):
     strategies = sorted({_strategy(r) for r in cells})
     models = sorted({_model(r) for r in cells})
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = plt.subplots(figsize=(7.2, 4.6))
     for r in cells:
         x, y = r["energy_j"], r["train_s"]
         ax.scatter(x, y, marker=MARKERS[strategies.index(_strategy(r)) % len(MARKERS)],
