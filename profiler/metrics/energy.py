@@ -106,9 +106,10 @@ class _Series:
     cpu: list[tuple[int, float]] = field(default_factory=list)  # (time_ms, cpu_percent)
     # measurement -> {time_ms: watts, summed over the meter's channels}
     meters: dict[str, dict[int, float]] = field(default_factory=dict)
-    # role -> its processes' cpu_percent summed over the window's samples
-    role_cpu: dict[str, float] = field(default_factory=dict)
-    role_tags: set[str] = field(default_factory=set)  # roles node-level points carry
+    # time_ms -> {role: its processes' cpu_percent}, and the roles node-level points
+    # carry ("server+worker"), at and after the window's start
+    role_cpu: dict[int, dict[str, float]] = field(default_factory=dict)
+    role_tags: dict[int, str] = field(default_factory=dict)
 
 
 def meter_watts(point, meters: dict[str, dict[int, float]]) -> bool:
@@ -122,7 +123,7 @@ def meter_watts(point, meters: dict[str, dict[int, float]]) -> bool:
     return True
 
 
-def _read(spool_dir: Path, start_ms: int, end_ms: int) -> _Series:
+def _read(spool_dir: Path, start_ms: int) -> _Series:
     series = _Series()
     # Only the points energy reads are parsed (the summary reads the spool too).
     for _base, point in read_points(spool_dir, ("cpu", "proc", *METERS)):
@@ -131,25 +132,37 @@ def _read(spool_dir: Path, start_ms: int, end_ms: int) -> _Series:
             continue
         if name == "cpu" and "cpu_percent" in point.fields:
             series.cpu.append((point.time_ms, float(point.fields["cpu_percent"])))
-            if start_ms < point.time_ms <= end_ms and point.tags.get("role"):
-                series.role_tags.add(point.tags["role"])
-        elif (name == "proc" and "cpu_percent" in point.fields
-              and start_ms < point.time_ms <= end_ms):
+            if point.time_ms > start_ms and point.tags.get("role"):
+                series.role_tags[point.time_ms] = point.tags["role"]
+        elif name == "proc" and "cpu_percent" in point.fields and point.time_ms > start_ms:
+            by_role = series.role_cpu.setdefault(point.time_ms, {})
             role = point.tags.get("role", "")
-            series.role_cpu[role] = series.role_cpu.get(role, 0.0) + \
-                float(point.fields["cpu_percent"])
+            by_role[role] = by_role.get(role, 0.0) + float(point.fields["cpu_percent"])
     series.cpu.sort()
     return series
 
 
-def _role_shares(series: _Series) -> dict[str, float]:
-    """The share of the node's energy each role on it gets."""
-    busy = {role: cpu for role, cpu in series.role_cpu.items() if cpu > 0}
+def _covering(by_time: dict, end_ms: int) -> list:
+    """The values sampled in the window (those before it are not kept), or, for a window
+    shorter than a tick, the first one after it, which covers it."""
+    inside = [value for t, value in sorted(by_time.items()) if t <= end_ms]
+    return inside or [value for _, value in sorted(by_time.items())[:1]]
+
+
+def _role_shares(series: _Series, end_ms: int) -> dict[str, float]:
+    """The share of the node's energy each role on it gets: by its processes' CPU, else
+    equal among the roles its points carry ("none" when it ran nothing)."""
+    busy: dict[str, float] = {}
+    for by_role in _covering(series.role_cpu, end_ms):
+        for role, cpu in by_role.items():
+            busy[role] = busy.get(role, 0.0) + cpu
+    busy = {role: cpu for role, cpu in busy.items() if cpu > 0}
     if busy:
         total = sum(busy.values())
         return {role: cpu / total for role, cpu in busy.items()}
-    roles = sorted({role for tag in series.role_tags for role in tag.split("+")})
-    roles = [role for role in roles if role != "none"] or roles
+    roles = sorted({role for tag in _covering(series.role_tags, end_ms)
+                    for role in tag.split("+")})
+    roles = [role for role in roles if role != "none"] or ["none"]
     return {role: 1.0 / len(roles) for role in roles}
 
 
@@ -167,7 +180,7 @@ def energy_columns(cell_dir: Path, t_start: float, t_end: float,
     nodes = sorted(p.name for p in metrics.iterdir() if p.is_dir()) if metrics.is_dir() else []
     if not nodes or end_ms <= start_ms:
         return row
-    read = {node: _read(metrics / node, start_ms, end_ms) for node in nodes}
+    read = {node: _read(metrics / node, start_ms) for node in nodes}
     sources: dict[str, str] = {}
     watts: dict[str, list[tuple[int, float]]] = {}
     for node, series in read.items():
@@ -196,7 +209,8 @@ def energy_columns(cell_dir: Path, t_start: float, t_end: float,
     row["energy_j_by_node"] = by_node
     by_role: dict[str, float] = {}
     for node, joules in by_node.items():
-        for role, share in _role_shares(read[node]).items() if joules is not None else ():
+        for role, share in _role_shares(read[node], end_ms).items() if joules is not None \
+                else ():
             by_role[role] = by_role.get(role, 0.0) + joules * share
     row["energy_j_by_role"] = {role: round(j, 3) for role, j in sorted(by_role.items())} or None
     found = set(sources.values())

@@ -149,6 +149,10 @@ def test_energy_goes_to_roles_by_cpu_share_and_per_sample_and_to_accuracy(tmp_pa
     assert row["energy_j_by_role"] == {"server": pytest.approx(11.1),
                                        "worker": pytest.approx(3.7 + 14.8)}
     assert row["j_per_sample"] == pytest.approx(29.6 / 740)
+    # A window inside one tick: the sample that covers it says whose the joules are.
+    short = summarize_cell(cell, ["n0", "n1"], 101.2, 101.6, power=power)
+    assert short["energy_j_by_role"] == {"server": pytest.approx(3.7 * 0.4 * 0.75),
+                                         "worker": pytest.approx(3.7 * 0.4 * 1.25)}
     assert row["energy_to_accuracy_j"] == pytest.approx(2 * 3.7 * 2)
     # Dilated 4x: the boards would have run 4 x as long at that use.
     dilated = summarize_cell(cell, ["n0", "n1"], 101.0, 105.0, power=power,
