@@ -22,7 +22,7 @@ negative or unknown price.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -208,7 +208,7 @@ def _one(value: str, table: PriceTable, catalog) -> Price:
         usd_per_h = float(value)
     except ValueError:
         price = table.get(value)
-        return Price(**{**price.__dict__, "full_w": _full_w(price, catalog)})
+        return replace(price, full_w=_full_w(price, catalog))
     if not 0 <= usd_per_h < math.inf:
         raise ConfigError(f"--price {value}: USD per hour must be 0 or more, e.g. 0.034")
     return Price(_given_name(usd_per_h), "given (--price)", usd_per_h=usd_per_h)
