@@ -124,11 +124,13 @@ class PipelineWorker(TorchWorker):
         self.stage_profiles = per_stage  # for the start event: the split can be re-checked
         self.boundary_bytes = [profile.out_bytes[bounds[s + 1] - 1]
                                for s in range(self.stages - 1)]
+        self.model = torch.nn.Sequential(*layers[first:end])
+        full.eval()  # the example's way to this stage moves no BatchNorm statistics
         with torch.no_grad():
             stage_input = example
             for layer in layers[:first]:
                 stage_input = layer(stage_input)
-        self.model = torch.nn.Sequential(*layers[first:end])
+        full.train()
         del full, layers  # this stage keeps its own layers only
         self.net = self.model
         self.loss_fn = torch.nn.CrossEntropyLoss()
@@ -145,11 +147,33 @@ class PipelineWorker(TorchWorker):
             self.schedule = schedule(self.pipe_stage, self.microbatches,
                                      loss_fn=self.loss_fn if self.task == "train" else None)
             self._time_chunks()
+            if self.task == "train":
+                self._settle_metadata()
         self.lr_applied = optim.applied_lr(args.lr, args.lr_scaling, "allreduce",
                                            self.replicas)
         from .torch_sgd import SGD
         self.optimizer = SGD(self.model.parameters(), lr=self.lr_applied,
                              momentum=args.momentum, weight_decay=args.wd)
+
+    def _settle_metadata(self) -> None:
+        """One step on a batch of zeros, undone: the stage infers its neighbours' shapes
+        on its first step, running its layers once on tensors it makes up, which would
+        move BatchNorm's running statistics (ResNet's, MobileNetV2's) by made-up values.
+        Here it happens before training, and the layers' state is put back after."""
+        import torch
+
+        saved = {name: value.clone() for name, value in self.model.state_dict().items()}
+        zeros = torch.zeros(self.args.batch, *self.data.x_train.shape[1:])
+        if self.is_first:
+            self.schedule.step(zeros)
+        elif self.is_last:
+            self.schedule.step(target=torch.zeros(self.args.batch, dtype=torch.int64),
+                               losses=[])
+        else:
+            self.schedule.step()
+        self.model.load_state_dict(saved)
+        self.model.zero_grad(set_to_none=True)
+        self.spans.clear()
 
     def _time_chunks(self) -> None:
         """Record each micro-batch's forward and backward span on this stage (the
