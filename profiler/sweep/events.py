@@ -130,7 +130,9 @@ def _steady_s_per_sample(rank0_epochs: list[dict], start0: dict) -> float | None
         return None
     # Samples of the training set, so that a replicated cell (each worker passes over
     # the whole set) compares with a sharded one (the workers share one pass).
-    parts = data_parts(start0.get("data_partition", "shard"), start0.get("num_workers") or 1)
+    parts = data_parts(start0.get("data_partition", "shard"),
+                       # A pipeline's S stages train one shard: its start says how many.
+                       start0.get("data_shards") or start0.get("num_workers") or 1)
     samples = (steps - 1) * (start0.get("batch") or 0) * parts
     steady_s = first["epoch_s"] - first["first_step_s"]
     return round(steady_s / samples, 9) if samples > 0 and steady_s > 0 else None

@@ -75,7 +75,9 @@ def robust_columns(worker_steps: dict[int, list[dict]], epochs_by_rank: dict[int
         samples_per_s += batch / s_per_step
         slow += left_out
     # Each worker's rate counted once per worker, over the parts of the set they share.
-    parts = data_parts(start0.get("data_partition", "shard"), start0.get("num_workers") or 1)
+    parts = data_parts(start0.get("data_partition", "shard"),
+                       # A pipeline's S stages train one shard: its start says how many.
+                       start0.get("data_shards") or start0.get("num_workers") or 1)
     cell_rate = samples_per_s / len(blocks_by_rank) * parts
     # Six significant digits: a fast cell's 1.3e-5 s a sample keeps them all.
     columns.update(robust_s_per_sample=float(f"{1.0 / cell_rate:.6g}"), robust_from=source,

@@ -57,3 +57,17 @@ def test_a_script_says_its_steps_per_epoch_at_its_end(tmp_path):
     assert events.start0()["steps_per_epoch"] == 10
     # (2.0 - 0.2) s over 9 steps of 10 samples.
     assert events.columns(0.0)["steady_s_per_sample"] == 0.02
+
+
+def test_a_pipelines_stages_share_one_shard(tmp_path):
+    """torch-pipe: 4 stages (workers) of one pipeline train one shard, which their start
+    says (data_shards); the steady rate is that pipeline's, not 4 workers' worth."""
+    for rank in range(4):
+        with EventWriter(tmp_path, rank) as ev:
+            ev.emit("start", num_workers=4, batch=10, steps_per_epoch=10, data_shards=1)
+            ev.emit("first_step")
+            ev.emit("epoch", epoch=1, epoch_s=2.0, first_step_s=0.2, train_loss=1.0)
+            ev.emit("end", elapsed_s=2.1, train_s=2.0, samples=100 if rank == 0 else 0,
+                    samples_per_s=50.0 if rank == 0 else 0.0, syncs=10)
+    # (2.0 - 0.2) s over 9 steps of 10 samples, once.
+    assert read_cell_events(tmp_path).columns(0.0)["steady_s_per_sample"] == 0.02
