@@ -47,6 +47,7 @@ import argparse
 import contextlib
 import dataclasses
 import fcntl
+import json
 import os
 import statistics
 import sys
@@ -91,6 +92,7 @@ mixes:
 """
 INTERVAL_S = 0.2  # the agent's sampling: the byte window needs a few samples inside it
 CLUSTER = {"name": "emulated"}  # --cluster
+REUSE = {"dir": False}  # --tables-from
 EDGE_SAMPLES = 2  # samples' worth of time left out at each end of the byte window
 BATCH = 32  # global batch of every cell of parts 1 and 2 (divides by M = 8 and by R x D)
 MODELS = {"lenet-cnn": None, "resnet": 20, "mobilenetv2": None}
@@ -170,6 +172,11 @@ def sweep(cells: list[CellConfig], profile: str, out: Path, nodes: int = NODES,
     """One sweep on an emulated cluster of ``nodes`` nodes brought up for it (the quotas
     depend on how many nodes share the host: the same count for every sweep compared).
     ``--cluster local`` runs it on local processes instead (a check of this script)."""
+    if REUSE["dir"]:  # --tables-from: the records of an earlier run's sweep
+        records = [json.loads(line) for line in (out / "results.jsonl").open()]
+        for record in records:
+            record["_dir"] = out / "cells" / record["cell_id"] / f"attempt-{record['attempt']}"
+        return records
     if CLUSTER["name"] == "local":
         settings = SweepSettings(cells=cells, out_dir=out, interval_s=INTERVAL_S,
                                  val_samples=val_samples)
@@ -264,9 +271,14 @@ def split_check(record: dict) -> dict:
 
 
 def samples_per_s(record: dict) -> float | None:
-    if record.get("status") != "ok" or not record.get("steady_s_per_sample"):
+    """Training samples/s: the global batch over the first epoch's steady step (every
+    cell here trains the same global batch, so the rates are the steps' inverses)."""
+    if record.get("status") != "ok" or not record.get("steady_step_ms"):
         return None
-    return 1.0 / record["steady_s_per_sample"]
+    pipelines = record.get("replicas") or 1
+    global_batch = record["batch"] * (pipelines if record["engine"] == "torch-pipe"
+                                      else record["devices"])
+    return global_batch / record["steady_step_ms"] * 1000
 
 
 def step_parts(record: dict) -> dict[str, float]:
@@ -516,7 +528,8 @@ def five_inference(out: Path) -> list[str]:
               "five replicas": cell(FIVE, FIVE, 1)}
     records = sweep(list(shapes.values()), PROFILE, out / "five-infer", nodes=FIVE,
                     val_samples=INFER_SAMPLES)
-    rows = ["| inference | nodes | samples/s | x one node | latency ms per batch of 40 |",
+    rows = ["| inference | nodes | samples/s | x one node | ms per batch of 40 at the last stage "
+            "(`infer_latency_ms`) |",
             "|---|---|---|---|---|"]
     alone = records[0].get("samples_per_s") if records[0]["status"] == "ok" else None
     for (name, c), r in zip(shapes.items(), records):
@@ -568,8 +581,14 @@ def main() -> None:
     parser.add_argument("--cluster", choices=("emulated", "local"), default="emulated",
                         help="local: check this script on local processes (no links, "
                              "no bytes, one host's cores shared)")
+    parser.add_argument("--tables-from", type=Path, default=None,
+                        help="print the tables (and figure) of an earlier run kept with "
+                             "--keep DIR, running nothing")
     args = parser.parse_args()
     CLUSTER["name"] = args.cluster
+    REUSE["dir"] = args.tables_from is not None
+    if args.tables_from:
+        args.keep = args.tables_from
     parts = {int(p) for p in args.parts.split(",")}
     with contextlib.ExitStack() as stack:
         out = args.keep or Path(stack.enter_context(
