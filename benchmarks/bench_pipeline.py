@@ -487,7 +487,8 @@ def five_stages(quick: bool, out: Path) -> tuple[list[str], list[dict]]:
              for split in splits]
     records = sweep(cells, PROFILE, out / "five", nodes=FIVE)
     rows = ["| split | modules per stage | as Keras layers (of 157) | predicted stage ms "
-            "(profile + link) | slowest vs best split | step ms | schedule ms / predicted "
+            "per micro-batch (profile + link) | slowest vs best split | step ms "
+            "| schedule ms / predicted "
             "| samples/s | peak stash MB per stage |",
             "|---|---|---|---|---|---|---|---|---|"]
     for r in records:
