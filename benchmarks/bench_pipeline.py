@@ -92,7 +92,7 @@ mixes:
 """
 INTERVAL_S = 0.2  # the agent's sampling: the byte window needs a few samples inside it
 CLUSTER = {"name": "emulated"}  # --cluster
-REUSE = {"dir": False}  # --tables-from
+REUSE = {"dir": False, "resume": False}  # --tables-from, --resume
 EDGE_SAMPLES = 2  # samples' worth of time left out at each end of the byte window
 BATCH = 32  # global batch of every cell of parts 1 and 2 (divides by M = 8 and by R x D)
 MODELS = {"lenet-cnn": None, "resnet": 20, "mobilenetv2": None}
@@ -170,35 +170,41 @@ def emulated_lock():
 def sweep(cells: list[CellConfig], profile: str, out: Path, nodes: int = NODES,
           val_samples: int = VAL_SAMPLES) -> list[dict]:
     """One sweep on an emulated cluster of ``nodes`` nodes brought up for it (the quotas
-    depend on how many nodes share the host: the same count for every sweep compared).
-    ``--cluster local`` runs it on local processes instead (a check of this script)."""
-    if REUSE["dir"]:  # --tables-from: the records of an earlier run's sweep
-        records = [json.loads(line) for line in (out / "results.jsonl").open()]
-        for record in records:
-            record["_dir"] = out / "cells" / record["cell_id"] / f"attempt-{record['attempt']}"
-        return records
+    depend on how many nodes share the host: the same count for every sweep compared);
+    its cells' records. ``--cluster local`` runs it on local processes instead (a check
+    of this script); ``--tables-from`` and ``--resume`` read a kept run's records."""
+    if REUSE["dir"] or REUSE["resume"]:
+        kept = kept_records(cells, out)
+        if REUSE["dir"] or all(r and r["status"] == "ok" for r in kept):
+            return [r for r in kept if r]
+    settings = dict(cells=cells, out_dir=out, interval_s=INTERVAL_S,
+                    val_samples=val_samples, resume=REUSE["resume"])
     if CLUSTER["name"] == "local":
-        settings = SweepSettings(cells=cells, out_dir=out, interval_s=INTERVAL_S,
-                                 val_samples=val_samples)
-        records = run_sweep(settings, progress=False).records
-        for record in records:
-            record["_dir"] = out / "cells" / record["cell_id"] / f"attempt-{record['attempt']}"
-        return records
-    with emulated_lock():
-        with contextlib.suppress(Exception):  # a cluster left up by a crashed run
-            emulated.attach()
-            emulated.down()
-        emulated.up(nodes, profile)
-        try:
-            settings = SweepSettings(cells=cells, out_dir=out,
-                                     cluster=cluster_settings("emulated", profile=profile),
-                                     interval_s=INTERVAL_S, val_samples=val_samples)
-            records = run_sweep(settings, progress=False).records
-        finally:
-            emulated.down()
-    for record in records:
+        run_sweep(SweepSettings(**settings), progress=False)
+    else:
+        with emulated_lock():
+            with contextlib.suppress(Exception):  # a cluster left up by a crashed run
+                emulated.attach()
+                emulated.down()
+            emulated.up(nodes, profile)
+            try:
+                run_sweep(SweepSettings(**settings, cluster=cluster_settings(
+                    "emulated", profile=profile)), progress=False)
+            finally:
+                emulated.down()
+    return [r for r in kept_records(cells, out) if r]
+
+
+def kept_records(cells: list[CellConfig], out: Path) -> list[dict | None]:
+    """Each cell's latest record in a kept sweep folder (None where it has none), with
+    its attempt's folder."""
+    latest = {}
+    path = out / "results.jsonl"
+    for line in path.open() if path.exists() else ():
+        record = json.loads(line)
         record["_dir"] = out / "cells" / record["cell_id"] / f"attempt-{record['attempt']}"
-    return records
+        latest[record["cell_id"]] = record
+    return [latest.get(cell.cell_id) for cell in cells]
 
 
 # ---------------------------------------------------------------- what a cell measured
@@ -582,12 +588,17 @@ def main() -> None:
     parser.add_argument("--cluster", choices=("emulated", "local"), default="emulated",
                         help="local: check this script on local processes (no links, "
                              "no bytes, one host's cores shared)")
+    parser.add_argument("--resume", action="store_true",
+                        help="with --keep DIR: run again only the cells of a kept run "
+                             "that have no ok record (a sweep's cluster taken down under "
+                             "it), and print every table")
     parser.add_argument("--tables-from", type=Path, default=None,
                         help="print the tables (and figure) of an earlier run kept with "
                              "--keep DIR, running nothing")
     args = parser.parse_args()
     CLUSTER["name"] = args.cluster
     REUSE["dir"] = args.tables_from is not None
+    REUSE["resume"] = args.resume
     if args.tables_from:
         args.keep = args.tables_from
     parts = {int(p) for p in args.parts.split(",")}
