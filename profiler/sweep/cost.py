@@ -3,9 +3,14 @@
 Every node the cell used is paid for the cell's time (``elapsed_s``, launch to the last
 worker's end, in the board's time on a time-dilated cell; launch to reaping when the
 cell did not end well) at its ``--price`` (``profiler.cluster.prices``). A board's price
-adds its electricity: the node's own energy in the record (``energy_j_by_node``) where
-there is one, else its power model at full load for that time. Cost per epoch is the
-cost over the epochs the cell ran (start-up in: the time a user pays for).
+adds its electricity: the node's own energy in the record (``energy_j_by_node``, over
+the training window) where there is one, else its power model at full load for the
+cell's time.
+
+Cost per epoch is one epoch's share: the nodes' hourly price for the mean epoch's time,
+and the electricity of that time (the node's joules x epoch time / their window). The
+processes' start-up is out, so that it compares with an epoch timed elsewhere (a cloud
+VM's, the study's); ``cost_usd`` has it in: what the user paid for the cell.
 
 A node with no price (a ``--price PROFILE=..`` naming none for its profile) makes the
 cell's cost None, and ``price_source`` says which.
@@ -35,21 +40,34 @@ def cost_columns(record: dict, spec: PriceSpec | None, nodes: Sequence) -> dict:
         return {"cost_usd": None, "cost_per_epoch_usd": None,
                 "price_source": "no time recorded for the cell"}
     by_node = record.get("energy_j_by_node") or {}
-    total_usd, energy_from, unpowered = 0.0, set(), set()
+    epochs = record.get("epoch_s") or []  # a list: board_time leaves it as run
+    epoch_s = sum(epochs) / len(epochs) * board_time.speedup(record) if epochs else None
+    train_s = board_time.value(record, "train_s") or hours * 3600
+    total_usd, epoch_usd, energy_from, unpowered = 0.0, 0.0, set(), set()
     for node in nodes:
         price = spec.price_of(node.profile)
         total_usd += price.hardware_usd_per_h * hours
+        epoch_usd += price.hardware_usd_per_h * (epoch_s or 0) / 3600
         if price.is_board:
             joules, source = _energy_j(price, by_node.get(node.name), hours, record)
             if joules is None:
                 unpowered.add(price.name)
                 continue
-            total_usd += joules / J_PER_KWH * spec.electricity_usd_per_kwh
+            electricity_usd = joules / J_PER_KWH * spec.electricity_usd_per_kwh
+            total_usd += electricity_usd
+            # The cell's own joules cover its training window, the model's its whole time.
+            window_s = train_s if by_node.get(node.name) is not None else hours * 3600
+            if window_s > 0:
+                epoch_usd += electricity_usd * (epoch_s or 0) / window_s
             energy_from.add(source)
-    epochs = len(record.get("epoch_s") or [])
-    return {"cost_usd": round(total_usd, 9),
-            "cost_per_epoch_usd": round(total_usd / epochs, 9) if epochs else None,
+    return {"cost_usd": _significant(total_usd),
+            "cost_per_epoch_usd": _significant(epoch_usd) if epoch_s else None,
             "price_source": _said(spec, nodes, energy_from, unpowered)}
+
+
+def _significant(usd: float) -> float:
+    """Six significant digits: a tiny test cell costs millionths of a dollar."""
+    return float(f"{usd:.6g}")
 
 
 def _hours(record: dict) -> float | None:

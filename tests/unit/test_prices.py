@@ -107,24 +107,38 @@ def test_cost_of_an_hourly_price_is_nodes_times_hours(table, catalog):
     nodes = [Node(f"n{i}", profile="pi3b") for i in range(4)]
     cost = cost_columns(_record(), parse_price("0.272", table, catalog), nodes)
     assert cost["cost_usd"] == pytest.approx(4 * 0.272 * 0.5)
-    assert cost["cost_per_epoch_usd"] == pytest.approx(4 * 0.272 * 0.5 / 2)
+    # One epoch's time (800 s of the 1,800), the start-up out.
+    assert cost["cost_per_epoch_usd"] == pytest.approx(4 * 0.272 * 800 / 3600)
     assert "0.272 USD/h x 4 nodes" in cost["price_source"]
 
 
 def test_a_board_adds_the_cells_own_energy_at_the_electricity_rate(table, catalog):
     nodes = [Node("n0", profile="pi3b"), Node("n1", profile="pi3b")]
-    record = _record(energy_j_by_node={"n0": 3.6e6, "n1": 7.2e6}, energy_source="modelled")
+    record = _record(energy_j_by_node={"n0": 3.6e6, "n1": 7.2e6}, energy_source="modelled",
+                     train_s=1600.0)
     cost = cost_columns(record, parse_price("pi3b", table, catalog), nodes)
     hardware = 2 * 35 / 26280 * 0.5
     electricity = 3 * table.electricity_usd_per_kwh  # 3 kWh
     assert cost["cost_usd"] == pytest.approx(hardware + electricity)
+    # An epoch: the boards' hours for 800 s, and 800 s of the 1,600 s the joules cover.
+    assert cost["cost_per_epoch_usd"] == pytest.approx(
+        2 * 35 / 26280 * 800 / 3600 + electricity / 2)
     assert "modelled energy" in cost["price_source"]
 
 
+def test_a_board_without_energy_pays_its_model_at_full_load(table, catalog):
+    price = parse_price("pi3b", table, catalog).price_of("n0")
+    cost = cost_columns(_record(), parse_price("pi3b", table, catalog), [Node("n0")])
+    assert price.full_w == 3.7  # pi3b's model, at full load
+    assert cost["cost_usd"] == pytest.approx(35 / 26280 * 0.5 + 3.7 * 1800 / 3.6e6 * 0.16)
+    assert "pi3b at full load 3.7 W" in cost["price_source"]
+
+
 def test_a_dilated_cell_is_paid_for_the_boards_time(table, catalog):
-    cost = cost_columns(_record(elapsed_s=450.0, speedup=4.0),
+    cost = cost_columns(_record(elapsed_s=450.0, epoch_s=[200.0], speedup=4.0),
                         parse_price("1", table, catalog), [Node("n0")])
     assert cost["cost_usd"] == pytest.approx(0.5)
+    assert cost["cost_per_epoch_usd"] == pytest.approx(800 / 3600)
 
 
 def test_a_node_without_a_price_leaves_the_cost_empty_and_says_why(table, catalog):
