@@ -29,7 +29,9 @@ Without ``--root`` the root is made in a new folder under /var/tmp and removed a
 end unless ``--keep``; a ``--root`` is made if it holds none, reused if it does, and
 kept. Every wheel downloaded stays in ``ROOT/var/cache/edgeprof-wheels`` and is not
 fetched again (pip's own HTTP cache cannot help where a proxy strips the caching
-headers). About 12 minutes on a fresh root on 2 x86 cores, 4 on a reused one. It
+headers). About 12 minutes on a fresh root on 2 x86 cores, 4 on a reused one, and 1 to
+4 more for the two pipeline cells (each imports torch twice under qemu and times every
+layer before its split). It
 prints a line per step and a summary table; exit status 1 if the torch host check or a
 cell fails. The mounts it made are undone, also on failure.
 """
