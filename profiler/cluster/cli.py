@@ -123,15 +123,18 @@ def profiles() -> None:
 
 def _print_hosts(hosts: list[dict]) -> None:
     names = list(ENGINES)
+    # A column an engine, as wide as its name and a space (``torch-pipe``'s is 11).
+    widths = {n: max(10, len(n) + 1) for n in names}
     click.echo(f"{'host':<12} {'address':<16} {'reachable':<9} {'cpus':>4} {'mem MB':>7} "
-               f"{'edgeprof':<9} " + "".join(f"{n:<10}" for n in names) + "agent")
+               f"{'edgeprof':<9} " + "".join(f"{n:<{widths[n]}}" for n in names) + "agent")
     for h in hosts:
         if not h["reachable"]:
             click.echo(f"{h['name']:<12} {h['address']:<16} {'no':<9} {h['problem']}")
             continue
         click.echo(f"{h['name']:<12} {h['address']:<16} {'yes':<9} {h['cpus']:>4} "
                    f"{h['memory_mb']:>7} {h['edgeprof']:<9} "
-                   + "".join(f"{_engine_state(h['engines'].get(n)):<10}" for n in names)
+                   + "".join(f"{_engine_state(h['engines'].get(n)):<{widths[n]}}"
+                             for n in names)
                    + h["agent"])
     for h in hosts:
         for name, answer in (h.get("engines") or {}).items():

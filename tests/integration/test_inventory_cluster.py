@@ -117,7 +117,8 @@ def test_status_shows_every_host(hosts, monkeypatch):
         # parameter server, Horovod is built with Gloo, torch imports and multiplies.
         assert engines["mxnet"] == {"ok": True, "dist_kvstore": True}, engines
         assert engines["horovod"]["ok"] and engines["torch"]["ok"], engines
-        assert engines["torch-ddp"]["ok"], engines
+        assert engines["torch-ddp"]["ok"] and engines["torch-pipe"]["ok"], engines
+        assert engines["script"]["ok"], engines
         # PID 1 here is not systemd: the agent service's state cannot be known.
         assert row["agent"] == "unknown"
     # The table, from the same answers (a second probe of every host took 9 s).
@@ -128,8 +129,9 @@ def test_status_shows_every_host(hosts, monkeypatch):
     table = CliRunner().invoke(cli.cluster, ["status", "--inventory", str(hosts["inventory"])])
     assert table.exit_code == 0 and "10.213.0.2" in table.stdout, table.output
     header, first = table.stdout.splitlines()[:2]
-    assert header.split()[7:12] == ["mxnet", "horovod", "torch", "torch-ddp", "agent"], header
-    assert first.split()[6:10] == ["yes"] * 4, table.stdout
+    assert header.split()[7:14] == ["mxnet", "horovod", "torch", "torch-ddp", "script",
+                                    "torch-pipe", "agent"], header
+    assert first.split()[6:12] == ["yes"] * 6, table.stdout
 
 
 def test_mxnet_and_horovod_cells_over_ssh(hosts, tmp_path):
