@@ -16,8 +16,9 @@ time (``pipe_s``). Per stage, over the measured steps (the run's first left out)
   (its compute over M plus sending its output and receiving that output's gradient),
   beside the measured schedule time: when measured over predicted is well above 1, the
   network or the schedule's overheads, not the split, limit the pipeline.
-- **latency** (``--task infer``): the last stage's time per batch, from the batch
-  entering the first stage to its outputs (the stages run side by side);
+- **latency** and **period** (``--task infer``): a batch's way from entering the
+  first stage to leaving the last, and the time between two batches leaving the last
+  stage (in a stream, the last stage waits for the next batch as soon as it is done);
 - **stash**: the most bytes of activations a stage held for its backward passes at once
   (autograd's saved tensors, weights left out), the largest over the steps.
 """
@@ -32,7 +33,7 @@ COLUMNS = ("pipe_stages", "pipe_split", "stage_compute_ms", "stage_imbalance",
            "stage_imbalance_predicted", "bubble_measured", "bubble_gpipe",
            "pipe_step_ms", "pipe_step_ms_predicted", "pipe_step_vs_predicted",
            "pipe_bytes_floor_per_step", "link_mbit_s", "stage_stash_mb",
-           "infer_latency_ms")
+           "infer_latency_ms", "infer_period_ms")
 
 
 def columns(workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
@@ -77,10 +78,32 @@ def columns(workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
         "pipe_bytes_floor_per_step": 2 * micro * sum(boundary) * replicas,
         "link_mbit_s": round(link * 8 / 1e6, 1) if link else None,
         "stage_stash_mb": [round(m, 2) for m in stash],
-        # Inference: a batch's time from entering the first stage to leaving the last.
-        "infer_latency_ms": (round(pipe[-1] * 1e3, 3) if first.get("task") == "infer"
-                             else None),
+        **(_inference(workers, starts, stages, pipe[-1]) if first.get("task") == "infer"
+           else {}),
     }
+
+
+def _inference(workers: dict[int, list[dict]], starts: dict[int, dict], stages: int,
+               last_pipe_s: float) -> dict:
+    """A stream's latency and period. Latency: a batch's way from entering its
+    pipeline's first stage (its line's ``t + data_s``) to leaving the last (``t +
+    step_s``), step by step on the controller's clock (the lines are aligned), the mean
+    over pipelines and batches; period: the last stage's time per batch, the time
+    between two batches leaving it."""
+    ends: dict[tuple, float] = {}
+    begins: dict[tuple, float] = {}
+    for rank, lines in workers.items():
+        start = starts.get(rank) or {}
+        for line in lines:
+            key = (start.get("replica"), line.get("epoch"), line.get("step"))
+            if start.get("stage") == 0:
+                begins[key] = line["t"] + line.get("data_s", 0.0)
+            if start.get("stage") == stages - 1:
+                ends[key] = line["t"] + line.get("step_s", 0.0)
+    latencies = [ends[k] - begins[k] for k in ends if k in begins and k[1:] != (1, 0)]
+    return {"infer_latency_ms": (round(statistics.fmean(latencies) * 1e3, 3)
+                                 if latencies else None),
+            "infer_period_ms": round(last_pipe_s * 1e3, 3)}
 
 
 def _split_text(start: dict) -> str | None:

@@ -135,6 +135,11 @@ def test_inference_streams_the_test_set_through_the_stages(tmp_path):
     assert alone["syncs_per_worker"] == piped["syncs_per_worker"] == 4  # 128 / 32
     assert replicas["syncs_per_worker"] == 2  # each replica half of the stream
     assert piped["bubble_gpipe"] == pytest.approx(1 / 5) and alone["bubble_gpipe"] == 0
+    # A batch's way through both stages takes at least their compute; alone, latency and
+    # period are one step.
+    assert piped["infer_latency_ms"] >= sum(piped["stage_compute_ms"]) * 0.9
+    assert piped["infer_period_ms"] > 0
+    assert alone["infer_latency_ms"] == pytest.approx(alone["infer_period_ms"], rel=0.05)
 
 
 @pytest.mark.parametrize("args, words", [
