@@ -89,3 +89,20 @@ def assert_one_line(done, *words: str) -> None:
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     for word in words:
         assert word in lines[0], lines[0]
+
+
+def emulated_nodes(count: int):
+    """The emulated cluster that is up (``count`` nodes at least), or one brought up for
+    the caller and taken down after it: a fixture's body, ``yield from
+    emulated_nodes(3)``. Needs root and the cluster's binaries (a failure under CI)."""
+    from profiler.cluster import emulated
+
+    need_root()
+    for binary in emulated.REQUIRED_BINARIES:
+        need_binary(binary)
+    up, brought_up = emulated.ensure_cluster(count)
+    try:
+        yield up
+    finally:
+        if brought_up:
+            emulated.down()

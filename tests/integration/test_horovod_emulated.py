@@ -16,7 +16,7 @@ from profiler.engines.base import TrainOptions
 from profiler.engines.horovod import HorovodEngine
 from profiler.sweep.grid import CellConfig, validate
 from profiler.sweep.runner import run_cell
-from tests.conftest import need, need_binary, need_root
+from tests.conftest import emulated_nodes, need
 from workloads.models import parameter_count
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
@@ -25,19 +25,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 @pytest.fixture
 def cluster():
     """The emulated cluster that is up (2 nodes at least), or one brought up for this test."""
-    from profiler.cluster import emulated
-
-    need_root()
-    for binary in emulated.REQUIRED_BINARIES:
-        need_binary(binary)
     need("Horovod built with MXNet (docs/horovod.md)",
          importlib.util.find_spec("horovod.mxnet") is not None)
-    up, brought_up = emulated.ensure_cluster(2)
-    try:
-        yield up
-    finally:
-        if brought_up:
-            emulated.down()
+    yield from emulated_nodes(2)
 
 
 def test_two_horovod_workers_allreduce_across_emulated_nodes(cluster, tmp_path):

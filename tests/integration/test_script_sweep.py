@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, need, need_binary, need_root
+from tests.conftest import ROOT, emulated_nodes, need
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 EXAMPLE = ROOT / "examples" / "ddp_train.py"
@@ -147,17 +147,7 @@ def _compare_with_the_factory(script_cell: dict, out: Path) -> None:
 @pytest.fixture
 def emulated_cluster():
     """The emulated cluster that is up (4 nodes at least), or one brought up here."""
-    from profiler.cluster import emulated
-
-    need_root()
-    for binary in emulated.REQUIRED_BINARIES:
-        need_binary(binary)
-    up, brought_up = emulated.ensure_cluster(4)
-    try:
-        yield up
-    finally:
-        if brought_up:
-            emulated.down()
+    yield from emulated_nodes(4)
 
 
 def test_script_sweep_on_the_emulated_cluster(fashion, emulated_cluster, tmp_path):

@@ -16,7 +16,7 @@ from profiler.engines import get_engine
 from profiler.engines.base import TrainOptions
 from profiler.sweep.grid import CellConfig, validate
 from profiler.sweep.runner import run_cell
-from tests.conftest import need, need_binary, need_root
+from tests.conftest import emulated_nodes, need
 from workloads.models import parameter_count
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
@@ -26,18 +26,8 @@ STEPS = 4
 @pytest.fixture(scope="module")
 def cluster():
     """The emulated cluster that is up (3 nodes at least), or one brought up here."""
-    from profiler.cluster import emulated
-
-    need_root()
-    for binary in emulated.REQUIRED_BINARIES:
-        need_binary(binary)
     need("torch (scripts/setup.sh)", importlib.util.find_spec("torch") is not None)
-    up, brought_up = emulated.ensure_cluster(3)
-    try:
-        yield up
-    finally:
-        if brought_up:
-            emulated.down()
+    yield from emulated_nodes(3)
 
 
 def _run(cluster, tmp_path, engine: str, **kw):

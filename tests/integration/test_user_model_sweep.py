@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.conftest import ROOT, assert_one_line, need, need_binary, need_root
+from tests.conftest import ROOT, assert_one_line, emulated_nodes, need
 from workloads.datasets import idx
 from workloads.datasets.catalog import DEBIAN_FASHION_DIR
 
@@ -107,17 +107,7 @@ def test_a_factory_module_trains_with_a_server_beside_every_worker(tmp_path):
 @pytest.fixture(scope="module")
 def emulated_cluster():
     """The emulated cluster that is up (3 nodes at least), or one brought up here."""
-    from profiler.cluster import emulated
-
-    need_root()
-    for binary in emulated.REQUIRED_BINARIES:
-        need_binary(binary)
-    up, brought_up = emulated.ensure_cluster(3)
-    try:
-        yield up
-    finally:
-        if brought_up:
-            emulated.down()
+    yield from emulated_nodes(3)
 
 
 def test_a_factory_file_trains_in_the_emulated_nodes_namespaces(emulated_cluster, tmp_path):
