@@ -93,7 +93,8 @@ def test_a_set_of_five_classes_builds_five_outputs_on_workers_and_server(exporte
                  y_train=archive["y_train"][keep], x_test=archive["x_test"][keep_test],
                  y_test=archive["y_test"][keep_test])
     out = tmp_path / "out"
-    proc = _sweep(tmp_path / "five.npz", out, tmp_path / "cache", "--epochs", "1")
+    # Two epochs: after one, an async cell on a loaded host learned 0.4 or less (CI).
+    proc = _sweep(tmp_path / "five.npz", out, tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = list(csv.DictReader(open(out / "results.csv")))
     assert all(r["status"] == "ok" and float(r["val_accuracy"]) > 0.4 for r in rows), rows
