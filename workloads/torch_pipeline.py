@@ -255,8 +255,8 @@ class PipelineWorker(TorchWorker):
             self.tail_start = self.steps_per_epoch - max(1, self.steps_per_epoch // 4)
 
     def start_fields(self) -> dict:
-        return {"task": self.task, "stage": self.stage, "replica": self.replica, "stages": self.stages,
-                "replicas": self.replicas, "microbatches": self.microbatches,
+        return {"task": self.task, "stage": self.stage, "replica": self.replica,
+                "stages": self.stages, "replicas": self.replicas, "microbatches": self.microbatches,
                 "schedule": self.schedule_name, "split": list(self.split),
                 "predicted_stage_s": [round(s, 6) for s in self.predicted_stage_s],
                 "link_bytes_per_s": self.link_bytes_per_s,
@@ -313,10 +313,7 @@ class PipelineWorker(TorchWorker):
                         pipe_s=t_pipe - t_data, allreduce_s=t_reduced - t_pipe,
                         # The most activations this stage held for backward at once.
                         stash_mb=round(self.stash[1] / 2**20, 3),
-                        # Each micro-batch's forward or backward: kind, micro-batch,
-                        # start after the step's, length (s): the trace's stage track.
-                        spans=[[kind, chunk, round(a - t_begin, 6), round(b - a, 6)]
-                               for kind, chunk, a, b in self.spans])
+                        spans=self._span_rows(t_begin))
             if on_first_step is not None:
                 on_first_step()
                 on_first_step = None
@@ -360,14 +357,19 @@ class PipelineWorker(TorchWorker):
                         compute_s=fwd, exchange_s=t_end - t_data - fwd,
                         step_s=t_end - t_begin, fwd_s=fwd, bwd_s=0.0, update_s=0.0,
                         pipe_s=t_end - t_data, allreduce_s=0.0, stash_mb=0.0,
-                        spans=[[kind, chunk, round(a - t_begin, 6), round(b - a, 6)]
-                               for kind, chunk, a, b in self.spans])
+                        spans=self._span_rows(t_begin))
             if on_first_step is not None:
                 on_first_step()
                 on_first_step = None
             t_begin = clock()
         self.model.train()
         return None, None
+
+    def _span_rows(self, t_begin: float) -> list:
+        """Each micro-batch's forward or backward this step: kind, micro-batch, start
+        after the step's, length (s): the trace's stage track."""
+        return [[kind, chunk, round(a - t_begin, 6), round(b - a, 6)]
+                for kind, chunk, a, b in self.spans]
 
     def _average_replicas(self) -> None:
         """The mean of this stage's gradients over its R replicas (one flat allreduce)."""
