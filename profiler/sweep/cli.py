@@ -247,8 +247,7 @@ def _model_cells(kw: dict, data_resolver, dataset_names) -> tuple[list, tuple]:
         lr_scaling=kw["lr_scaling"], max_samples=kw["max_samples"],
         datasets=datasets, placement=kw["placement"],
         data_partition=kw["data_partition"],
-        engine_values=_engine_values(kw, grid.parse_choice_list(kw["engine"], "--engine",
-                                                                ENGINES)),
+        engine_values=_engine_values(kw, engines),
         **_shared_dimensions(kw))
     return user_model.stamp(cells, factories), user_model.user_files(factories)
 
