@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from a checkout
 
 from profiler.agent import lineproto  # noqa: E402
-from profiler.testing.servers import LocalServer  # noqa: E402
+from tests.support.servers import LocalServer  # noqa: E402
 from profiler.metrics.ship import ship_sweep  # noqa: E402
 from profiler.agent.spool import SpoolWriter  # noqa: E402
 from profiler.metrics.targets import InfluxTarget  # noqa: E402

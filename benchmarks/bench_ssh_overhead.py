@@ -3,7 +3,7 @@
 The same nodes serve both: three emulated Pi-class nodes (network namespaces, shaped
 100 Mbit links), reached directly (``--cluster emulated``: nsenter) and over SSH
 (``--cluster inventory``: sshd in each namespace and in the node's cgroups, so that
-what it starts runs under the same CPU quota, ``profiler.testing.sshd``). Each cluster
+what it starts runs under the same CPU quota, ``tests.support.sshd``). Each cluster
 is opened once, as a sweep opens it (what a sweep pays once, its hosts' check and its
 connections, is printed apart), and the same tiny cells run on each, alternating, so
 that a noisy machine hits both alike. For each
@@ -29,7 +29,7 @@ Prints the medians per phase and the ratios SSH/emulated of the overhead and the
         [--host-bashrc]
 
 ``--all-in-quota`` and ``--host-bashrc`` undo the test hosts' two likenesses to the
-emulated cluster's nodes and a fresh board (``profiler.testing.sshd``): every session's
+emulated cluster's nodes and a fresh board (``tests.support.sshd``): every session's
 start-up at the node's CPU quota, and this machine's ``~/.bashrc`` in every session.
 """
 
@@ -58,7 +58,7 @@ from profiler.sweep.events import read_cell_events  # noqa: E402
 from profiler.sweep.grid import validate  # noqa: E402
 from profiler.engines import get_engine  # noqa: E402
 from profiler.engines.base import TrainOptions  # noqa: E402
-from profiler.testing.sshd import SshdNodes  # noqa: E402
+from tests.support.sshd import SshdNodes  # noqa: E402
 
 PHASES = ("clock", "launch>start", "train", "end>reaped", "reap", "agents stop", "collect",
           "overhead", "wall", "cell", "cell overhead")
@@ -163,11 +163,11 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=3, help="cells per cluster")
     parser.add_argument("--host-bashrc", action="store_true",
                         help="the sessions read this machine's ~/.bashrc, not a stock one "
-                             "(profiler.testing.sshd)")
+                             "(tests.support.sshd)")
     parser.add_argument("--all-in-quota", action="store_true",
                         help="every SSH session pays its start-up at the node's CPU quota, "
                              "where the emulated cluster starts its roles outside it "
-                             "(profiler.testing.sshd)")
+                             "(tests.support.sshd)")
     args = parser.parse_args()
     if args.cells < 1:
         parser.error("--cells must be at least 1")

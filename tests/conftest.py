@@ -59,7 +59,7 @@ def python() -> str:
 
 def sshd_nodes(workdir: Path, count: int, *, confine: bool = True, extra_binaries=(),
                profile: str | None = None):
-    """Emulated nodes each serving sshd (``profiler.testing.sshd``): yields the started
+    """Emulated nodes each serving sshd (``tests.support.sshd``): yields the started
     ``SshdNodes``; stops them, and takes the cluster down if this call brought it up.
 
     ``confine``: run each sshd (and so what it starts) in its node's CPU and memory
@@ -67,7 +67,7 @@ def sshd_nodes(workdir: Path, count: int, *, confine: bool = True, extra_binarie
     (None: whatever is up, ``pi3b`` when bringing one up).
     """
     from profiler.cluster import emulated
-    from profiler.testing.sshd import SSHD, SshdNodes
+    from tests.support.sshd import SSHD, SshdNodes
 
     need_root()
     for binary in (*emulated.REQUIRED_BINARIES, "ssh", "ssh-keygen", SSHD, *extra_binaries):

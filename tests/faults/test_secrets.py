@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from profiler.testing.servers import LocalServer, influx_query, vm_export
+from tests.support.servers import LocalServer, influx_query, vm_export
 from tests.conftest import need_binary
 
 pytestmark = pytest.mark.integration

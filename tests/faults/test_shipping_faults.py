@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from profiler.metrics.spool_reader import find_spools, read_points
-from profiler.testing.servers import LocalServer, influx_query
+from tests.support.servers import LocalServer, influx_query
 from tests.conftest import need_binary
 
 pytestmark = pytest.mark.integration

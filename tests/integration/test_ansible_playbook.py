@@ -1,7 +1,7 @@
 """``ansible-playbook ansible/site.yml`` for real, over SSH into emulated nodes.
 
 Three emulated nodes (network namespaces on this host) run Debian's sshd
-(``profiler.testing.sshd``): n0 is the master, n1 a worker, n2 the monitor. The playbook
+(``tests.support.sshd``): n0 is the master, n1 a worker, n2 the monitor. The playbook
 runs twice (each run its two plays at once, an ansible-playbook limited to each play's
 hosts); the second run must change nothing. Then a sweep runs over SSH on the
 virtual environments the playbook built, and a change to the controller's code (no
@@ -57,7 +57,7 @@ from pathlib import Path
 import pytest
 
 from profiler.cluster.base import kill_group, popen_in_group
-from profiler.testing.servers import influxd_config
+from tests.support.servers import influxd_config
 from tests.conftest import ROOT, need_binary, sshd_nodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]

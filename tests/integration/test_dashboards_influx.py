@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from profiler.testing.servers import LocalServer, influx_query
+from tests.support.servers import LocalServer, influx_query
 from tests.conftest import ROOT, need_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]

@@ -1,6 +1,6 @@
 """``edgeprof dashboards push`` against a stand-in for Grafana's HTTP API.
 
-No Grafana server can run here (not in Debian, PyPI or npm): ``profiler.testing.
+No Grafana server can run here (not in Debian, PyPI or npm): ``tests.support.
 fake_grafana`` answers the calls as Grafana 11 does and records them. The push itself
 is real (grafana-client over HTTP on loopback, the committed dashboards).
 """
@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from profiler.testing.fake_grafana import FakeGrafana
+from tests.support.fake_grafana import FakeGrafana
 from tests.conftest import ROOT, assert_one_line
 
 pytestmark = pytest.mark.integration

@@ -1,7 +1,7 @@
 """The inventory cluster for real: sweeps over SSH into hosts that sshd serves.
 
 No Raspberry Pi here: each "host" is an emulated node (a network namespace with its own
-``eth0`` on the bridge) running Debian's sshd (``profiler.testing.sshd``), reached with a
+``eth0`` on the bridge) running Debian's sshd (``tests.support.sshd``), reached with a
 key and known_hosts made by the test, through an Ansible INI inventory, exactly as a real
 cluster would be. What differs from real Pis: the hosts share this machine's filesystem
 and Python (each gets its own ``edgeprof_workdir``, so bringing results back is still
@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from profiler.cluster import netns
-from profiler.testing.sshd import SSHD
+from tests.support.sshd import SSHD
 from tests.conftest import ROOT, assert_one_line, sshd_nodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from profiler.agent import lineproto
 from profiler.metrics.cli import ship
-from profiler.testing.servers import LocalServer, influx_query, vm_export
+from tests.support.servers import LocalServer, influx_query, vm_export
 from profiler.metrics.ship import LiveShipper, ship_sweep
 from profiler.agent.spool import SpoolWriter
 from profiler.metrics.spool_reader import find_spools, read_points

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import requests
 
-from ..cluster.base import kill_group, popen_in_group
-from ..ports import free_port
-from ..errors import ClusterError
+from profiler.cluster.base import kill_group, popen_in_group
+from profiler.ports import free_port
+from profiler.errors import ClusterError
 
 START_TIMEOUT_S = 30.0
 

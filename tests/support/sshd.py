@@ -43,9 +43,9 @@ from pathlib import Path
 
 from workloads.node_limits import JOIN_CPU_CGROUP_ENV
 
-from ..cluster import cgroups
-from ..cluster.base import Node, kill_groups, popen_in_group
-from ..errors import ClusterError
+from profiler.cluster import cgroups
+from profiler.cluster.base import Node, kill_groups, popen_in_group
+from profiler.errors import ClusterError
 
 SSHD = "/usr/sbin/sshd"
 STOCK_BASHRC = "/etc/skel/.bashrc"
