@@ -49,9 +49,12 @@ def load_sweep(path: Path) -> Sweep:
                           "folder of an `edgeprof sweep` (runs/<sweep id> by default)")
     try:
         settings = json.loads(settings_file.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ConfigError(f"{settings_file} cannot be read ({exc}): is the folder a "
                           "complete copy of the sweep?") from None
+    if not isinstance(settings, dict):
+        raise ConfigError(f"{settings_file} is not a sweep's settings (not a JSON object): "
+                          "is the folder a complete copy of the sweep?")
     latest = ResultsStore(path).latest()
     if not latest:
         raise ConfigError(f"{path} has no finished cell yet (results.jsonl is empty): "
@@ -104,3 +107,13 @@ def read_cell_series(metrics_dir: Path, record: dict) -> dict:
         if series:
             nodes[node_dir.name] = series
     return nodes
+
+
+def config_label(r: dict) -> str:
+    """A cell's configuration in one line, as the report's tables name it
+    (``lenet-mlp b64 x2 sync mxnet``)."""
+    depth = f"-{r['layers']}" if r.get("layers") else ""
+    # A script's --param values tell its cells apart (``train.py b32 x2 ... seed=1``).
+    params = "".join(f" {name}={value}" for name, value in r.get("params") or ())
+    return (f"{r['model']}{depth} b{r['batch']} x{r['devices']} {r['sync']} {r['engine']}"
+            f"{params}")

@@ -73,6 +73,8 @@ def prepare_sweep_dir(settings: SweepSettings) -> tuple[str, Path]:
             "interval_s": settings.interval_s, "identity": settings.identity(),
             "cells": [asdict(c) for c in settings.cells], "versions": _versions(),
             **({"extra": settings.extra} if settings.extra else {}),
+            # Where metrics were shipped and how (TLS verified or --influx-insecure).
+            **({"shipping": settings.ship_target.recorded()} if settings.ship_target else {}),
             # The user's files the cells train with: where they came from, what they hold.
             **({"inputs": [{"kind": f.kind, "source": str(f.source), "sha256": f.digest,
                             "staged": f.staged_name} for f in settings.user_files]}
@@ -108,7 +110,7 @@ def read_sweep_meta(sweep_dir: Path) -> dict:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"{path} cannot be read ({exc.strerror}): check --out") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, nested too deep
         raise ConfigError(f"{path} is corrupt ({exc}): restore it, or start a new sweep "
                           "with another --out") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("sweep_id"), str):

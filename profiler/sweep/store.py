@@ -59,16 +59,20 @@ class ResultsStore:
             c for c in extra_columns if c not in RESULT_COLUMNS]
 
     def records(self) -> list[dict]:
-        """Every record, oldest first; a torn last line (crash mid-write) is ignored."""
+        """Every record, oldest first; a torn last line (crash mid-write) is ignored, and
+        so is a line that is not a cell's record (a copied or edited file: not an object,
+        no plain ``cell_id``, nested past the parser's depth, not UTF-8)."""
         if not self.jsonl_path.exists():
             return []
         records = []
-        with open(self.jsonl_path, encoding="utf-8") as fh:
+        with open(self.jsonl_path, encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError:
+                    record = json.loads(line)
+                except (ValueError, RecursionError):
                     continue
+                if isinstance(record, dict) and _plain_name(record.get("cell_id")):
+                    records.append(record)
         return records
 
     def latest(self) -> dict[str, dict]:
@@ -99,6 +103,12 @@ class ResultsStore:
         for row in rows:
             writer.writerow({k: _cell_text(row.get(k)) for k in columns})
         atomic_write_text(self.csv_path, buffer.getvalue())
+
+
+def _plain_name(value) -> bool:
+    """A cell id the sweep could have written: a name, not a path (it names a folder)."""
+    return (isinstance(value, str) and value not in ("", ".", "..")
+            and not any(c in value for c in "/\\\0"))
 
 
 def _repair_tail(fh) -> None:
