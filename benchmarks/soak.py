@@ -1,0 +1,318 @@
+"""The chaos soak: sweeps on the emulated cluster for a while under seeded random faults.
+
+Runs ``edgeprof sweep --cluster emulated`` again and again, one engine's grid after the
+other (mxnet and torch in both sync modes, torch-ddp and horovod in sync; tiny LeNet-MLP
+cells), shipping live to a real InfluxDB 1.6 on loopback, while ``soak_faults`` injects
+a fault at seeded random moments: kill -9 of a worker, a parameter server, a scheduler,
+an agent or the controller itself (then rerun with ``--resume`` as a user would), a
+link down for seconds, InfluxDB killed and restarted, a node slowed, a spool disk full,
+SIGTERM to the controller, a worker stopped past the time limit. When the time is up it
+lets the running sweep end, delivers what a killed controller left in its spools with
+``edgeprof ship`` (as a user would after a crash), checks (``soak_checks``) and prints a
+table; exit status 1 if a check failed. Needs root (the emulated cluster, tmpfs).
+
+    sudo flock /tmp/edgeprof-emulated.lock .venv/bin/python benchmarks/soak.py \\
+        --minutes 60 --seed 1
+
+Everything goes to ``--workdir`` (default: a new folder under /tmp): the sweeps, the
+fault log (``faults.jsonl``), the controller's memory samples and ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import psutil
+import soak_checks
+from soak_checks import Check
+from soak_faults import FAULTS, Attempt, FaultDriver
+
+ROOT = Path(__file__).resolve().parents[1]
+EDGEPROF = [sys.executable, "-m", "profiler.cli"]
+# One engine's grid per sweep, in turn: (engine, sync modes, nodes it lacks roles of).
+ENGINES = (("mxnet", "sync,async", ()), ("torch", "sync,async", ("scheduler",)),
+           ("torch-ddp", "sync", ("server", "scheduler")),
+           ("horovod", "sync", ("server", "scheduler")))
+CELL_ARGS = ("--model", "lenet-mlp", "--devices", "2", "--max-samples", "4096",
+             "--val-samples", "64", "--epochs", "1", "--interval", "0.5")
+PROFILE = "pi4"
+NODES = 3
+DB = "edgeprof"
+POLL_S = 0.05
+RSS_EVERY_S = 1.0
+RESUMES_MAX = 10  # a sweep stopped more often than this is given up (a check fails)
+
+
+@dataclass
+class SweepRun:
+    """One sweep of the soak, across its runs (the first, then each ``--resume``)."""
+
+    name: str
+    out: Path
+    engine: str
+    syncs: str
+    batches: str
+    lacks: tuple
+    timeout_s: float
+    influx_url: str
+    planned: int = 0
+    runs: int = 0
+    exit: int | None = None
+    proc: subprocess.Popen | None = None
+    sweep_id: str | None = None
+
+    @property
+    def sweep(self) -> str:
+        return self.name
+
+    def start(self) -> None:
+        resume = ["--resume"] if self.runs else []
+        cmd = [*EDGEPROF, "sweep", "--cluster", "emulated", "--profile", PROFILE,
+               "--engine", self.engine, "--sync", self.syncs, "--batch", self.batches,
+               *CELL_ARGS, "--timeout", f"{self.timeout_s:g}", "--influx-url",
+               self.influx_url, "--influx-db", DB, "--out", str(self.out), *resume]
+        self.runs += 1
+        with open(self.out.parent / f"{self.name}.run{self.runs}.log", "w") as log:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _records(self) -> list[dict]:
+        return soak_checks.records(self.out)
+
+    def has_record(self, cell_id: str, attempt: int) -> bool:
+        return any(r["cell_id"] == cell_id and r["attempt"] == attempt
+                   for r in self._records())
+
+    def attempt_folders(self) -> set[Path]:
+        return set(self.out.glob("cells/*/attempt-*"))
+
+    def running_attempt(self) -> Attempt | None:
+        if not self.alive():
+            return None
+        done = {(r["cell_id"], r["attempt"]) for r in self._records()}
+        newest = None
+        for cell_json in self.out.glob("cells/*/attempt-*/cell.json"):
+            folder = cell_json.parent
+            key = (folder.parent.name, int(folder.name.split("-")[1]))
+            if key in done:
+                continue
+            mtime = cell_json.stat().st_mtime
+            if newest is None or mtime > newest[0]:
+                newest = (mtime, Attempt(folder, *key))
+        return newest[1] if newest else None
+
+    def engine_lacks(self, role: str) -> bool:
+        return role in self.lacks
+
+
+def planned_cells(syncs: str, batches: str) -> int:
+    return len(syncs.split(",")) * len(batches.split(","))
+
+
+def run_sweep(run: SweepRun, driver: FaultDriver, rss: list[dict], deadline: float) -> None:
+    """Run ``run`` to its end, resuming it while the driver stopped its controller; no
+    new faults past ``deadline`` (the sweep then ends in peace)."""
+    while True:
+        run.start()
+        next_rss = 0.0
+        while run.alive():
+            if time.monotonic() >= deadline:
+                driver.stop()
+            driver.tick(run)
+            now = time.monotonic()
+            if now >= next_rss:
+                next_rss = now + RSS_EVERY_S
+                try:
+                    rss_mb = psutil.Process(run.proc.pid).memory_info().rss / 2**20
+                    rss.append({"run": f"{run.name}.run{run.runs}", "t": time.time(),
+                                "rss_mb": round(rss_mb, 1)})
+                except psutil.Error:
+                    pass
+            time.sleep(POLL_S)
+        run.exit = run.proc.returncode
+        driver.tick(run)  # a stopped worker's SIGCONT, and so on
+        records = run._records()
+        if records and run.sweep_id is None:
+            run.sweep_id = records[0]["sweep_id"]
+        stopped_by_us = run.exit in (-9, -15, 128 + 15)
+        if run.exit == 0 or not stopped_by_us or run.runs > RESUMES_MAX:
+            return
+
+
+def ship_leftovers(sweeps: list[SweepRun], url: str) -> int:
+    """``edgeprof ship`` each sweep: what a killed controller's shipper left behind."""
+    import re
+    total = 0
+    for run in sweeps:
+        done = subprocess.run([*EDGEPROF, "ship", str(run.out), "--influx-url", url,
+                               "--influx-db", DB], cwd=ROOT, capture_output=True, text=True, check=False,
+                              timeout=600)
+        found = re.search(r"shipped (\d+) points", done.stdout)
+        if done.returncode or not found:
+            raise SystemExit(f"edgeprof ship {run.out} failed: {done.stderr[-1000:]}")
+        total += int(found.group(1))
+    return total
+
+
+def tmp_entries() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("edgeprof*")
+            if not p.name.endswith(".lock")}
+
+
+def check_leftovers(workdir: Path, tmp_before: set[str]) -> Check:
+    """Nothing of edgeprof's left: processes, mounts, temp files, nodes' processes."""
+    from profiler.cluster import netns
+    problems = []
+    me = os.getpid()
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            cmdline = " ".join(proc.info["cmdline"] or [])
+        except psutil.Error:
+            continue
+        if proc.info["pid"] != me and str(workdir) in cmdline and \
+                proc.info["status"] != psutil.STATUS_ZOMBIE:
+            problems.append(f"process {proc.info['pid']}: {cmdline[:150]}")
+    for ns in netns.list_netns():
+        for pid in netns.netns_pids(ns):
+            problems.append(f"process {pid} in {ns}")
+    for line in Path("/proc/mounts").read_text().splitlines():
+        if str(workdir) in line:
+            problems.append(f"mount {line.split()[1]}")
+    for path in workdir.glob("sweep-*/**/*.tmp"):  # torn atomic writes, spool segments
+        problems.append(f"temp file {path.relative_to(workdir)}")
+    for name in sorted(tmp_entries() - tmp_before):
+        problems.append(f"temp {tempfile.gettempdir()}/{name}")
+    return Check("nothing of edgeprof's left", not problems,
+                 f"{len(problems)} leftovers", problems)
+
+
+def check_cluster_down() -> Check:
+    from profiler.cluster import cgroups, emulated, netns
+    problems = []
+    emulated.down()
+    problems += [f"namespace {ns}" for ns in netns.list_netns()]
+    problems += [f"link {link}" for link in netns.list_links()]
+    for root in cgroups.detect_layout().roots():
+        if (root / cgroups.BASE_NAME).exists():
+            problems.append(f"cgroup {root / cgroups.BASE_NAME}")
+    return Check("no namespace, veth or cgroup left", not problems,
+                 f"{len(problems)} left after the cluster's teardown", problems)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=60.0,
+                        help="how long to start new sweeps (the last one then ends)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--mean-gap-s", type=float, default=12.0,
+                        help="mean seconds between two faults (exponential)")
+    parser.add_argument("--timeout-s", type=float, default=40.0, help="each cell's limit")
+    parser.add_argument("--batches", default="32,64", help="each sweep's --batch")
+    parser.add_argument("--faults", default=",".join(FAULTS),
+                        help="the kinds to draw from (comma-separated)")
+    parser.add_argument("--rss-bound-mb", type=float, default=400.0)
+    parser.add_argument("--rss-growth-mb", type=float, default=60.0)
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print("soak: needs root (the emulated cluster, tmpfs mounts)", file=sys.stderr)
+        return 2
+    kinds = tuple(args.faults.split(","))
+    unknown = set(kinds) - set(FAULTS)
+    if unknown:
+        print(f"soak: unknown faults {sorted(unknown)}: choose from {FAULTS}",
+              file=sys.stderr)
+        return 2
+
+    from profiler.testing.servers import LocalServer
+
+    from profiler.cluster import emulated
+
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="soak-", dir="/tmp"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    tmp_before = tmp_entries()
+    influx = LocalServer("influxdb1", workdir / "influxdb").start()
+    driver = FaultDriver(args.seed, workdir / "faults.jsonl", args.mean_gap_s, influx, kinds)
+    sweeps: list[SweepRun] = []
+    rss: list[dict] = []
+    started = time.monotonic()
+    deadline = started + args.minutes * 60
+    print(f"soak: seed {args.seed}, {args.minutes:g} min, faults every ~{args.mean_gap_s:g} s,"
+          f" in {workdir}", flush=True)
+    cluster, _ = emulated.ensure_cluster(NODES, PROFILE)
+    try:
+        index = 0
+        while time.monotonic() < deadline:
+            engine, syncs, lacks = ENGINES[index % len(ENGINES)]
+            run = SweepRun(f"sweep-{index:03d}-{engine}", workdir / f"sweep-{index:03d}",
+                           engine, syncs, args.batches, lacks, args.timeout_s, influx.url,
+                           planned=planned_cells(syncs, args.batches))
+            sweeps.append(run)
+            run_sweep(run, driver, rss, deadline)
+            print(f"  {run.name}: exit {run.exit} after {run.runs} run(s), "
+                  f"{time.monotonic() - started:.0f} s", flush=True)
+            index += 1
+    finally:
+        driver.stop()
+        for run in sweeps:
+            if run.alive():
+                run.proc.kill()
+                run.proc.wait()
+        driver.finish()
+        mount_problems = driver.unmount_all()
+    if influx.proc is None:
+        influx.start()
+    shipped_after = ship_leftovers(sweeps, influx.url)
+    sweep_dicts = [{"name": r.name, "out": str(r.out), "planned": r.planned,
+                    "runs": r.runs, "exit": r.exit, "sweep_id": r.sweep_id} for r in sweeps]
+    faults = soak_checks.injected(workdir / "faults.jsonl")
+    checks = soak_checks.check_records(sweep_dicts, faults)
+    points_check, totals = soak_checks.check_points(sweep_dicts, influx.url, DB)
+    checks.append(points_check)
+    checks.append(soak_checks.check_memory(rss, args.rss_bound_mb, args.rss_growth_mb))
+    influx.stop()
+    leftovers = check_leftovers(workdir, tmp_before)
+    leftovers.problems += mount_problems
+    leftovers.ok = not leftovers.problems
+    checks.append(leftovers)
+    checks.append(check_cluster_down())
+    del cluster
+
+    statuses = Counter(r["status"] for s in sweep_dicts
+                       for r in soak_checks.records(Path(s["out"])))
+    by_kind = Counter(f["kind"] for f in faults)
+    summary = {"seed": args.seed, "minutes": round((time.monotonic() - started) / 60, 1),
+               "faults": dict(by_kind), "records_by_status": dict(statuses),
+               "points": dict(totals), "shipped_after": shipped_after,
+               "checks": {c.name: c.ok for c in checks}}
+    (workdir / "summary.json").write_text(json.dumps(summary, indent=1))
+    (workdir / "rss.jsonl").write_text("".join(json.dumps(s) + "\n" for s in rss))
+    print(f"\nfaults injected ({sum(by_kind.values())}): "
+          + ", ".join(f"{k} {n}" for k, n in sorted(by_kind.items())))
+    print("records by status: " + ", ".join(f"{k} {n}" for k, n in sorted(statuses.items())))
+    print(f"points: spooled {totals['spooled']}, delivered {totals['delivered']} "
+          f"({shipped_after} of them by edgeprof ship afterwards), quarantined "
+          f"{totals['quarantined']}, dropped by agents on a full disk "
+          f"{totals['dropped_enospc']}")
+    print()
+    print(soak_checks.table(checks))
+    return 0 if all(c.ok for c in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
