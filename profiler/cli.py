@@ -22,7 +22,7 @@ _LAZY_COMMANDS = {
     "ship": "profiler.metrics.cli:ship",
     "cluster": "profiler.cluster.cli:cluster",
     "data": "profiler.data.cli:data",
-    "report": "profiler.report.cli:report",
+    "report": "profiler.study.report_cli:report",  # asks the study registry
     "compare": "profiler.report.cli:compare",
     "dashboards": "profiler.dashboards.cli:dashboards",
     "study": "profiler.study.cli:study",

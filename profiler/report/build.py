@@ -1,5 +1,8 @@
 """``build_report``: a sweep folder → ``report.html`` (self-contained) and ``report/*.png``.
 
+A study's section is the caller's to give (``study_section``): the report knows no
+study, and the CLI asks the study registry for the one that made the sweep.
+
 The per-cell figures (one a cell: most of the time of a large sweep's report) are read
 and drawn in a pool of processes when the sweep has enough cells to repay starting it.
 """
@@ -13,12 +16,14 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from importlib import metadata
 from pathlib import Path
+from typing import Callable
 
 from .. import __version__
 from ..engines import ENGINES, distributions
 from ..errors import ConfigError
 from ..fsutil import atomic_write_text
-from .sweep_data import Sweep, load_sweep, read_cell_series
+from .study_section import StudySection
+from .sweep_data import Sweep, config_label, load_sweep, read_cell_series
 
 # A worker process starts in ~0.5 s (matplotlib's import): below this many cells per
 # worker a pool costs more than it saves.
@@ -26,12 +31,16 @@ CELLS_PER_WORKER_MIN = 8
 
 
 def build_report(sweep_dir: Path, out: Path | None = None, *,
-                 workers: int | None = None, cloud=None) -> Path:
+                 workers: int | None = None, cloud=None,
+                 study_section: Callable[[list[dict]], StudySection | None] | None = None
+                 ) -> Path:
     """Write the report of ``sweep_dir``; return the HTML file's path.
 
     ``workers``: processes drawing the per-cell figures (1: this one alone); None: one
     per CPU this process may use, as far as the cells keep each busy. ``cloud``: a
     ``energy.CloudVM`` to price the cells' training beside (None: none).
+    ``study_section``: the study's section of the page from the sweep's records
+    (``Study.section``; None: no study section).
     """
     sweep = load_sweep(Path(sweep_dir))
     out = Path(out) if out is not None else sweep.path / "report.html"
@@ -42,9 +51,6 @@ def build_report(sweep_dir: Path, out: Path | None = None, *,
     except ImportError as exc:
         raise ConfigError(f"the report needs matplotlib and Jinja2 ({exc.name} missing): "
                           "pip install 'edgeprof[controller]'") from None
-    from ..study.reference import _config, matches
-    from .ratios import reproduce
-
     network = figs.network_drawn(sweep.records)
     jobs = [(sweep.cell_dir(r) / "metrics", r, network) for r in sweep.records]
     if workers is None:
@@ -66,17 +72,18 @@ def build_report(sweep_dir: Path, out: Path | None = None, *,
     from . import energy
     from .html import number
     energy_fig = energy.figure(sweep.records)  # None: no cell with energy
+    study = study_section(sweep.records) if study_section else None
     page = render(title=f"edgeprof sweep {sweep.sweep_id}", environment=environment(sweep),
-                  records=sweep.records, config_of=_config, figures=drawn,
-                  cell_figures=cell_figures, matches=matches(sweep.records),
-                  ratios=reproduce(sweep.records), traces=_trace_links(sweep, out),
+                  records=sweep.records, config_of=config_label, figures=drawn,
+                  cell_figures=cell_figures, study=study, traces=_trace_links(sweep, out),
                   network_drawn=network, pipeline_figure=pipe,
-                  energy_section=energy.section(sweep.records, cloud, number, _config),
+                  energy_section=energy.section(sweep.records, cloud, number, config_label),
                   energy_figure=energy_fig)
     try:
         figures_dir.mkdir(parents=True, exist_ok=True)
         for figure in ([f for f in drawn if isinstance(f, figs.Figure)] + cell_figures
-                       + ([pipe] if pipe else []) + ([energy_fig] if energy_fig else [])):
+                       + ([pipe] if pipe else []) + ([energy_fig] if energy_fig else [])
+                       + (study.figures if study else [])):
             (figures_dir / f"{figure.name}.png").write_bytes(figure.png)
         atomic_write_text(out, page)
     except OSError as exc:

@@ -1,61 +1,16 @@
-"""``edgeprof report`` and ``edgeprof compare``: a sweep folder as a page, two side by side."""
+"""``edgeprof compare``: two sweeps' shared cells side by side.
+
+``edgeprof report`` is in ``profiler/study/report_cli.py``: it asks the study registry
+for the section of the study that made the sweep, which this package must not import.
+"""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import click
 
 from ..cli_errors import reports_errors
-
-
-@click.command()
-@click.argument("sweep_dir", type=click.Path(path_type=Path))
-@click.option("--out", "out", default=None, type=click.Path(path_type=Path),
-              help="HTML file to write (default SWEEP_DIR/report.html); the figures go "
-                   "beside it as PNG, in <name>-figures/.")
-@click.option("--cloud-vm", default=None,
-              help="Set each cell's cost per epoch beside this cloud VM's (a price of "
-                   "profiles.yaml: c6g.medium, c6g.large, c6g.xlarge, c6g.2xlarge, "
-                   "p4d.24xlarge, or your own; docs/energy.md).")
-@click.option("--cloud-vms", default=1, show_default=True, type=int,
-              help="How many of --cloud-vm train together.")
-@click.option("--cloud-epoch-s", default=None,
-              help="Seconds one epoch takes on the VM(s), measured or given: one for "
-                   "every model (30) or per model (lenet-cnn=12,resnet=300).")
-@reports_errors
-def report(sweep_dir: Path, out: Path | None, cloud_vm: str | None, cloud_vms: int,
-           cloud_epoch_s: str | None) -> None:
-    """Write one self-contained HTML report of a sweep (figures embedded, opens offline).
-
-    Every cell with its status; time, accuracy and resources against devices, sync
-    against async, depth x batch, accuracy over epochs as far as the cells allow; each
-    cell's per-node series from its spools; the study's numbers beside matching cells.
-
-    Example:
-
-    \b
-        edgeprof report runs/20261123-101500
-        edgeprof report runs/20261123-101500 --out ~/reports/pi-sweep.html
-        edgeprof report runs/pi-sweep --cloud-vm c6g.2xlarge --cloud-vms 4 \\
-            --cloud-epoch-s lenet-cnn=12,resnet=300
-    """
-    from .build import build_report
-    started = time.monotonic()
-    cloud = None
-    if cloud_vm is not None or cloud_epoch_s is not None:
-        from ..cluster.prices import load_prices
-        from ..errors import ConfigError
-        from .energy import cloud_vm as parse_cloud
-        if cloud_vm is None or cloud_epoch_s is None:
-            raise ConfigError("--cloud-vm and --cloud-epoch-s go together: give the VM and "
-                              "the seconds an epoch takes on it, e.g. --cloud-vm c6g.2xlarge "
-                              "--cloud-epoch-s 30")
-        cloud = parse_cloud(cloud_vm, cloud_vms, cloud_epoch_s, load_prices())
-    path = build_report(sweep_dir, out, cloud=cloud)
-    click.echo(f"report: {path} ({path.stat().st_size / 1024:.0f} KB, "
-               f"{time.monotonic() - started:.1f} s)")
 
 
 @click.command()

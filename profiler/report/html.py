@@ -14,13 +14,13 @@ from datetime import datetime, timezone
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from ..study.reference import HARDWARE, Match
 from ..sweep import board_time
 from ..sweep.table import engine_label, is_pipeline, status_counts
 from . import energy, pipeline
 from .engines import MEASURES, side_by_side
 from .figures import Figure, Skipped
 from .ratios import Ratio, summary
+from .study_section import Match, StudySection
 
 STATUS_COLUMNS = [("config", "configuration"), ("status", "status"), ("reason", "reason"),
                   ("dataset", "dataset"), ("train_s", "train s"), ("samples_per_s", "samples/s"),
@@ -58,13 +58,13 @@ def number(value) -> str:
 
 def render(*, title: str, environment: dict, records: list[dict], config_of,
            figures: list[Figure | Skipped], cell_figures: list[Figure],
-           matches: list[Match], ratios: list[Ratio] = (),
-           traces: dict[str, str] | None = None, network_drawn: bool = True,
+           study: StudySection | None = None, traces: dict[str, str] | None = None, network_drawn: bool = True,
            pipeline_figure: Figure | None = None, energy_section: dict | None = None,
            energy_figure: Figure | None = None) -> str:
     """The page. ``network_drawn`` False: the per-node figures have no network panels
     (no cell had two devices), which the page says in one line. ``pipeline_figure``:
-    ``pipeline.figure``'s, shown in the pipeline section (there when a pipeline cell is)."""
+    ``pipeline.figure``'s, shown in the pipeline section (there when a pipeline cell is).
+    ``study``: the section of the study that made the sweep (none without one)."""
     config_of = _with_pipeline(config_of)
     columns = STATUS_COLUMNS + ([("speedup", "speedup")]
                                 if any((r.get("speedup") or 1) != 1 for r in records) else [])
@@ -80,9 +80,7 @@ def render(*, title: str, environment: dict, records: list[dict], config_of,
         engines=_engines(records, config_of),
         pipeline=_pipeline(records, config_of, pipeline_figure),
         energy=({**energy_section, "figure": energy_figure} if energy_section else None),
-        reproduction=_reproduction(list(ratios)) if ratios else None,
-        hardware=HARDWARE, cluster=environment.get("cluster", ""),
-        matches=[_match_row(m) for m in matches],
+        study=_study(study) if study else None, cluster=environment.get("cluster", ""),
         no_network="" if network_drawn else NO_NETWORK, cell_figures=cell_figures,
         stamp=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
 
@@ -188,7 +186,17 @@ def _verdict(ratio: Ratio) -> tuple[str, str]:
     return ("in", "within") if ratio.within else ("out", "outside")
 
 
-def _reproduction(rows: list[Ratio]) -> dict:
+def _study(section: StudySection) -> dict:
+    """A study's section as the page shows it: its ratios with their verdicts, its
+    numbers beside matching cells, its figures."""
+    return {"title": section.title, "intro": section.intro, "bands": section.bands,
+            "ratios": _ratio_rows(section.ratios), "counts": summary(section.ratios),
+            "hardware": section.hardware, "no_match": section.no_match,
+            "matches": [_match_row(m) for m in section.matches],
+            "figures": section.figures}
+
+
+def _ratio_rows(rows: list[Ratio]) -> list[dict]:
     """The study's findings as ratios, ours beside theirs (``ratios.py`` says how)."""
     shown = []
     for r in rows:
@@ -202,4 +210,4 @@ def _reproduction(rows: list[Ratio]) -> dict:
                       "study": study, "ours": ours, "quotient": quotient,
                       "band": f"{r.band:g}", "klass": klass, "verdict": verdict,
                       "note": r.note})
-    return {"counts": summary(rows), "rows": shown}
+    return shown

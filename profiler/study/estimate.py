@@ -4,7 +4,8 @@ A cell's time is its start-up, its training and its validation:
 
 - training: ``epochs x samples x f(devices) / rate``, where ``rate`` is the one-device
   rate of the cell's model on this cluster and ``f`` how the study's time changed with
-  devices for that model (Tables 1-2 for LeNet; ResNet ran about ``1 / devices``);
+  devices for that model (the study's ``rate`` and ``device_factor``: park2019's
+  Tables 1-2 for LeNet; ResNet ran about ``1 / devices``);
 - validation: the validation samples at three times the training rate, once an epoch;
 - start-up and reaping: about a second of CPU per process (MXNet's import) on this
   host's cores, plus a few seconds;
@@ -17,7 +18,7 @@ A cell's time is its start-up, its training and its validation:
 
 The provider says what its nodes are (``ClusterSettings.speed``). ``rate`` on nodes of
 a profile (the emulated cluster) follows the CPU quota the node gets for the model: the
-study's own rate on a profile calibrated to it (``pi3b-park2019``), in proportion to
+study's own rate on the profile calibrated to it (``Study.profile``), in proportion to
 the quota on any other, times the time dilation the cell will get (the largest
 calibrated one that fits, up to ``speedup``: ``profiles.dilation``). Real boards
 (``inventory``) are taken to be as fast as the study's. Slots of this host (the local
@@ -33,9 +34,8 @@ from ..cell import CellConfig
 from ..cluster.profiles import Catalog, dilation
 from ..engines import get_engine
 from ..sweep.thrashing import THRASH_S
-from .park2019 import EXPECTED_OOM, STUDY_RATES
+from .base import Study
 
-CALIBRATED_PROFILE = "pi3b-park2019"
 STARTUP_S = 3.0
 PROCESS_CPU_S = 2.0  # MXNet's import per process
 # A cell expected to run out of memory: until it fills its node (about 20 s) and then
@@ -45,40 +45,17 @@ FIRST_STEP_STEPS = 2.5
 RESNET_SETUP_S = 3.5
 
 
-def study_rate(cell: CellConfig) -> float:
-    """The study's one-device rate for the cell's model (samples/s)."""
-    if cell.model != "resnet":
-        return STUDY_RATES[(cell.model, None)]
-    known = {layers: rate for (model, layers), rate in STUDY_RATES.items() if model == "resnet"}
-    if cell.layers in known:
-        return known[cell.layers]
-    return known[32] * 32 / cell.layers  # the work grows with depth
-
-
-def device_factor(cell: CellConfig, reference: dict) -> float:
-    """How the study's time for the same data changed from one device to ``devices``."""
-    if cell.devices == 1:
-        return 1.0
-    table = {"lenet-mlp": "table1_lenet_mlp", "lenet-cnn": "table2_lenet_cnn",
-             "lenet-example": "table2_lenet_cnn"}.get(cell.model)
-    if table is None:
-        return 1.0 / cell.devices
-    rows = reference[table]
-    devices = min(cell.devices, max(rows["devices"]))
-    return rows["elapsed_s"][rows["devices"].index(devices)] / rows["elapsed_s"][0]
-
-
-def node_rate(cell: CellConfig, speed: str, profile: str | None, catalog: Catalog,
-              speedup: float = 1.0) -> float:
+def node_rate(study: Study, cell: CellConfig, speed: str, profile: str | None,
+              catalog: Catalog, speedup: float = 1.0) -> float:
     """The one-device training rate (samples/s) the cell's model is expected to have on
     nodes of ``speed`` (``ClusterSettings.speed``: ``board``, ``profile`` or ``host``)."""
-    rate = study_rate(cell)
-    calibrated = catalog.profiles.get(CALIBRATED_PROFILE)
+    rate = study.rate(cell)
+    calibrated = catalog.profiles.get(study.profile) if study.profile else None
     if speed == "board" or calibrated is None:
         return rate
     if speed != "profile":
         return rate / calibrated.cpu_cores_for(cell.model)  # a host core per node
-    nodes = catalog.node_profiles(profile or CALIBRATED_PROFILE,
+    nodes = catalog.node_profiles(profile or study.profile,
                                   get_engine(cell.engine).nodes_needed(cell))
     options = {k: [node.cpu_cores_for(cell.model, k) for node in nodes]
                for k in {k for node in nodes for k in node.speedups(cell.model)}}
@@ -88,15 +65,15 @@ def node_rate(cell: CellConfig, speed: str, profile: str | None, catalog: Catalo
         calibrated.cpu_cores_for(cell.model)
 
 
-def cell_s(cell: CellConfig, rate: float, val_samples: int, reference: dict) -> float:
+def cell_s(study: Study, cell: CellConfig, rate: float, val_samples: int) -> float:
     processes = 1 if cell.devices == 1 else cell.devices + 2
     cores = max(1, len(os.sched_getaffinity(0)))
     startup = STARTUP_S + processes * PROCESS_CPU_S / cores
     if cell.model == "resnet":
         startup += RESNET_SETUP_S * cell.devices
-    if (cell.model, cell.layers, cell.batch) in EXPECTED_OOM:
+    if study.expected_oom(cell):
         return startup + OOM_S  # its first steps fill the node's memory
-    train = cell.epochs * (cell.max_samples or 0) * device_factor(cell, reference) / rate
+    train = cell.epochs * (cell.max_samples or 0) * study.device_factor(cell) / rate
     if cell.model == "resnet":
         steps = cell.epochs * (cell.max_samples or 0) / (cell.devices * cell.batch)
         train += FIRST_STEP_STEPS * train / max(1.0, steps)
@@ -104,11 +81,11 @@ def cell_s(cell: CellConfig, rate: float, val_samples: int, reference: dict) -> 
     return startup + train + validate
 
 
-def grid_s(cells: list[CellConfig], speed: str, profile: str | None, catalog: Catalog,
-           val_samples: int, reference: dict, speedup: float = 1.0) -> float:
+def grid_s(study: Study, cells: list[CellConfig], speed: str, profile: str | None,
+           catalog: Catalog, val_samples: int, speedup: float = 1.0) -> float:
     """The whole grid's estimated time, seconds, on nodes of ``speed`` (``node_rate``)."""
-    return sum(cell_s(c, node_rate(c, speed, profile, catalog, speedup), val_samples,
-                      reference) for c in cells)
+    return sum(cell_s(study, c, node_rate(study, c, speed, profile, catalog, speedup),
+                      val_samples) for c in cells)
 
 
 def shown(seconds: float) -> str:

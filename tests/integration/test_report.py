@@ -94,8 +94,9 @@ def _not_blank(png: bytes) -> bool:
 
 @pytest.fixture(scope="module")
 def report(sweep) -> Path:
-    """``edgeprof report`` of the sweep, written once for the tests that read it."""
-    done = _edgeprof("report", str(sweep))
+    """``edgeprof report`` of the sweep, written once for the tests that read it; a plain
+    sweep, set beside the study with --study (test_report_to_another_file: without)."""
+    done = _edgeprof("report", str(sweep), "--study", "park2019")
     assert done.returncode == 0, done.stderr
     return sweep / "report.html"
 
@@ -201,7 +202,7 @@ def test_report_environment_is_the_sweeps(sweep, report):
 def test_report_sets_the_study_beside_matching_cells(sweep, report):
     import yaml
 
-    from profiler.study.reference import REFERENCE
+    from profiler.study.park2019.reference import REFERENCE
 
     table1 = yaml.safe_load(REFERENCE.read_text())["table1_lenet_mlp"]
     matching = {r["devices"]: r for r in _records(sweep) if r["status"] == "ok"
@@ -257,6 +258,9 @@ def test_report_to_another_file(sweep, tmp_path):
     out.parent.mkdir()
     done = _edgeprof("report", str(sweep), "--out", str(out))
     assert done.returncode == 0, done.stderr
+    # Not a study's sweep, and no --study: no study section.
+    assert "id='reproduction'" not in out.read_text()
+    assert "Beside the study" not in out.read_text()
     assert out.exists() and len(list((tmp_path / "elsewhere" / "pi-figures").glob("*.png")))
 
 

@@ -17,7 +17,7 @@ from profiler.report.build import environment
 from profiler.report.engines import side_by_side
 from profiler.report.html import render
 from profiler.report.sweep_data import Sweep
-from profiler.study.reference import _config
+from profiler.report.sweep_data import config_label as _config
 from profiler.sweep.table import engine_label, format_table
 from tests.report_tables import number, rows
 
@@ -65,7 +65,7 @@ def test_the_table_names_a_pipelines_shape_and_leaves_other_rows_alone():
 def _page(records: list[dict], figure=None) -> str:
     sweep = Sweep(path=Path("s"), settings={"sweep_id": "s"}, records=records)
     return render(title="t", environment=environment(sweep), records=records,
-                  config_of=_config, figures=[], cell_figures=[], matches=[],
+                  config_of=_config, figures=[], cell_figures=[],
                   pipeline_figure=figure)
 
 

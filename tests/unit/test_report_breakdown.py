@@ -11,7 +11,7 @@ from profiler.sweep import board_time
 from profiler.report.build import build_report
 from profiler.report.figures import Figure, Skipped, step_breakdown_vs_devices, wait_by_worker
 from profiler.report.html import render
-from profiler.study.reference import _config
+from profiler.report.sweep_data import config_label as _config
 
 
 def _record(devices: int, model: str = "lenet-mlp", **overrides) -> dict:
@@ -46,7 +46,7 @@ def test_figures_drawn_from_cells_that_timed_their_steps():
 
 def test_table_names_the_slowest_worker_and_links_the_trace_in_board_time():
     page = render(title="t", environment={}, records=RECORDS, config_of=_config, figures=[],
-                  cell_figures=[], matches=[],
+                  cell_figures=[],
                   traces={"lenet-mlp-4-0.5": "cells/x/attempt-1/trace.json"})
     table = page.split("<h2>Where the time goes</h2>", 1)[1].split("</table>", 1)[0]
     row = next(line for line in table.split("<tr>") if "n4 x0.5" in line)
@@ -57,7 +57,7 @@ def test_table_names_the_slowest_worker_and_links_the_trace_in_board_time():
     assert "Where the time goes" not in render(
         title="t", environment={}, records=[{k: v for k, v in r.items() if "_ms" not in k}
                                             for r in RECORDS],
-        config_of=_config, figures=[], cell_figures=[], matches=[])
+        config_of=_config, figures=[], cell_figures=[])
 
 
 def test_dilated_cells_read_back_per_worker_in_board_time():

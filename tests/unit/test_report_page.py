@@ -22,9 +22,9 @@ import pytest
 from profiler import __version__
 from profiler.report.build import environment
 from profiler.report.html import render
-from profiler.report.ratios import reproduce
-from profiler.study.reference import _config, load_reference, matches
-from profiler.report.sweep_data import Sweep
+from profiler.report.sweep_data import Sweep, config_label as _config
+from profiler.study import STUDIES
+from profiler.study.park2019.reference import load_reference
 from tests.conftest import ROOT
 from tests.report_tables import number as _float, rows as _rows
 
@@ -46,8 +46,8 @@ def _page(records: list[dict], settings: dict | None = None, path: Path = Path("
                                                    "identity": {"cluster": "emulated"}},
                   records=records)
     return render(title="t", environment=environment(sweep), records=records,
-                  config_of=_config, figures=[], cell_figures=[], matches=matches(records),
-                  ratios=reproduce(records))
+                  config_of=_config, figures=[], cell_figures=[],
+                  study=STUDIES["park2019"].section(records))
 
 
 
@@ -270,7 +270,7 @@ def test_no_network_panels_when_no_cell_had_two_devices():
     two = png_size(node_series(single[0], nodes, network=False).png)
     assert two[0] < 0.6 * four[0] and two[1] == four[1]  # two panels, not four
     page = render(title="t", environment={}, records=single, config_of=_config, figures=[],
-                  cell_figures=[], matches=[], network_drawn=False)
+                  cell_figures=[], network_drawn=False)
     section = page.split("<h2>Per-node time series</h2>")[1]
     assert "No network panels: no cell ran on two or more devices" in section
     assert "No network panels" not in _page([_record(devices=2)])

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from profiler.cell import CellConfig
-from profiler.report.ratios import _per_sample_s
+from profiler.report.ratios import per_sample_s as _per_sample_s
 from profiler.sweep import board_time
 from profiler.sweep.events import read_cell_events
 from profiler.timeline.rate import (BLOCK_S, BLOCKS_PER_EPOCH, SLOW_FACTOR, robust_columns,

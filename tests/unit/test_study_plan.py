@@ -5,8 +5,12 @@ from __future__ import annotations
 import pytest
 
 from profiler.errors import ConfigError
-from profiler.report.ratios import ACCURACY, TABLE, TEXT, Ratio, reproduce, summary
-from profiler.study import StudySettings, estimate, park2019, plan
+from profiler.report.ratios import Ratio, summary
+from profiler.study import STUDIES, StudySettings, estimate, plan
+from profiler.study.park2019 import grid as park2019
+from profiler.study.park2019.ratios import ACCURACY, TABLE, TEXT, reproduce
+
+PARK = STUDIES["park2019"]
 
 
 def test_every_part_is_in_the_grid_and_shared_cells_run_once():
@@ -102,8 +106,10 @@ def test_datasets_prefer_the_studys_own_then_real_digits_that_hold_the_cells():
 
 
 def test_plan_describes_the_grid_and_its_estimate_grows_with_scale():
-    small = plan(StudySettings(scale=0.02, parts=("table1",), cluster="local"))
-    large = plan(StudySettings(scale=0.04, parts=("table1",), cluster="local"))
+    small = plan(PARK, StudySettings(scale=0.02, options={"parts": ("table1",)},
+                                     cluster="local"))
+    large = plan(PARK, StudySettings(scale=0.04, options={"parts": ("table1",)},
+                                     cluster="local"))
     assert len(small.sweep.cells) == 10 and small.sweep.extra["scale"] == 0.02
     assert large.estimate_s > small.estimate_s > 0
     text = small.describe()
@@ -227,13 +233,14 @@ def test_the_study_plans_on_a_mix_paced_by_its_slowest_node():
     for model in ("lenet-mlp", "lenet-cnn", "lenet-example", "resnet"):
         assert pi4.cpu_cores_for(model) == pytest.approx(pi3b.cpu_cores_for(model) * 7 / 3,
                                                          abs=1e-4)
-    settings = dict(scale=0.01, parts=("table1",), devices=(1, 2, 4))
-    mix = plan(StudySettings(profile="mix-2pi4-8pi3b-park2019", **settings))
-    uniform = plan(StudySettings(**settings))
+    settings = dict(scale=0.01, options={"parts": ("table1",), "devices": (1, 2, 4)})
+    mix = plan(PARK, StudySettings(profile="mix-2pi4-8pi3b-park2019", **settings))
+    uniform = plan(PARK, StudySettings(**settings))
     assert mix.sweep.cluster.identity()["profile"] == "mix-2pi4-8pi3b-park2019"
     assert [c.cell_id for c in mix.sweep.cells] == [c.cell_id for c in uniform.sweep.cells]
     # One and two devices (colocated: nodes 0-1) run on Pi 4s, four reach the Pi 3Bs.
-    rate = {c.devices: estimate.node_rate(c, "profile", "mix-2pi4-8pi3b-park2019", catalog)
+    rate = {c.devices: estimate.node_rate(PARK, c, "profile", "mix-2pi4-8pi3b-park2019",
+                                         catalog)
             for c in mix.sweep.cells}
     assert rate[2] == pytest.approx(rate[1]) and rate[4] == pytest.approx(rate[1] * 3 / 7,
                                                                          rel=1e-3)

@@ -29,7 +29,7 @@ CIFAR-10 images) for hours to days on its boards. ``scale`` takes that fraction 
 data, but never less than ``MIN_STEPS`` steps per worker (else a cell would time little
 more than its first step): a cell of many devices may so get more samples than one of
 few. Every comparison is a ratio of times per sample between cells
-(``report/ratios.py``), which does not depend on how many samples each trained;
+(``ratios.py``), which does not depend on how many samples each trained;
 accuracies are compared only between cells that trained on as many.
 """
 
@@ -40,10 +40,10 @@ from dataclasses import dataclass
 from workloads.datasets import catalog
 from workloads.datasets.resolver import parts
 
-from ..cell import CellConfig
-from ..engines import get_engine
-from ..errors import ConfigError
-from ..sweep.grid import validate
+from ...cell import CellConfig
+from ...engines import get_engine
+from ...errors import ConfigError
+from ...sweep.grid import validate
 
 PARTS = ("table1", "table2", "figure3", "figure5", "figure6", "figure7", "table4")
 METHODS = ("scripts", "sharded")

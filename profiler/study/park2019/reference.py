@@ -1,7 +1,6 @@
 """The study's published numbers, and the cells of a sweep that match its configurations.
 
-The report sets them side by side (``profiler.report``); this module imports nothing of
-the report, so the report may import it.
+The report sets them side by side ("Beside the study": ``report.study_section.Match``).
 
 Park, Lee & Kim (2019) ran ten Raspberry Pi 3B with MXNet 0.9.5 on MNIST and CIFAR-10
 (``park2019.yaml``, copied from the project's shared reference). A cell matches a row
@@ -19,29 +18,18 @@ CPU, memory and network are the cell's means over its worker nodes, network as K
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from ..sweep import board_time
+from ...report.study_section import Match
+from ...report.sweep_data import config_label as _config
+from ...sweep import board_time
 
 REFERENCE = Path(__file__).with_name("park2019.yaml")
 STUDY_DATA = {"lenet-mlp": "mnist", "lenet-cnn": "mnist", "lenet-example": "mnist",
               "resnet": "cifar10"}
 HARDWARE = "10 x Raspberry Pi 3B, MXNet 0.9.5, Ganglia every 30 s"
-
-
-@dataclass
-class Match:
-    source: str  # e.g. "Table 1"
-    cell_id: str
-    config: str
-    measure: str
-    ours: float | None
-    study: float
-    comparable: bool  # False: not the study's data (accuracy) or not its unit
-    note: str = ""
 
 
 def load_reference(path: Path = REFERENCE) -> dict:
@@ -122,11 +110,3 @@ def _finished(records: list[dict]) -> list[dict]:
 
 def _model(r: dict) -> str:
     return r["model"]
-
-
-def _config(r: dict) -> str:
-    depth = f"-{r['layers']}" if r.get("layers") else ""
-    # A script's --param values tell its cells apart (``train.py b32 x2 ... seed=1``).
-    params = "".join(f" {name}={value}" for name, value in r.get("params") or ())
-    return (f"{r['model']}{depth} b{r['batch']} x{r['devices']} {r['sync']} {r['engine']}"
-            f"{params}")

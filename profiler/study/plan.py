@@ -1,0 +1,134 @@
+"""A study's run, the same for every study: plan it, check the profile, run, report.
+
+``plan`` turns a study's grid (``Study.grid``) and the settings every study takes
+(cluster, scale, speedup, ...) into a sweep with its estimate, checking everything
+first and touching nothing; ``run`` checks the emulated cluster's calibrated profile
+on this host (``profiler.calibrate.check``: re-calibrated or refused when it drifted),
+runs that sweep like any other (resumable, every cell kept) and ends in its report,
+whose study section the study writes (``Study.section``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..errors import DataError
+from . import estimate
+from .base import Study
+
+
+@dataclass
+class StudySettings:
+    """What every study takes; ``options`` holds the study's own (``Study.options``,
+    parsed by ``Study.parse``)."""
+
+    scale: float = 1.0
+    options: dict = field(default_factory=dict)
+    cluster: str = "emulated"  # a provider of profiler.cluster.PROVIDERS
+    profile: str | None = None  # a provider with node profiles: the study's unless given
+    speedup: float = 1.0
+    engine: str = "mxnet"
+    profile_check: str = "recalibrate"  # calibrate.check.MODES (node profiles only)
+    profile_tolerance: float = 0.25
+    data_dir: Path | None = None
+    inventory: Path | None = None
+    out_dir: Path | None = None
+    resume: bool = False
+    timeout_s: float | None = None
+    interval_s: float | None = 1.0
+    ship_target: object | None = None
+    price: object | None = None  # --price: profiler.cluster.prices.PriceSpec
+
+
+@dataclass
+class StudyPlan:
+    study: Study
+    sweep: object  # profiler.sweep.sweep.SweepSettings
+    grid: object  # base.Grid
+    estimate_s: float
+    notes: list[str] = field(default_factory=list)
+    profile_check: str = "off"
+    profile_tolerance: float = 0.25
+
+    def describe(self) -> str:
+        """What will run, in a few lines (printed before the study starts)."""
+        grid = self.grid
+        by_model: dict[str, list[int]] = {}
+        for (model, *_), n in grid.samples.items():
+            by_model.setdefault(model, []).append(n)
+        data = "".join(
+            f"; {model} on {grid.datasets.get(model, '?')}, "
+            + (f"{min(ns):,}" if min(ns) == max(ns) else f"{min(ns):,}-{max(ns):,}")
+            + " training samples a cell" for model, ns in by_model.items())
+        label = f" ({grid.label})" if grid.label else ""
+        lines = [f"study {self.study.name}{label}: {len(self.sweep.cells)} cells on the "
+                 f"{self.sweep.cluster.label}{data}; {grid.val_samples:,} validation samples",
+                 f"estimated time: about {estimate.shown(self.estimate_s)}"]
+        return "\n".join(lines + grid.notes + self.notes)
+
+
+def plan(study: Study, settings: StudySettings) -> StudyPlan:
+    """Check the settings and build the sweep; nothing is started or written."""
+    from workloads.datasets.resolver import verify
+
+    from ..cluster import cluster_settings, get_provider
+    from ..cluster.profiles import load_catalog
+    from ..sweep.sweep import SweepSettings
+
+    available = set()
+    for name in study.datasets_wanted():
+        try:
+            verify(name, settings.data_dir)
+            available.add(name)
+        except DataError:
+            pass
+    grid = study.grid(settings.scale, study.parse(settings.options), settings.engine,
+                      available)
+    # nodes of a profile
+    profiled = any(o.name == "profile" for o in get_provider(settings.cluster).options)
+    profile = settings.profile
+    if profiled and profile is None:
+        profile = study.profile
+    cluster = cluster_settings(settings.cluster, profile=profile, speedup=settings.speedup,
+                               inventory=settings.inventory)
+    catalog = load_catalog()
+    seconds = estimate.grid_s(study, grid.cells, cluster.speed, profile, catalog,
+                              grid.val_samples, settings.speedup)
+    sweep = SweepSettings(
+        cells=grid.cells, out_dir=settings.out_dir, cluster=cluster,
+        data_dir=settings.data_dir, timeout_s=settings.timeout_s, resume=settings.resume,
+        interval_s=settings.interval_s, val_samples=grid.val_samples,
+        ship_target=settings.ship_target, price=settings.price,
+        extra={"study": study.name, "scale": settings.scale, **grid.recorded})
+    notes = []
+    check = settings.profile_check if profiled and profile else "off"
+    if check != "off" and profile in catalog.mixes:
+        notes.append(f"{profile} is a mix of profiles: not checked on this host (check "
+                     "each with `edgeprof sweep --profile NAME --profile-check refuse`)")
+    elif check != "off":
+        notes.append(f"first the profile {profile} is checked on this host ({check} if "
+                     f"off by more than {settings.profile_tolerance:.0%}; a minute, a few "
+                     "more if it re-calibrates)")
+    return StudyPlan(study, sweep, grid, seconds, notes, check, settings.profile_tolerance)
+
+
+def run(study_plan: StudyPlan, *, progress: bool = True,
+        on_start: Callable[[Path], None] | None = None):
+    """Check the profile, run the study's sweep, then write its report with the study's
+    section; returns (outcome, report path)."""
+    from ..calibrate.check import check_sweep
+    from ..report.build import build_report
+    from ..sweep.sweep import run_sweep
+
+    check_sweep(study_plan.sweep, study_plan.profile_check, study_plan.profile_tolerance,
+                report=_say if progress else None)
+    outcome = run_sweep(study_plan.sweep, progress=progress, on_start=on_start)
+    return outcome, build_report(outcome.sweep_dir, study_section=study_plan.study.section)
+
+
+def _say(line: str) -> None:
+    import click
+
+    click.echo(f"profile check: {line}", err=True)

@@ -1,0 +1,93 @@
+"""A study added by one class and one registration line is planned, run, judged and shown.
+
+The study below is defined here, as a new study package would define it, and registered
+with one line (``STUDIES[name] = study``, what ``profiler/study/__init__.py`` does for
+park2019). Nothing else learns its name: ``edgeprof study`` lists it and builds its
+command with its own option (``--batch``) beside the ones every study takes; the plan,
+the estimate, the run and sweep.json come from the generic study code; ``edgeprof
+report`` finds its section through the study recorded in sweep.json. Two real LeNet-MLP
+cells on the local cluster (1 and 2 devices, 300 synthetic samples).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from profiler.cell import CellConfig
+from profiler.cli import cli
+from profiler.report.ratios import Cells, Ratio, div, per_sample_s
+from profiler.report.study_section import StudySection
+from profiler.study import STUDIES
+from profiler.study.base import Grid, Study, StudyOption
+from profiler.sweep.grid import validate
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+SAMPLES = 300
+
+
+class ToyStudy(Study):
+    """Two cells and one ratio: a study plugin's smallest form."""
+
+    name = "toy"
+    description = "A toy study: LeNet-MLP on 1 and 2 devices (a test plugin)."
+    options = (StudyOption("batch", 64, "Batch size of both cells.", type=int),)
+
+    def grid(self, scale, options, engine, available):
+        cells = [validate(CellConfig(engine=engine, model="lenet-mlp", layers=None,
+                                     batch=options.get("batch", 64), devices=devices,
+                                     max_samples=round(SAMPLES * scale), dataset="synthetic"))
+                 for devices in (1, 2)]
+        return Grid(cells=cells, val_samples=100,
+                    samples={("lenet-mlp", d): round(SAMPLES * scale) for d in (1, 2)},
+                    datasets={"lenet-mlp": "synthetic"}, recorded={"batch": cells[0].batch})
+
+    def section(self, records):
+        cells = Cells(records)
+        batch = records[0]["batch"] if records else 64
+        one, two = cells.get("lenet-mlp", batch, 1), cells.get("lenet-mlp", batch, 2)
+        # A band no host misses: the test shows the ratio judged, not a finding.
+        ratio = Ratio("Toy table", "time 2 / 1 devices", f"lenet-mlp b{batch}", 1.0,
+                      div(per_sample_s(two), per_sample_s(one)), band=1000.0)
+        return StudySection(title="Reproducing the toy study", intro="The toy's one ratio",
+                            bands="Band: x/÷1000.", ratios=[ratio])
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    monkeypatch.setitem(STUDIES, ToyStudy.name, ToyStudy())  # the one line
+
+
+def test_a_registered_study_is_planned_run_judged_and_reported(toy, tmp_path):
+    runner = CliRunner()
+    listed = runner.invoke(cli, ["study", "--help"])
+    assert listed.exit_code == 0 and "toy" in listed.output and "park2019" in listed.output
+    assert "--batch" in runner.invoke(cli, ["study", "toy", "--help"]).output
+
+    out = tmp_path / "toy"
+    args = ["study", "toy", "--cluster", "local", "--batch", "32", "--out", str(out)]
+    planned = runner.invoke(cli, [*args, "--estimate"])
+    assert planned.exit_code == 0, planned.output
+    assert "study toy: 2 cells on the local cluster" in planned.stderr
+    assert "estimated time" in planned.stderr and not out.exists()  # planned, not run
+
+    done = runner.invoke(cli, args)
+    assert done.exit_code == 0, (done.output, done.stderr)
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["devices"], r["batch"], r["status"]) for r in records) == \
+        [(1, 32, "ok"), (2, 32, "ok")]
+    assert json.loads((out / "sweep.json").read_text())["extra"] == \
+        {"study": "toy", "scale": 1.0, "batch": 32}
+    assert "the study's ratios: 1 of 1 judged within their band" in done.stdout
+
+    # The report asks the registry for the study sweep.json names.
+    (out / "report.html").unlink()
+    again = runner.invoke(cli, ["report", str(out)])
+    assert again.exit_code == 0, (again.output, again.stderr)
+    page = (out / "report.html").read_text()
+    assert "<h2 id='reproduction'>Reproducing the toy study</h2>" in page
+    row = page.split("<td class='l'>Toy table</td>", 1)[1].split("</tr>", 1)[0]
+    assert "time 2 / 1 devices" in row and "<td class='l in'>within</td>" in row
+    assert "Beside the study" not in page  # the toy publishes no per-cell numbers
