@@ -82,8 +82,9 @@ def agent(node, spool_dir, interval, tag_items, pids_file, interfaces, cgroup_cp
         memory_mb=memory_mb, spool_max_bytes=spool_max_mb * MB)
     target = None
     if any(influx.values()):
-        from ..metrics.targets import target_from_options  # the controller's, when shipping
+        from ..metrics.targets import check_server, target_from_options  # when shipping
         target = target_from_options(**influx)
+        check_server(target)  # TLS and credentials refused: one line, exit 2
     stop = threading.Event()
     # Signal handlers run in the main thread and only set the event: the loop wakes
     # at once, closes the spool and exits well within the runner's 2 s grace.

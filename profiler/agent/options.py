@@ -6,6 +6,8 @@ describe is built by ``profiler.metrics.targets.target_from_options``.
 
 The token is deliberately not an option: argv is visible to every user in ``ps``. It
 comes from ``--influx-token-file`` (mode 0600) or the ``INFLUX_TOKEN`` environment.
+An ``https://`` server's certificate is verified (``--influx-ca`` for a private CA);
+``--influx-insecure`` exists for a test bench, warns, and is recorded in ``sweep.json``.
 """
 
 from __future__ import annotations
@@ -28,11 +30,17 @@ _INFLUX_OPTIONS = [
     click.option("--influx-token-file", type=click.Path(path_type=Path, dir_okay=False),
                  help="File holding the token (mode 0600); default: $INFLUX_TOKEN. "
                       "For v1, user:password."),
+    click.option("--influx-ca", type=click.Path(path_type=Path, dir_okay=False),
+                 help="PEM file of the private CA that signed the https:// server's "
+                      "certificate (default: the system's CAs)."),
+    click.option("--influx-insecure", is_flag=True, default=False,
+                 help="Do not verify the https:// server's certificate (warned, and "
+                      "recorded in sweep.json): for a test bench only."),
 ]
 
 
 def influx_options(func):
-    """Add --influx-url/--influx-org/--influx-bucket/--influx-db/--influx-token-file."""
+    """Add --influx-url/-org/-bucket/-db/-token-file/-ca/-insecure."""
     for option in reversed(_INFLUX_OPTIONS):
         func = option(func)
     return func

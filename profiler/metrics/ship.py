@@ -44,7 +44,7 @@ from ..fsutil import atomic_write_text
 from . import spool_reader
 from .backoff import Backoff
 from .spool_reader import Position
-from .targets import InfluxTarget, RejectedBatch, TransientError
+from .targets import InfluxTarget, RejectedBatch, TransientError, check_server
 
 log = logging.getLogger(__name__)
 
@@ -204,9 +204,11 @@ def ship_sweep(sweep_dir: Path, target: InfluxTarget, *, batch_points: int = BAT
     sweep_dir = Path(sweep_dir)
     writer = target.writer()
     try:
-        if not writer.healthy():
-            raise ClusterError(f"{target.label} does not answer its health check: start "
-                               "the server or fix --influx-url, then run edgeprof ship again")
+        # TLS and credentials first: ConfigError (one line) when they are refused.
+        if not check_server(target, writer):
+            raise ClusterError(f"{target.label} does not answer its health check (an "
+                               "empty write): start the server or fix --influx-url, then "
+                               "run edgeprof ship again")
         total = 0
         for spool_dir in spool_reader.find_spools(sweep_dir):
             backoff = Backoff()
@@ -309,12 +311,11 @@ class LiveShipper:
         # The health check runs here, not in start(): a server that does not answer
         # must not hold the sweep for its request timeout.
         try:
-            healthy = self._writer.healthy()
-        except Exception:
+            # Quiet: the command that started this shipper warned when it did not answer.
+            healthy = check_server(self.target, self._writer, quiet=True)
+        except Exception as exc:  # refused TLS or credentials: the CLI's preflight said so
+            log.warning("%s; points stay in the spool", exc)
             healthy = False
-        if not healthy:
-            log.warning("%s does not answer its health check: points stay in the spool "
-                        "and are shipped when it comes back", self.target.label)
         backoff = Backoff()
         while not self._stopping.is_set():
             self._wake.clear()

@@ -1,6 +1,6 @@
 """Where points go: an InfluxDB-compatible server, written to in batches.
 
-Two writers, one interface (``write(lines) -> None``, ``healthy() -> bool``):
+Two writers, one interface (``write(lines) -> None``, ``check() -> None``):
 
 - ``V2Writer``: influxdb-client's synchronous write API (``/api/v2/write``): InfluxDB
   2.x/3.x, InfluxDB 1.8+ (its v2 compatibility endpoint) and VictoriaMetrics. Short
@@ -18,12 +18,24 @@ out of it when the target is made and used as the token (both at once: ``ConfigE
 so the URL that labels, keys, logs and state files show is clean. A v1 token
 ``user:password`` is sent as HTTP basic auth, any other as ``Authorization: Token ...``
 (on the v2 API, ``Token user:password`` is InfluxDB 1.8's compatibility token).
+
+TLS: an ``https://`` server's certificate is verified, against the system's CAs or the
+private CA of ``--influx-ca``; ``--influx-insecure`` turns verification off (warned
+once, and recorded in the sweep's ``sweep.json`` by ``recorded()``). A certificate that
+does not verify is a ``ConfigError`` naming both options, not a retry: waiting cannot
+fix it.
+
+``check_server`` is the preflight: one empty write with the credentials, which InfluxDB
+1.x answers 204 when the account may write the database and 401/403 when not, so a
+wrong password or an unknown CA is one line at the start instead of a spool that never
+drains. A server that does not answer is only a warning: points wait in the spools.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
@@ -56,6 +68,25 @@ class InfluxTarget:
     bucket: str | None = None
     db: str | None = None
     token: str | None = field(default=None, repr=False)
+    ca_file: Path | None = None  # private CA that signed the server's certificate
+    insecure: bool = False       # https without verifying the certificate
+
+    @property
+    def verify(self) -> bool | str:
+        """What ``requests``' ``verify=`` takes: the CA file, True (system CAs) or False."""
+        if self.insecure:
+            return False
+        return str(self.ca_file) if self.ca_file else True
+
+    def recorded(self) -> dict:
+        """Where and how points were shipped, for ``sweep.json`` (no credentials)."""
+        tls = ("off" if not self.url.startswith("https://") else
+               "not verified (--influx-insecure)" if self.insecure else
+               f"verified against {self.ca_file}" if self.ca_file else
+               "verified against the system's CAs")
+        return {"url": self.url, "api": self.api, "db": self.db, "org": self.org,
+                "bucket": self.bucket, "tls": tls, "insecure": self.insecure,
+                "authenticated": bool(self.token)}
 
     def __post_init__(self):
         # Credentials in the URL (http://user:password@host) become the token, so that
@@ -127,7 +158,73 @@ def check_target(target: InfluxTarget) -> InfluxTarget:
     if not target.db and not (target.bucket and target.org):
         raise ConfigError("--influx-url needs --influx-org and --influx-bucket (InfluxDB "
                           "1.8+/2.x), or --influx-db (InfluxDB 1.7 and older)")
+    if target.ca_file and target.insecure:
+        raise ConfigError("--influx-ca and --influx-insecure exclude each other: give the "
+                          "CA to verify the server with, or turn verification off")
+    if (target.ca_file or target.insecure) and not target.url.startswith("https://"):
+        option = "--influx-ca" if target.ca_file else "--influx-insecure"
+        raise ConfigError(f"{option} applies to an https:// server and --influx-url is "
+                          f"{target.url}: write https://..., or drop {option}")
+    if target.ca_file:
+        _check_ca(Path(target.ca_file))
     return target
+
+
+def _check_ca(path: Path) -> None:
+    """A CA file Python's ssl module can load (PEM, at least one certificate)."""
+    try:
+        ssl.create_default_context(cafile=str(path))
+    except FileNotFoundError:
+        raise ConfigError(f"--influx-ca {path} does not exist: give the PEM file of the "
+                          "CA that signed the server's certificate") from None
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"--influx-ca {path} is not a PEM certificate file ({exc}): give "
+                          "the CA's certificate, e.g. /etc/edgeprof/influx-ca.pem") from None
+
+
+def _tls_problem(exc: BaseException) -> str | None:
+    """The certificate check's complaint, if ``exc`` or what it wraps is one (requests
+    and urllib3 wrap the ``ssl`` error in two or three layers)."""
+    for _ in range(8):
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return exc.verify_message or str(exc)
+        if isinstance(exc, ssl.SSLError):
+            return str(exc)
+        inner = [getattr(exc, "reason", None), exc.__cause__, exc.__context__,
+                 *(exc.args[:1] if exc.args else ())]
+        exc = next((e for e in inner if isinstance(e, BaseException)), None)
+        if exc is None:
+            return None
+    return None
+
+
+def _tls_error(target: InfluxTarget, problem: str) -> ConfigError:
+    return ConfigError(f"{target.label}: its TLS certificate was not verified ({problem}): "
+                       "give the CA that signed it with --influx-ca FILE, or skip the "
+                       "check with --influx-insecure")
+
+
+def check_server(target: InfluxTarget, writer=None, *, quiet: bool = False) -> bool:
+    """The preflight: may these credentials write to ``target``, over verified TLS?
+
+    Raises ``ConfigError`` (one line) for a certificate that does not verify, credentials
+    refused, or a database/bucket that is missing and cannot be made. Returns False (and
+    warns, at INFO when ``quiet``: the CLI's own check said it) when the server does not
+    answer: its points wait in the spools.
+    """
+    own = writer is None
+    writer = writer or target.writer()
+    try:
+        writer.check()
+        return True
+    except TransientError as exc:
+        log.log(logging.INFO if quiet else logging.WARNING,
+                "%s does not answer its health check (%s): metrics stay in the spools and "
+                "are shipped when it does", target.label, exc)
+        return False
+    finally:
+        if own:
+            writer.close()
 
 
 class _Traffic:
@@ -154,15 +251,18 @@ class V2Writer:
 
         self.target = target
         self.traffic = _Traffic()
+        _quiet_if_insecure(target)
         self._client = InfluxDBClient(
             url=target.url, token=target.token, org=target.org,
-            timeout=int(REQUEST_TIMEOUT_S * 1000),
+            timeout=int(REQUEST_TIMEOUT_S * 1000), verify_ssl=not target.insecure,
+            ssl_ca_cert=str(target.ca_file) if target.ca_file else None,
             retries=WritesRetry(total=2, retry_interval=0.2, max_retry_delay=2,
                                 exponential_base=2))
         self._write_api = self._client.write_api(write_options=SYNCHRONOUS)
 
-    def healthy(self) -> bool:
-        return self._client.ping()
+    def check(self) -> None:
+        """An empty write: the server checks the token and the bucket, stores nothing."""
+        self.write([])
 
     def write(self, lines: list[str]) -> None:
         from influxdb_client import WritePrecision
@@ -177,6 +277,8 @@ class V2Writer:
         except ApiException as exc:
             _classify(exc.status, (exc.body or exc.reason or "")[:200], self.target)
         except (HTTPError, OSError) as exc:
+            if problem := _tls_problem(exc):
+                raise _tls_error(self.target, problem) from None
             raise TransientError(f"{type(exc).__name__}: {exc}") from None
 
     def close(self) -> None:
@@ -193,7 +295,10 @@ class V1Writer:
         self._requests = requests
         self.target = target
         self.traffic = _Traffic()
+        _quiet_if_insecure(target)
         self._session = requests.Session()
+        # verify= goes with each request: a Session's own is overridden by
+        # $REQUESTS_CA_BUNDLE, which would drop --influx-ca (and --influx-insecure).
         self._created = False
         token = target.token
         if token and ":" in token:
@@ -204,11 +309,10 @@ class V1Writer:
     def _url(self, path: str) -> str:
         return f"{self.target.url.rstrip('/')}{path}"
 
-    def healthy(self) -> bool:
-        try:
-            return self._session.get(self._url("/ping"), timeout=REQUEST_TIMEOUT_S).ok
-        except self._requests.RequestException:
-            return False
+    def check(self) -> None:
+        """An empty write: InfluxDB 1.x checks the user's right to write the database
+        (401/403 when it may not) and stores nothing; a missing database is made."""
+        self.write([])
 
     def write(self, lines: list[str]) -> None:
         body = "\n".join(lines).encode()
@@ -217,8 +321,10 @@ class V1Writer:
             try:
                 resp = self._session.post(self._url("/write"), data=body,
                                           params={"db": self.target.db, "precision": "ms"},
-                                          timeout=REQUEST_TIMEOUT_S)
+                                          timeout=REQUEST_TIMEOUT_S, verify=self.target.verify)
             except self._requests.RequestException as exc:
+                if problem := _tls_problem(exc):
+                    raise _tls_error(self.target, problem) from None
                 raise TransientError(f"{type(exc).__name__}: {exc}") from None
             if resp.status_code == 404 and "database not found" in resp.text and not self._created:
                 self._create_database()
@@ -232,13 +338,20 @@ class V1Writer:
         self._created = True
         resp = self._session.post(self._url("/query"),
                                   params={"q": f'CREATE DATABASE "{self.target.db}"'},
-                                  timeout=REQUEST_TIMEOUT_S)
+                                  timeout=REQUEST_TIMEOUT_S, verify=self.target.verify)
         if resp.status_code >= 300:
             _classify(resp.status_code, resp.text[:200], self.target)
         log.info("created database %s on %s", self.target.db, self.target.url)
 
     def close(self) -> None:
         self._session.close()
+
+
+def _quiet_if_insecure(target: InfluxTarget) -> None:
+    """urllib3 warns on every unverified request; --influx-insecure was warned once."""
+    if target.insecure:
+        import urllib3
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
 
 
 def _classify(status: int | None, text: str, target: InfluxTarget) -> None:
@@ -256,16 +369,28 @@ def _classify(status: int | None, text: str, target: InfluxTarget) -> None:
 
 def target_from_options(influx_url: str | None = None, influx_org: str | None = None,
                         influx_bucket: str | None = None, influx_db: str | None = None,
-                        influx_token_file: Path | None = None, **_ignored) -> InfluxTarget | None:
+                        influx_token_file: Path | None = None, influx_ca: Path | None = None,
+                        influx_insecure: bool = False, **_ignored) -> InfluxTarget | None:
     """The shipping target the options describe, or None when no --influx-url is given."""
     if not influx_url:
         given = [name for name, value in (("--influx-org", influx_org),
                                           ("--influx-bucket", influx_bucket),
                                           ("--influx-db", influx_db),
-                                          ("--influx-token-file", influx_token_file)) if value]
+                                          ("--influx-token-file", influx_token_file),
+                                          ("--influx-ca", influx_ca),
+                                          ("--influx-insecure", influx_insecure)) if value]
         if given:
             raise ConfigError(f"{given[0]} needs --influx-url: give the server's URL, "
                               "e.g. --influx-url http://127.0.0.1:8086")
         return None
-    return check_target(InfluxTarget(url=influx_url, org=influx_org, bucket=influx_bucket,
-                                     db=influx_db, token=read_token(influx_token_file)))
+    if split_userinfo(influx_url)[1] is not None:
+        log.warning("--influx-url carries a password, which every user of this machine "
+                    "can read in ps: put user:password in a 0600 file for "
+                    "--influx-token-file instead")
+    target = check_target(InfluxTarget(
+        url=influx_url, org=influx_org, bucket=influx_bucket, db=influx_db,
+        token=read_token(influx_token_file), ca_file=influx_ca, insecure=influx_insecure))
+    if target.insecure:
+        log.warning("--influx-insecure: the certificate of %s is not verified; anyone on "
+                    "the path can read the metrics and credentials", target.url)
+    return target

@@ -174,7 +174,7 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
     from workloads.datasets.catalog import NAMES as DATASET_NAMES, SPECS as DATASET_SPECS
 
     from ..cluster import cluster_settings
-    from ..metrics.targets import target_from_options
+    from ..metrics.targets import check_server, target_from_options
     from .preflight import preflight
     from .sweep import SweepSettings
 
@@ -221,6 +221,8 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
         ship_target=target, breakdown=not kw["no_breakdown"], user_files=user_files,
         price=price)
     preflight(settings)
+    if target is not None:  # TLS and credentials: one line now, not a spool that never drains
+        check_server(target)
     return settings
 
 
@@ -424,5 +426,3 @@ def run(**kw) -> None:
         edgeprof run --model lenet-mlp --batch 64 --devices 2 --sync async
     """
     _run_and_print(_settings(kw, resume=False, max_cells=1))
-
-

@@ -75,6 +75,8 @@ def prepare_sweep_dir(settings: SweepSettings) -> tuple[str, Path]:
             **({"extra": settings.extra} if settings.extra else {}),
             # Where metrics were shipped and how (TLS verified or --influx-insecure).
             **({"shipping": settings.ship_target.recorded()} if settings.ship_target else {}),
+            # Where metrics were shipped and how (TLS verified or --influx-insecure).
+            **({"shipping": settings.ship_target.recorded()} if settings.ship_target else {}),
             # The user's files the cells train with: where they came from, what they hold.
             **({"inputs": [{"kind": f.kind, "source": str(f.source), "sha256": f.digest,
                             "staged": f.staged_name} for f in settings.user_files]}

@@ -1,8 +1,9 @@
 """Credentials never leak from a live-shipping sweep.
 
 A real sweep ships live to a real server on loopback (InfluxDB 1.6.7 with
-``user:password@`` in ``--influx-url``; VictoriaMetrics, standing in for InfluxDB 2.x,
-with ``INFLUX_TOKEN`` in the sweep's environment). While the cell runs, every process
+authentication on, the agents' write-only ``user:password`` in a 0600
+``--influx-token-file``, as the Ansible roles provision it; VictoriaMetrics, standing in
+for InfluxDB 2.x, with ``INFLUX_TOKEN`` in the sweep's environment). While the cell runs, every process
 the sweep started (workers, scheduler, server, agents: none of them ships) is read
 through ``/proc/<pid>/cmdline`` and ``/proc/<pid>/environ``; afterwards every file of
 the sweep folder (logs, spool state files, results, sweep.json) is searched. The
@@ -17,8 +18,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+import requests
 
-from tests.support.servers import LocalServer, influx_query, vm_export
+from tests.support.servers import LocalServer, vm_export
 from tests.conftest import need_binary
 
 pytestmark = pytest.mark.integration
@@ -77,15 +79,37 @@ def _files_holding(folder: Path, secrets: list[str]) -> list[str]:
     return found
 
 
+ADMIN = ("admin", "admin-5b0e")
+
+
+def _post(url: str, query: str, auth) -> requests.Response:
+    return requests.post(f"{url}/query", params={"db": "edgeprof", "q": query}, auth=auth,
+                         timeout=30)
+
+
+def _users(url: str) -> None:
+    """An admin, the database, and the agents' account that may only write it."""
+    for query, auth in (((f"CREATE USER admin WITH PASSWORD '{ADMIN[1]}' WITH ALL "
+                          "PRIVILEGES"), None), ("CREATE DATABASE edgeprof", ADMIN),
+                        (f"CREATE USER edge WITH PASSWORD '{PASSWORD}'", ADMIN),
+                        ('GRANT WRITE ON "edgeprof" TO "edge"', ADMIN)):
+        resp = _post(url, query, auth)
+        assert resp.ok and "error" not in resp.json()["results"][0], resp.text
+
+
 @pytest.mark.parametrize("kind", ["influxdb1", "victoria-metrics"])
 def test_live_shipping_sweep_leaks_no_credentials(tmp_path, kind):
     need_binary("influxd" if kind == "influxdb1" else "victoria-metrics")
-    server = LocalServer(kind, tmp_path / kind).start()
-    host = server.url.removeprefix("http://")
+    server = LocalServer(kind, tmp_path / kind, auth=kind == "influxdb1").start()
     env = {**os.environ}
     env.pop("INFLUX_TOKEN", None)
     if kind == "influxdb1":
-        influx = ["--influx-url", f"http://edge:{PASSWORD}@{host}", "--influx-db", "edgeprof"]
+        _users(server.url)
+        token_file = tmp_path / "influx-credentials"
+        token_file.write_text(f"edge:{PASSWORD}\n")
+        token_file.chmod(0o600)
+        influx = ["--influx-url", server.url, "--influx-db", "edgeprof",
+                  "--influx-token-file", str(token_file)]
     else:
         influx = ["--influx-url", server.url, "--influx-org", "lab",
                   "--influx-bucket", "edgeprof"]
@@ -111,7 +135,8 @@ def test_live_shipping_sweep_leaks_no_credentials(tmp_path, kind):
         assert _files_holding(out, secrets) == []
         # The credentials were used: the points did arrive.
         if kind == "influxdb1":
-            assert influx_query(server.url, "edgeprof", "SELECT count(*) FROM cpu")
+            answer = _post(server.url, "SELECT count(*) FROM cpu", ADMIN).json()
+            assert answer["results"][0].get("series"), answer
         else:
             deadline = time.monotonic() + 30
             while not vm_export(server.url, '{__name__="cpu_cpu_percent"}'):

@@ -37,15 +37,19 @@ bind-address = "127.0.0.1:{rpc_port}"
   bind-address = "127.0.0.1:{http_port}"
   auth-enabled = {auth}
   log-enabled = false
-[continuous_queries]
+{https}[continuous_queries]
   enabled = false
 """
 
 
-def influxd_config(data: Path, http_port: int, rpc_port: int, auth: bool = False) -> str:
-    """An ``influxd`` (1.x) configuration on loopback, its files under ``data``."""
+def influxd_config(data: Path, http_port: int, rpc_port: int, auth: bool = False,
+                   tls_pem: Path | None = None) -> str:
+    """An ``influxd`` (1.x) configuration on loopback, its files under ``data``;
+    ``tls_pem`` (the key and certificate chain in one PEM file) turns HTTPS on."""
+    https = (f'  https-enabled = true\n  https-certificate = "{tls_pem}"\n'
+             f'  https-private-key = "{tls_pem}"\n') if tls_pem else ""
     return _INFLUXD_CONFIG.format(data=data, http_port=http_port, rpc_port=rpc_port,
-                                  auth=str(auth).lower())
+                                  auth=str(auth).lower(), https=https)
 
 
 @dataclass
@@ -56,21 +60,29 @@ class LocalServer:
     data_dir: Path
     port: int = 0
     proc: subprocess.Popen | None = field(default=None, repr=False)
+    # HTTPS with this key+certificate PEM file, whose CA is ``ca_file`` (the start's
+    # ping verifies it); InfluxDB only: authentication on.
+    auth: bool = False
+    tls_pem: Path | None = None
+    ca_file: Path | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls_pem else 'http'}://127.0.0.1:{self.port}"
 
     def argv(self) -> list[str]:
         if self.kind == "influxdb1":
             config = self.data_dir / "influxdb.conf"
             if not config.exists():
-                config.write_text(influxd_config(self.data_dir, self.port, free_port()))
+                config.write_text(influxd_config(self.data_dir, self.port, free_port(),
+                                                 auth=self.auth, tls_pem=self.tls_pem))
             return ["/usr/bin/influxd", "-config", str(config)]
         return ["/usr/bin/victoria-metrics", f"-httpListenAddr=127.0.0.1:{self.port}",
                 f"-storageDataPath={self.data_dir / 'vm'}", "-loggerLevel=WARN",
                 # Identical samples re-sent after a lost acknowledgement collapse into one.
-                "-dedup.minScrapeInterval=1ms", "-search.latencyOffset=0s"]
+                "-dedup.minScrapeInterval=1ms", "-search.latencyOffset=0s",
+                *(["-tls", f"-tlsCertFile={self.tls_pem}", f"-tlsKeyFile={self.tls_pem}"]
+                  if self.tls_pem else [])]
 
     def start(self) -> "LocalServer":
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -82,7 +94,9 @@ class LocalServer:
             if self.proc.poll() is not None:
                 break
             try:
-                if requests.get(f"{self.url}/ping", timeout=1).status_code < 300:
+                if requests.get(f"{self.url}/ping", timeout=1,
+                                verify=str(self.ca_file) if self.ca_file else True
+                                ).status_code < 300:
                     return self
             except requests.RequestException:
                 pass

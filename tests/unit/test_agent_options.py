@@ -113,3 +113,22 @@ def test_credentials_in_the_url_become_the_token_and_leave_the_url(monkeypatch, 
             target_from_options(influx_url=bad, influx_db="d")
         assert "s3cret" not in str(error.value) and "u:" not in str(error.value)
     assert "s3cret" not in str(both.value)
+
+
+def test_tls_options_are_checked_before_anything_runs(tmp_path):
+    with pytest.raises(ConfigError, match="applies to an https:// server"):
+        target_from_options(influx_url="http://h", influx_db="d", influx_insecure=True)
+    with pytest.raises(ConfigError, match="exclude each other"):
+        target_from_options(influx_url="https://h", influx_db="d",
+                            influx_ca=tmp_path / "ca.pem", influx_insecure=True)
+    with pytest.raises(ConfigError, match="--influx-ca .* does not exist"):
+        target_from_options(influx_url="https://h", influx_db="d",
+                            influx_ca=tmp_path / "ca.pem")
+    (tmp_path / "junk.pem").write_text("not a certificate\n")
+    with pytest.raises(ConfigError, match="is not a PEM certificate file"):
+        target_from_options(influx_url="https://h", influx_db="d",
+                            influx_ca=tmp_path / "junk.pem")
+    with pytest.raises(ConfigError, match="--influx-insecure needs --influx-url"):
+        target_from_options(influx_insecure=True)
+    insecure = target_from_options(influx_url="https://h", influx_db="d", influx_insecure=True)
+    assert insecure.verify is False and insecure.recorded()["insecure"] is True
