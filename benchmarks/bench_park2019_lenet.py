@@ -44,7 +44,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 from profiler.metrics.summary import summarize_cell  # noqa: E402
 from profiler.cell import CellConfig  # noqa: E402
 from profiler.cluster import cluster_settings, emulated  # noqa: E402
-from profiler.study.reference import load_reference  # noqa: E402
+from profiler.study.park2019.reference import load_reference  # noqa: E402
 from profiler.sweep.events import read_cell_events  # noqa: E402
 from profiler.sweep.grid import validate  # noqa: E402
 from profiler.sweep.sweep import SweepSettings, run_sweep  # noqa: E402
