@@ -58,7 +58,8 @@ def number(value) -> str:
 
 def render(*, title: str, environment: dict, records: list[dict], config_of,
            figures: list[Figure | Skipped], cell_figures: list[Figure],
-           study: StudySection | None = None, traces: dict[str, str] | None = None, network_drawn: bool = True,
+           study: StudySection | None = None, traces: dict[str, str] | None = None,
+           network_drawn: bool = True,
            pipeline_figure: Figure | None = None, energy_section: dict | None = None,
            energy_figure: Figure | None = None) -> str:
     """The page. ``network_drawn`` False: the per-node figures have no network panels
