@@ -44,6 +44,8 @@ from dataclasses import dataclass
 
 from profiler.errors import ConfigError
 
+from .datasets import catalog
+
 # The architectures' sizes, shared by the Gluon and torch builders.
 MLP_HIDDEN = (128, 64)
 LENET_CONV_CHANNELS = (6, 16)
@@ -126,9 +128,7 @@ class ModelSpec:
     @property
     def family(self) -> str:
         """The family of images it takes (``datasets.catalog``: DIGITS or COLOUR)."""
-        from .datasets.catalog import SPECS
-
-        return SPECS[self.dataset].family
+        return catalog.SPECS[self.dataset].family
 
     @property
     def default_layers(self) -> int | None:
@@ -226,6 +226,20 @@ def with_depth() -> tuple[str, ...]:
 def input_shape(model: str) -> tuple[int, int, int]:
     """One sample's shape (C, H, W) as the model expects it."""
     return get(model).input_shape
+
+
+def family_of(model: str) -> str:
+    """The family of images ``model`` takes: its record's dataset's."""
+    return get(model).family
+
+
+def fits(dataset: str, model: str) -> bool:
+    """Whether ``dataset`` (a ``datasets.catalog`` name) has the images ``model`` takes: of
+    its family, or (a user's data) of exactly its input shape."""
+    spec = catalog.SPECS[dataset]
+    if spec.family == "*" or spec.family == family_of(model):
+        return True
+    return spec.input_shape is not None and spec.input_shape == input_shape(model)
 
 
 def dataset_for(model: str) -> str:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -41,6 +41,7 @@ from ..errors import ClusterError, ConfigError
 from ..sweep.grid import validate
 from ..sweep.sweep import SweepSettings, run_sweep
 from .profiles_file import named_base_profile, profile_to_extend
+from .result import Calibration, Measurement
 
 MEASURE_TRAIN_S = 8.0  # training seconds per measurement at the target rate
 # Below this, a measurement is a few dozen CFS periods of 100 ms: too few for a quota.
@@ -91,40 +92,6 @@ class Workload:
         return validate(CellConfig(engine=self.engine, model=self.model, layers=self.layers,
                                    batch=self.batch, devices=1, epochs=1,
                                    max_samples=samples, dataset="synthetic"))
-
-
-@dataclass
-class Measurement:
-    quota_cores: float
-    samples_per_s: float
-    train_s: float
-
-
-@dataclass
-class Calibration:
-    profile: str
-    base: str
-    workload: str
-    target_samples_per_s: float
-    quota_cores: float
-    samples_per_s: float
-    model: str | None = None  # set: the quota is this model family's own
-    check_workload: str | None = None
-    check_target_samples_per_s: float | None = None
-    check_samples_per_s: float | None = None
-    steps: list[Measurement] = field(default_factory=list)
-    dilations: dict[float, Measurement] = field(default_factory=dict)  # speedup -> found
-    board_rate: BoardRate | None = None  # what the quota is calibrated to
-
-    @property
-    def ratio(self) -> float:
-        return self.samples_per_s / self.target_samples_per_s
-
-    @property
-    def check_ratio(self) -> float | None:
-        if self.check_samples_per_s is None or not self.check_target_samples_per_s:
-            return None
-        return self.check_samples_per_s / self.check_target_samples_per_s
 
 
 def calibrate(profile: str, base: str, workload: Workload, target_samples_per_s: float, *,

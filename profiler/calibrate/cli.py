@@ -106,7 +106,7 @@ def calibrate(profile, base, workload, samples_per_s, batch, engine, check_workl
     if check_workload is not None:
         check = (Workload.parse(check_workload, check_batch or batch, engine),
                  check_samples_per_s)
-    from ..sweep.grid import parse_float_list
+    from ..option_lists import parse_float_list
     speedups = tuple(parse_float_list(dilations, "--dilations")) if dilations.strip() else ()
     result = run_calibration(profile, base, main, samples_per_s, check=check,
                              tolerance=tolerance, model_quota=model_quota, to_file=to_file,

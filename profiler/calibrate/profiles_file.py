@@ -12,16 +12,13 @@ import platform
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import yaml
 
 from ..cluster.profiles import USER_PROFILES, Profile, load_catalog, profile_files
 from ..errors import ConfigError
 from ..fsutil import atomic_write_text
-
-if TYPE_CHECKING:
-    from . import Calibration
+from .result import Calibration
 
 
 def write_profile(result: Calibration, path: Path | None = None) -> Path:

@@ -29,7 +29,7 @@ from workloads import user_model
 from ..cluster.base import Node
 from ..cell import CellConfig
 from ..errors import ClusterError
-from ..sweep.inputs import staged_path
+from ..inputs import staged_path
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class TrainOptions:
     seed: int = 42
     val_samples: int | None = None
     breakdown: bool = True  # time each step's phases (workloads.steps)
-    # <sweep>/inputs: the user's staged files (profiler.sweep.inputs), None when none.
+    # <sweep>/inputs: the user's staged files (profiler.inputs), None when none.
     inputs_dir: Path | None = None
 
 

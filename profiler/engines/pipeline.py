@@ -31,14 +31,13 @@ from workloads.torch_pipeline import (MICROBATCHES_ENV, SCHEDULE_ENV, SCHEDULES,
 from ..cell import CellConfig
 from ..cluster.base import Node
 from ..errors import ConfigError
+from ..option_lists import parse_choice_list, parse_int_list
 from .base import EngineOption, ProcessSpec, TrainOptions
 from .pytorch import _process_env, _rendezvous, _TorchEngine
 
 
 def _positive_ints(option: str):
     def parse(text: str) -> list[int]:
-        from ..sweep.grid import parse_int_list
-
         values = parse_int_list(text, option)
         for value in values:
             if value < 1:
@@ -48,14 +47,10 @@ def _positive_ints(option: str):
 
 
 def _schedules(text: str) -> list[str]:
-    from ..sweep.grid import parse_choice_list
-
     return parse_choice_list(text, "--schedule", SCHEDULES)
 
 
 def _tasks(text: str) -> list[str]:
-    from ..sweep.grid import parse_choice_list
-
     return parse_choice_list(text, "--task", TASKS)
 
 

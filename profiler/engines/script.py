@@ -27,7 +27,7 @@ from pathlib import Path
 from ..cell import CellConfig
 from ..cluster.base import Node
 from ..errors import ConfigError
-from ..sweep.inputs import staged_path
+from ..inputs import staged_path
 from .base import ProcessSpec, TrainOptions
 from .pytorch import _process_env, _rendezvous, _TorchEngine
 

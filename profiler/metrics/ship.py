@@ -41,7 +41,7 @@ from urllib.parse import urlparse
 
 from ..errors import ClusterError
 from ..fsutil import atomic_write_text
-from . import spool_reader
+from . import TRAFFIC_FILE, spool_reader
 from .backoff import Backoff
 from .spool_reader import Position
 from .targets import InfluxTarget, RejectedBatch, TransientError, check_server
@@ -49,7 +49,6 @@ from .targets import InfluxTarget, RejectedBatch, TransientError, check_server
 log = logging.getLogger(__name__)
 
 BATCH_POINTS = 10_000
-TRAFFIC_FILE = "shipper-traffic.jsonl"
 
 
 def _state_path(spool_dir: Path, target: InfluxTarget) -> Path:
@@ -59,12 +58,6 @@ def _state_path(spool_dir: Path, target: InfluxTarget) -> Path:
 def quarantine_path(spool_dir: Path, target: InfluxTarget) -> Path:
     """Where points ``target`` refused for good are kept (line protocol, base tags in)."""
     return spool_dir / f"quarantine-{target.key}.lp"
-
-
-def load_position(spool_dir: Path, target: InfluxTarget) -> tuple[Position, int]:
-    """Where shipping to ``target`` stands, and how many points it has delivered."""
-    state = _load_state(spool_dir, target)
-    return Position(state["segment"], state["offset"]), state["points"]
 
 
 def _load_state(spool_dir: Path, target: InfluxTarget) -> dict:

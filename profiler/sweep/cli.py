@@ -16,12 +16,14 @@ import click
 from click.core import ParameterSource
 
 from workloads import models as model_registry
-from workloads.datasets.catalog import DIGITS, family_of
+from workloads.datasets.catalog import DIGITS
+from workloads.models import family_of
 
 from ..cli_errors import reports_errors
 from ..cluster.prices import PRICE_HELP, price_spec
 from ..engines import ENGINES
 from ..errors import EdgeprofError
+from .. import option_lists
 from . import grid
 
 
@@ -231,7 +233,7 @@ def _model_cells(kw: dict, data_resolver, dataset_names) -> tuple[list, tuple]:
     and the user's model files they carry (``sweep.user_model``)."""
     from . import user_model
 
-    engines = grid.parse_choice_list(kw["engine"], "--engine", ENGINES)
+    engines = option_lists.parse_choice_list(kw["engine"], "--engine", ENGINES)
     dataset_items = _dataset_items(kw, data_resolver.AUTO, dataset_names)
     # A user's factory (PATH.py:FACTORY) is checked on the data and registered here.
     models, factories = user_model.parse(kw["model"], engines, dataset_items)
@@ -244,7 +246,7 @@ def _model_cells(kw: dict, data_resolver, dataset_names) -> tuple[list, tuple]:
     cells = grid.expand(
         engines=engines,
         models=models,
-        layers=grid.parse_int_list(kw["layers"], "--layers") if kw["layers"] else [None],
+        layers=option_lists.parse_int_list(kw["layers"], "--layers") if kw["layers"] else [None],
         momentum=kw["momentum"], wd=kw["wd"],
         lr_scaling=kw["lr_scaling"], max_samples=kw["max_samples"],
         datasets=datasets, placement=kw["placement"],
@@ -294,7 +296,7 @@ def _dataset_items(kw: dict, auto: str, dataset_names) -> list[str]:
 
     items = user_data.resolve_items(kw["dataset"].split(","), kw["image_size"], progress=True)
     labels = [item for item in items if user_data.described(item)]
-    return grid.parse_choice_list(",".join(items), "--dataset", (auto, *dataset_names, *labels))
+    return option_lists.parse_choice_list(",".join(items), "--dataset", (auto, *dataset_names, *labels))
 
 
 def _with_user_data(cells: list, user_files: tuple) -> tuple[list, tuple]:
@@ -319,11 +321,11 @@ def _shared_dimensions(kw: dict) -> dict:
     from .stragglers import parse_list as parse_stragglers
 
     return dict(
-        batches=grid.parse_int_list(kw["batch"], "--batch"),
-        devices=grid.parse_int_list(kw["devices"], "--devices"),
-        syncs=grid.parse_choice_list(kw["sync"], "--sync", grid.SYNC_MODES),
+        batches=option_lists.parse_int_list(kw["batch"], "--batch"),
+        devices=option_lists.parse_int_list(kw["devices"], "--devices"),
+        syncs=option_lists.parse_choice_list(kw["sync"], "--sync", grid.SYNC_MODES),
         epochs=kw["epochs"],
-        lr=grid.parse_float_list(kw["lr"], "--lr") if kw["lr"] is not None else None,
+        lr=option_lists.parse_float_list(kw["lr"], "--lr") if kw["lr"] is not None else None,
         stragglers=parse_stragglers(kw["straggler"]))
 
 

@@ -23,7 +23,7 @@ from ..engines.script import (GRID_PLACEHOLDERS, ScriptEngine, format_script_arg
 from ..errors import ConfigError
 from . import stragglers as straggler_settings
 from .grid import validate
-from .inputs import UserFile, user_file
+from ..inputs import UserFile, user_file
 
 ENGINE = ScriptEngine.name
 DATASET = "own data"  # the cell's dataset column: the script reads its own

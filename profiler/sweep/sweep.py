@@ -20,7 +20,7 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from ..metrics.ship import TRAFFIC_FILE
+from ..metrics import TRAFFIC_FILE
 from ..cell import CELL_FORMAT, CellConfig
 from ..cluster import ClusterSettings, cluster_settings
 from ..engines import get_engine
@@ -28,7 +28,7 @@ from ..engines.base import TrainOptions
 from ..cluster.prices import PriceSpec
 from ..errors import ConfigError
 from .folder import next_attempt, prepare_sweep_dir
-from .inputs import UserFile, stage
+from ..inputs import UserFile, stage
 from .interrupts import StopRequest
 from .monitoring import summary_columns
 from .cost import cost_columns
@@ -57,7 +57,7 @@ class SweepSettings:
     breakdown: bool = True  # workers time each step's phases (profiler.timeline)
     extra: dict = field(default_factory=dict)  # kept in sweep.json (e.g. the study's scale)
     # The user's files the cells need on their nodes (a model file, a dataset, a script),
-    # staged into <sweep>/inputs before the first cell (profiler.sweep.inputs).
+    # staged into <sweep>/inputs before the first cell (profiler.inputs).
     user_files: tuple[UserFile, ...] = ()
     # What each node costs per hour (``--price``, profiler.cluster.prices): the cells'
     # cost columns (profiler.sweep.cost); None: no cost columns.

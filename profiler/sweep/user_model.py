@@ -38,7 +38,8 @@ from workloads.datasets import catalog
 
 from ..cell import CellConfig
 from ..errors import ConfigError
-from .inputs import UserFile, sha256_file, user_file
+from ..inputs import UserFile, sha256_file, user_file
+from .. import option_lists
 
 HOST_PER_BOARD = 150  # this host's samples/s over a Pi 3B's (module docstring)
 PROBE_BATCH = 2  # the shape check's batch
@@ -74,7 +75,7 @@ def parse(text: str, engines: Sequence[str], datasets: Sequence[str]
     from . import grid
 
     refs = split(part.strip() for part in str(text).split(","))[1]
-    items = grid.parse_choice_list(text, "--model", (*grid.MODELS, *refs))
+    items = option_lists.parse_choice_list(text, "--model", (*grid.MODELS, *refs))
     check_engines(refs, engines)
     checked = prepare(refs, datasets)
     labels = dict(zip(dict.fromkeys(refs), (m.label for m in checked)))

@@ -312,7 +312,7 @@ def test_the_sweeps_inputs_go_to_a_node_once_and_are_removed_at_its_end(hosts, t
     from profiler.cluster.base import kill_groups
     from profiler.cluster.inventory.cluster import InventoryCluster
     from profiler.cluster.inventory.hosts import read_inventory
-    from profiler.sweep.inputs import stage, user_file
+    from profiler.inputs import stage, user_file
 
     source = tmp_path / "train.py"
     source.write_text("print('the user script')\n")

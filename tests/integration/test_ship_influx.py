@@ -5,6 +5,7 @@ write API (InfluxDB 2.x is not packaged here): it stores each field as the metri
 ``<measurement>_<field>``, so the expected count there is points × fields.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -231,19 +232,20 @@ def test_rejected_lines_are_quarantined_and_the_rest_stored_exactly_once(tmp_pat
     times = [v[0] for v in series[0]["values"]]
     assert times == [T0_MS + i * 10 for i in good]  # each good point once, in order
     assert [v[1] for v in series[0]["values"]] == [i / 4 for i in good]
-    from profiler.metrics.ship import load_position, quarantine_path
+    from profiler.metrics.ship import quarantine_path
     quarantined = quarantine_path(spool, target).read_text().splitlines()
     kept = [line for line in quarantined if not line.startswith("#")]
     assert len(kept) == 3 and kept[0].startswith("cpu,") and "node=n1" in kept[0]
     assert "cpu_percent=10i" in kept[0] and "cpu_percent=517i" in kept[1]
     assert kept[2].startswith("garbage")
     assert all("HTTP 400" in line for line in quarantined if line.startswith("#"))
-    state = __import__("json").loads((spool / f"ship-{target.key}.json").read_text())
+    state_file = spool / f"ship-{target.key}.json"
+    state = json.loads(state_file.read_text())
     assert state["points"] == len(good) and state["quarantined"] == 3
     # Resolved batches are not sent or quarantined again.
     assert ship_sweep(tmp_path / "sweep", target) == 0
     assert quarantine_path(spool, target).read_text().splitlines() == quarantined
-    assert load_position(spool, target)[1] == len(good)
+    assert json.loads(state_file.read_text())["points"] == len(good)
 
 
 def _finished_cell(sweep: Path, cell: str, ticks: int = 20) -> Path:

@@ -18,6 +18,7 @@ from profiler.errors import ConfigError, DataError
 from tests.conftest import need
 from workloads.datasets import catalog, cifar, idx, loader, mnist5k, resolver
 from workloads.datasets import synthetic as synthetic_set
+from workloads.models import fits
 
 FASHION = catalog.DEBIAN_FASHION_DIR
 
@@ -371,10 +372,10 @@ def test_an_unknown_name_lists_the_known_ones():
 
 
 def test_fits_follows_the_families():
-    assert catalog.fits("synthetic", "resnet") and catalog.fits("synthetic", "lenet-mlp")
-    assert catalog.fits("fashion-mnist", "lenet-cnn") and catalog.fits("mnist-5k", "lenet-mlp")
-    assert not catalog.fits("cifar10", "lenet-mlp") and not catalog.fits("mnist", "resnet")
-    assert catalog.fits("cifar10", "resnet")
+    assert fits("synthetic", "resnet") and fits("synthetic", "lenet-mlp")
+    assert fits("fashion-mnist", "lenet-cnn") and fits("mnist-5k", "lenet-mlp")
+    assert not fits("cifar10", "lenet-mlp") and not fits("mnist", "resnet")
+    assert fits("cifar10", "resnet")
 
 
 def test_named_sets_missing_here_name_the_fix(monkeypatch, tmp_path):

@@ -3,6 +3,7 @@
 import pytest
 
 from profiler.errors import ConfigError
+from profiler import option_lists
 from profiler.sweep import grid
 
 
@@ -65,21 +66,21 @@ def test_bad_input_names_problem_and_fix(kw, words):
 
 
 def test_list_parsing():
-    assert grid.parse_int_list("32, 64", "--batch") == [32, 64]
+    assert option_lists.parse_int_list("32, 64", "--batch") == [32, 64]
     with pytest.raises(ConfigError, match="--batch 'x'"):
-        grid.parse_int_list("32,x", "--batch")
+        option_lists.parse_int_list("32,x", "--batch")
     with pytest.raises(ConfigError, match="--batch ',' is an empty list"):
-        grid.parse_int_list(",", "--batch")
+        option_lists.parse_int_list(",", "--batch")
     with pytest.raises(ConfigError, match="--model '' is an empty list"):
-        grid.parse_choice_list("", "--model", grid.MODELS)
+        option_lists.parse_choice_list("", "--model", grid.MODELS)
     with pytest.raises(ConfigError, match="unknown"):
-        grid.parse_choice_list("sync,maybe", "--sync", grid.SYNC_MODES)
+        option_lists.parse_choice_list("sync,maybe", "--sync", grid.SYNC_MODES)
 
 
 @pytest.mark.parametrize("option,parse,example", [
-    ("--devices", grid.parse_int_list, "1,2,4"), ("--batch", grid.parse_int_list, "32,64"),
-    ("--layers", grid.parse_int_list, "20,32"), ("--lr", grid.parse_float_list, "0.01,0.02"),
-    ("--dilations", grid.parse_float_list, "2,4,8")])
+    ("--devices", option_lists.parse_int_list, "1,2,4"), ("--batch", option_lists.parse_int_list, "32,64"),
+    ("--layers", option_lists.parse_int_list, "20,32"), ("--lr", option_lists.parse_float_list, "0.01,0.02"),
+    ("--dilations", option_lists.parse_float_list, "2,4,8")])
 def test_each_list_option_shows_an_example_of_its_own(option, parse, example):
     """``--devices abc`` is shown device counts, not the batch sizes every option once got."""
     for bad, said in (("abc", f"{option} 'abc' is not"), (",", f"{option} ',' is an empty")):
@@ -87,7 +88,7 @@ def test_each_list_option_shows_an_example_of_its_own(option, parse, example):
             parse(bad, option)
         assert str(err.value).startswith(said)
         assert str(err.value).endswith(f"such as {option} {example}")
-        others = {e for o, e in grid.LIST_EXAMPLES.items() if o != option}
+        others = {e for o, e in option_lists.LIST_EXAMPLES.items() if o != option}
         assert not any(other in str(err.value) for other in others), err.value
 
 

@@ -140,7 +140,7 @@ def test_an_unknown_model_is_one_line_naming_the_models_everywhere():
     cell = CellConfig(model="vgg", layers=None, lr=0.1)
     for ask in (lambda: models.get("vgg"), lambda: models.build("vgg"),
                 lambda: models.parameter_count("vgg"), lambda: optim.default_lr("vgg"),
-                lambda: catalog.family_of("vgg"), lambda: grid.validate(cell),
+                lambda: models.family_of("vgg"), lambda: grid.validate(cell),
                 # it raised KeyError at sweep time
                 lambda: timeouts.default_timeout_s(cell)):
         with pytest.raises(ConfigError) as err:
@@ -189,7 +189,7 @@ def test_one_record_is_all_a_new_model_needs():
                             devices=[1], syncs=["sync"])
         assert [(c.layers, c.lr) for c in cells] == [(3, 0.3)]
         assert optim.default_lr("tiny") == 0.3
-        assert catalog.family_of("tiny") == catalog.DIGITS
+        assert models.family_of("tiny") == catalog.DIGITS
         with pytest.raises(ConfigError, match=r"--layers 4 is not a tiny depth: use 3n\+0"):
             grid.validate(CellConfig(engine="torch", model="tiny", layers=4, lr=0.3))
         with pytest.raises(ConfigError,

