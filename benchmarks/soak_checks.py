@@ -164,7 +164,7 @@ def quarantined_points(sweep_dir: Path) -> tuple[Counter, list[str]]:
 
 
 def stored_points(url: str, db: str, sweep_id: str) -> Counter:
-    from profiler.testing.servers import influx_query
+    from tests.support.servers import influx_query
     counts = Counter()
     for series in influx_query(url, db, f"SELECT * FROM /.*/ WHERE sweep = '{sweep_id}' "
                                "GROUP BY *"):

@@ -52,6 +52,7 @@ TMPFS_SIZE = "1m"
 TMPFS_LEFT_BYTES = 6 * 1024  # room left for the header and a few ticks
 PENDING_GIVE_UP_S = 60.0  # a fault no cell could take by then is dropped (logged)
 FAULT_NODE = "n1"  # a worker's node in the sweeps the soak runs (n0 is the master)
+EMULATED_ONLY = ("link_down", "slow_node")
 
 
 @dataclass
@@ -113,6 +114,7 @@ class FaultDriver:
     mean_gap_s: float
     influx: object           # profiler.testing.servers.LocalServer
     kinds: tuple[str, ...] = FAULTS
+    node: str = FAULT_NODE  # the node whose agent, link, quota and spool are hit
     rng: random.Random = field(init=False)
     next_at: float = field(init=False)
     pending: str | None = None
@@ -218,29 +220,29 @@ class FaultDriver:
                                        or not run.alive()))
             return self._hit(kind, run, attempt, role=role, pid=pid)
         if kind == "kill_agent":
-            agent = attempt.agent(FAULT_NODE)
+            agent = attempt.agent(self.node)
             if agent is None:
                 return False
             agent.kill()
-            return self._hit(kind, run, attempt, node=FAULT_NODE, pid=agent.pid)
+            return self._hit(kind, run, attempt, node=self.node, pid=agent.pid)
         if kind in ("kill_controller", "sigterm_controller"):
             sig = signal.SIGKILL if kind == "kill_controller" else signal.SIGTERM
             run.proc.send_signal(sig)
             return self._hit(kind, run, attempt, pid=run.proc.pid)
         if kind == "link_down":
-            device = _veth(FAULT_NODE)
+            device = _veth(self.node)
             _link(device, "down")
             self.undos.append(Undo(time.monotonic() + LINK_DOWN_S, kind,
                                    lambda: _link(device, "up") or {"device": device}))
-            return self._hit(kind, run, attempt, node=FAULT_NODE, device=device,
+            return self._hit(kind, run, attempt, node=self.node, device=device,
                              seconds=LINK_DOWN_S)
         if kind == "slow_node":
             from profiler.cluster import emulated
             cluster = emulated.attach()
-            node = next(n for n in cluster.nodes() if n.name == FAULT_NODE)
+            node = next(n for n in cluster.nodes() if n.name == self.node)
             cluster.slow_node(node, SLOW_FACTOR)
             self.undos.append(Undo(time.monotonic() + SLOW_S, kind, lambda: _restore(node)))
-            return self._hit(kind, run, attempt, node=FAULT_NODE, factor=SLOW_FACTOR,
+            return self._hit(kind, run, attempt, node=self.node, factor=SLOW_FACTOR,
                              seconds=SLOW_S)
         raise ValueError(kind)
 
@@ -278,7 +280,7 @@ class FaultDriver:
             return
         folder = new[0]
         cell_id, attempt = folder.parent.name, int(folder.name.split("-")[1])
-        spool = folder / "metrics" / FAULT_NODE
+        spool = folder / "metrics" / self.node
         trap["mounted"] = True
         self.armed_enospc = None
         try:
@@ -294,8 +296,8 @@ class FaultDriver:
         _fill(filler, TMPFS_LEFT_BYTES)
         self.hit.add((run.sweep, cell_id, attempt))
         self.log("enospc", "injected", sweep=run.sweep, cell_id=cell_id, attempt=attempt,
-                 engine=run.engine, node=FAULT_NODE, spool=str(spool))
-        agent_log = folder / "logs" / f"agent-{FAULT_NODE}.log"
+                 engine=run.engine, node=self.node, spool=str(spool))
+        agent_log = folder / "logs" / f"agent-{self.node}.log"
         started = time.monotonic()
         met = {}
 
