@@ -117,7 +117,8 @@ def main() -> None:
         lr = next(c.lr for c in cells if c.model == model)
         for n in devices:
             if n == 1:
-                print(f"{model:10} {n:7d} {lr:6g} {_acc(by_key[(model, 'mxnet', 1, 'sync', args.batch)]):>11}")
+                acc = _acc(by_key[(model, 'mxnet', 1, 'sync', args.batch)])
+                print(f"{model:10} {n:7d} {lr:6g} {acc:>11}")
                 continue
             sync = by_key[(model, "mxnet", n, "sync", args.batch)]
             asyn = by_key[(model, "mxnet", n, "async", args.batch)]

@@ -76,7 +76,7 @@ def run(ranks: int, hooked: bool, args, events_dir: Path) -> tuple[float, list[t
         if hooked:
             lines = read_steps(events_dir / f"steps-worker-{rank}.jsonl")[1:]
             hooks_ms = 1000 * statistics.mean(
-                l["compute_s"] + l["exchange_s"] - l["optimizer_s"] for l in lines)
+                s["compute_s"] + s["exchange_s"] - s["optimizer_s"] for s in lines)
             timings.append((hooks_ms, script_ms))
     return rate, timings
 

@@ -14,9 +14,10 @@ only by waiting for them, which would stop the overlap being measured. One step 
 (one an epoch in shorter epochs, mid-epoch: ``workloads.steps.sampled``) is timed
 alone: the engine is drained first (the time is the line's ``drain_s``), then forward
 and backward are waited for (compute), then the trainer's step (push, the servers'
-update, pull; or Horovod's allreduce: the exchange). The other steps run untouched. A timed step lacks the overlap of its neighbours, so its
-phases are the costs of each part, and their sum can exceed the mean step time of an
-epoch (``breakdown_vs_step`` in the results shows by how much).
+update, pull; or Horovod's allreduce: the exchange). The other steps run untouched. A
+timed step lacks the overlap of its neighbours, so its phases are the costs of each part,
+and their sum can exceed the mean step time of an epoch (``breakdown_vs_step`` in the
+results shows by how much).
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ class Sampler:
         time_ms = int(time.time() * 1000)
         try:
             role = self._role = self.processes.role_tag()
-        except Exception as exc:  # keep the last good roles rather than lose the tick
+        except Exception as exc:  # noqa: BLE001 - keep the last good roles, not lose the tick
             role = self._role
             self._warn_once("roles (--pids-file)", exc)
         lines = []
@@ -99,7 +99,7 @@ class Sampler:
                                      tags if "role" in tags else {**tags, "role": role},
                                      fields, time_ms)
                     for measurement, tags, fields in collector.collect()])
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - one collector's failure, not the tick's
                 self._warn_once(type(collector).__name__, exc)
         self.spool.append(lines)
         self.ticks += 1

@@ -229,7 +229,8 @@ def check_host() -> cgroups.CgroupLayout:
                            "run with sudo, or use --cluster local")
     for binary in REQUIRED_BINARIES:
         if shutil.which(binary) is None:
-            raise ClusterError(f"{binary} not found: apt-get install iproute2 ethtool procps util-linux")
+            raise ClusterError(f"{binary} not found: apt-get install iproute2 ethtool procps "
+                               "util-linux")
     netns.check_netns_support()
     return cgroups.detect_layout()
 

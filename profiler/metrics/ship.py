@@ -306,7 +306,7 @@ class LiveShipper:
         try:
             # Quiet: the command that started this shipper warned when it did not answer.
             healthy = check_server(self.target, self._writer, quiet=True)
-        except Exception as exc:  # refused TLS or credentials: the CLI's preflight said so
+        except Exception as exc:  # noqa: BLE001 - refused TLS or credentials: preflight said so
             log.warning("%s; points stay in the spool", exc)
             healthy = False
         backoff = Backoff()
@@ -316,7 +316,7 @@ class LiveShipper:
                 self._round(self._stopping)
                 backoff.reset()
                 self._wake.wait(self.interval_s)
-            except Exception as exc:  # the sweep must go on whatever the server does
+            except Exception as exc:  # noqa: BLE001 - the sweep goes on whatever the server does
                 log.warning("shipping to %s failed, retrying in %.1f s: %s",
                             self.target.label, backoff.delay_s, exc)
                 self._stopping.wait(backoff.next_s())
@@ -328,7 +328,7 @@ class LiveShipper:
                 self._delivered_all = self._round(self._abort)
                 if self._delivered_all:
                     break
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - retried, then given up on
                 if not (healthy or self.points_sent):  # it never answered
                     log.warning("final shipping to %s failed: it has not answered during "
                                 "this run, so it is not waited for: %s",

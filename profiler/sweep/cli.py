@@ -296,7 +296,8 @@ def _dataset_items(kw: dict, auto: str, dataset_names) -> list[str]:
 
     items = user_data.resolve_items(kw["dataset"].split(","), kw["image_size"], progress=True)
     labels = [item for item in items if user_data.described(item)]
-    return option_lists.parse_choice_list(",".join(items), "--dataset", (auto, *dataset_names, *labels))
+    return option_lists.parse_choice_list(",".join(items), "--dataset",
+                                          (auto, *dataset_names, *labels))
 
 
 def _with_user_data(cells: list, user_files: tuple) -> tuple[list, tuple]:

@@ -54,9 +54,9 @@ def columns(workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
                  and "pipe_s" in line]
         if not lines:
             return {"pipe_stages": stages, "pipe_split": _split_text(first)}
-        compute.append(statistics.fmean(l["fwd_s"] + l["bwd_s"] for l in lines))
-        pipe.append(statistics.fmean(l["pipe_s"] for l in lines))
-        stash.append(max(l.get("stash_mb", 0.0) for l in lines))
+        compute.append(statistics.fmean(s["fwd_s"] + s["bwd_s"] for s in lines))
+        pipe.append(statistics.fmean(s["pipe_s"] for s in lines))
+        stash.append(max(s.get("stash_mb", 0.0) for s in lines))
         touched = [boundary[b] for b in (stage - 1, stage) if 0 <= b < len(boundary)]
         wire.append(2 * micro * sum(touched) / link if link else 0.0)
     bubbles = [max(0.0, (p - c - w) / p) for p, c, w in zip(pipe, compute, wire) if p > 0]

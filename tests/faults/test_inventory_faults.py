@@ -67,7 +67,8 @@ def test_bad_inventory_file(case, tmp_path):
 
 def test_inventory_needs_cluster_inventory_and_back(tmp_path):
     inventory = tmp_path / "inventory.ini"
-    inventory.write_text("[master]\nm ansible_host=10.213.0.1\n[workers]\nw ansible_host=10.213.0.2\n")
+    inventory.write_text("[master]\nm ansible_host=10.213.0.1\n"
+                         "[workers]\nw ansible_host=10.213.0.2\n")
     for argv in (["--inventory", str(inventory)], ["--cluster", "inventory"]):
         done = subprocess.run([*EDGEPROF, "sweep", "--model", "lenet-mlp", *argv, "--out",
                                str(tmp_path / "out")], cwd=ROOT, capture_output=True,

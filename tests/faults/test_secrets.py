@@ -3,8 +3,8 @@
 A real sweep ships live to a real server on loopback (InfluxDB 1.6.7 with
 authentication on, the agents' write-only ``user:password`` in a 0600
 ``--influx-token-file``, as the Ansible roles provision it; VictoriaMetrics, standing in
-for InfluxDB 2.x, with ``INFLUX_TOKEN`` in the sweep's environment). While the cell runs, every process
-the sweep started (workers, scheduler, server, agents: none of them ships) is read
+for InfluxDB 2.x, with ``INFLUX_TOKEN`` in the sweep's environment). While the cell runs,
+every process the sweep started (workers, scheduler, server, agents: none of them ships) is read
 through ``/proc/<pid>/cmdline`` and ``/proc/<pid>/environ``; afterwards every file of
 the sweep folder (logs, spool state files, results, sweep.json) is searched. The
 password and the token appear nowhere, and the points did reach the server.

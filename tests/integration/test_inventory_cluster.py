@@ -280,7 +280,7 @@ def test_one_connection_per_host_env_off_command_lines_and_masters_closed(hosts,
     try:
         assert set(cluster.clock_offsets(cluster.nodes())) == {"n0", "n1", "n2"}
         procs = [cluster.start(node, [sys.executable, "-c", "import os, time; print(os.environ["
-                                      f"'EDGEPROF_TEST_VALUE'], flush=True); time.sleep(60)"],
+                                      "'EDGEPROF_TEST_VALUE'], flush=True); time.sleep(60)"],
                                {"EDGEPROF_TEST_VALUE": value}, cell_dir / "logs" / f"p{i}.log")
                  for i in range(3)]
         deadline = time.monotonic() + 30

@@ -60,15 +60,15 @@ def _check_rank(events_dir, rank, world_size, steps_per_epoch, out):
     assert end["accuracy_reported"] is True
     assert end["samples_per_s"] == pytest.approx(end["samples"] / end["train_s"])
     lines = read_steps(events_dir / f"steps-worker-{rank}.jsonl")
-    assert [(l["epoch"], l["step"]) for l in lines] == [
+    assert [(s["epoch"], s["step"]) for s in lines] == [
         (epoch, step) for epoch in (1, 2) for step in range(steps_per_epoch)]
     for line in lines:
         assert line["data_s"] >= 0 and line["compute_s"] > 0 and line["exchange_s"] >= 0
         parts = line["data_s"] + line["compute_s"] + line["exchange_s"]
         assert parts == pytest.approx(line["step_s"], abs=1e-5)
     steady = lines[1:]  # the script's own mean leaves the first step out too
-    hooks_fwd_bwd_ms = 1000 * mean(l["compute_s"] + l["exchange_s"] - l["optimizer_s"]
-                                   for l in steady)
+    hooks_fwd_bwd_ms = 1000 * mean(s["compute_s"] + s["exchange_s"] - s["optimizer_s"]
+                                   for s in steady)
     script_ms = _fwd_bwd_ms(out)
     # Both time the same forward+backward calls; 10% holds with room on a loaded
     # 2-core machine (measured within 1%: docs/your-own-training.md).
@@ -86,9 +86,9 @@ def test_one_rank_runs_the_example_unchanged(tmp_path, fashion):
                                      env={"RANK": "0", "WORLD_SIZE": "1"}))
     assert code == 0, err[-2000:]
     lines = _check_rank(tmp_path, 0, 1, 30, out)
-    assert all(l["exchange_s"] == 0 for l in lines)  # nothing communicates alone
+    assert all(s["exchange_s"] == 0 for s in lines)  # nothing communicates alone
     # Alone, compute is forward+backward and the optimizer step.
-    compute_ms = 1000 * mean(l["compute_s"] for l in lines[1:])
+    compute_ms = 1000 * mean(s["compute_s"] for s in lines[1:])
     assert compute_ms == pytest.approx(_fwd_bwd_ms(out), rel=0.25)
 
 
@@ -105,7 +105,7 @@ def test_two_ranks_on_loopback(tmp_path, fashion):
     lines = [_check_rank(tmp_path, rank, 2, 30, out)
              for rank, (_, out, _) in enumerate(results)]
     # The allreduce's time after the last bucket: DDP's hook was installed and timed.
-    assert any(l["exchange_s"] > 0 for rank_lines in lines for l in rank_lines)
+    assert any(s["exchange_s"] > 0 for rank_lines in lines for s in rank_lines)
 
 
 # name: (script, the error event's kind and message, the script's status, the launcher's)

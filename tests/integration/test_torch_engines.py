@@ -86,7 +86,8 @@ def test_grid_knows_the_torch_engines():
     with pytest.raises(ConfigError, match="torch-ddp trains sync only"):
         validate(CellConfig(engine="torch-ddp", model="lenet-mlp", layers=None, devices=2,
                             sync="async"))
-    with pytest.raises(ConfigError, match="mobilenetv2 runs on the torch, torch-ddp and torch-pipe"):
+    with pytest.raises(ConfigError,
+                       match="mobilenetv2 runs on the torch, torch-ddp and torch-pipe"):
         validate(CellConfig(engine="mxnet", model="mobilenetv2", layers=None))
     cells = expand(engines=["mxnet", "torch", "torch-ddp"], models=["lenet-mlp", "mobilenetv2"],
                    layers=[None], batches=[32], devices=[1, 2], syncs=["sync", "async"])

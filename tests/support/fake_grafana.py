@@ -96,7 +96,8 @@ def _handler(state: FakeGrafana):
                     return self._reply(200, folder) if folder else \
                         self._reply(404, {"message": "folder not found"})
                 if method == "POST":
-                    folder = {"uid": body["uid"], "title": body["title"], "id": len(state.folders) + 1}
+                    folder = {"uid": body["uid"], "title": body["title"],
+                              "id": len(state.folders) + 1}
                     state.folders[body["uid"]] = folder
                     return self._reply(200, folder)
             if parts[:3] == ["api", "datasources", "uid"] and len(parts) == 4:

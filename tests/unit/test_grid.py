@@ -78,8 +78,10 @@ def test_list_parsing():
 
 
 @pytest.mark.parametrize("option,parse,example", [
-    ("--devices", option_lists.parse_int_list, "1,2,4"), ("--batch", option_lists.parse_int_list, "32,64"),
-    ("--layers", option_lists.parse_int_list, "20,32"), ("--lr", option_lists.parse_float_list, "0.01,0.02"),
+    ("--devices", option_lists.parse_int_list, "1,2,4"),
+    ("--batch", option_lists.parse_int_list, "32,64"),
+    ("--layers", option_lists.parse_int_list, "20,32"),
+    ("--lr", option_lists.parse_float_list, "0.01,0.02"),
     ("--dilations", option_lists.parse_float_list, "2,4,8")])
 def test_each_list_option_shows_an_example_of_its_own(option, parse, example):
     """``--devices abc`` is shown device counts, not the batch sizes every option once got."""

@@ -1,4 +1,5 @@
-"""The Ansible tree passes yamllint and ansible-lint (production profile): CI runs both here."""
+"""The lints CI runs here: ruff on the Python (ruff.toml), yamllint and ansible-lint
+(production profile) on the Ansible tree."""
 
 from __future__ import annotations
 
@@ -27,3 +28,13 @@ def test_ansible_lint_production_profile_passes():
     done = _run("ansible-lint", "--profile", "production", "ansible/")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Profile 'production' was required, and it passed" in done.stdout + done.stderr
+
+
+def test_ruff_passes():
+    """Every Python file of the repository (profiler, workloads, tests, benchmarks,
+    examples, dashboards, edgeprof_hooks.py): pyflakes, pycodestyle, blind excepts."""
+    done = _run("ruff", "check", "--no-cache", "--output-format", "concise", ".")
+    assert done.returncode == 0, done.stdout + done.stderr
+    checked = _run("ruff", "check", "--no-cache", "--show-files", ".").stdout
+    for folder in ("profiler/", "workloads/", "tests/", "benchmarks/", "examples/"):
+        assert f"/{folder}" in checked, folder

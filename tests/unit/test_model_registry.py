@@ -136,7 +136,8 @@ def test_the_records_say_what_the_old_tables_did():
 
 
 def test_an_unknown_model_is_one_line_naming_the_models_everywhere():
-    said = "unknown model 'vgg': use one of lenet-mlp, lenet-cnn, lenet-example, resnet, mobilenetv2"
+    said = ("unknown model 'vgg': use one of lenet-mlp, lenet-cnn, lenet-example, resnet, "
+            "mobilenetv2")
     cell = CellConfig(model="vgg", layers=None, lr=0.1)
     for ask in (lambda: models.get("vgg"), lambda: models.build("vgg"),
                 lambda: models.parameter_count("vgg"), lambda: optim.default_lr("vgg"),

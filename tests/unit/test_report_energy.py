@@ -16,7 +16,8 @@ from profiler.report.html import number
 def _record(devices: int, sync: str, energy_j: float | None, **kw) -> dict:
     return {"cell_id": f"c{devices}{sync}", "status": "ok", "model": "lenet-cnn",
             "layers": None, "batch": 64, "devices": devices, "sync": sync, "engine": "torch",
-            "elapsed_s": 100.0 / devices, "train_s": 80.0 / devices, "epoch_s": [40.0 / devices, 40.0 / devices],
+            "elapsed_s": 100.0 / devices, "train_s": 80.0 / devices,
+            "epoch_s": [40.0 / devices, 40.0 / devices],
             "energy_j": energy_j, "j_per_sample": None if energy_j is None else energy_j / 1e3,
             "energy_source": None if energy_j is None else "modelled", **kw}
 

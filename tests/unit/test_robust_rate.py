@@ -106,7 +106,7 @@ def test_a_slow_epoch_is_left_out_from_three_and_counted_from_two(tmp_path):
 
 def test_sampled_steps_are_not_the_rate(tmp_path):
     # MXNet and Horovod time one step in 100, alone (drained): the epochs give the rate.
-    events = _write_cell(tmp_path, {}, [1.1, 1.0], first_step_s=0.11, steps_per_epoch=100)
+    _write_cell(tmp_path, {}, [1.1, 1.0], first_step_s=0.11, steps_per_epoch=100)
     lines = [{"epoch": 1, "step": 50, "t": 1000.0, "data_s": 0.0, "compute_s": 0.02,
               "exchange_s": 0.0, "step_s": 0.02, "drain_s": 0.0, "every": 100}]
     steps_path(tmp_path / "events", "worker", 0).write_text(json.dumps(lines[0]) + "\n")

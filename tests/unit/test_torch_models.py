@@ -12,8 +12,8 @@ import pytest
 from tests.conftest import need
 from workloads import models
 
-GLUON_MODELS = [("lenet-mlp", None), ("lenet-cnn", None), ("lenet-example", None), ("resnet", 8), ("resnet", 20),
-                ("resnet", 32)]
+GLUON_MODELS = [("lenet-mlp", None), ("lenet-cnn", None), ("lenet-example", None),
+                ("resnet", 8), ("resnet", 20), ("resnet", 32)]
 
 
 def _torch():

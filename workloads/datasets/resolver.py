@@ -71,7 +71,8 @@ def resolve(model: str, dataset: str = AUTO, data_dir: str | Path | None = None)
             raise ConfigError(f"unknown dataset {dataset!r}: use auto or one of "
                               f"{', '.join(NAMES)}")
         if not fits(dataset, model):
-            kinds = "28x28 grey images" if SPECS[dataset].family == DIGITS else "32x32 colour images"
+            grey = SPECS[dataset].family == DIGITS
+            kinds = "28x28 grey images" if grey else "32x32 colour images"
             takes = ", ".join(n for n in NAMES if fits(n, model))
             raise ConfigError(f"dataset {dataset} has {kinds}, which {model} does not take: "
                               f"use one of {takes} for {model}")
