@@ -132,6 +132,7 @@ def run_sweep(run: SweepRun, driver: FaultDriver, rss: list[dict], deadline: flo
     new faults past ``deadline`` (the sweep then ends in peace)."""
     while True:
         run.start()
+        run_started = time.monotonic()
         next_rss = 0.0
         while run.alive():
             if time.monotonic() >= deadline:
@@ -143,6 +144,7 @@ def run_sweep(run: SweepRun, driver: FaultDriver, rss: list[dict], deadline: flo
                 try:
                     rss_mb = psutil.Process(run.proc.pid).memory_info().rss / 2**20
                     rss.append({"run": f"{run.name}.run{run.runs}", "t": time.time(),
+                                "age_s": round(now - run_started, 1),
                                 "rss_mb": round(rss_mb, 1)})
                 except psutil.Error:
                     pass

@@ -218,9 +218,12 @@ def check_points(sweeps: list[dict], url: str, db: str) -> tuple[Check, dict]:
     return Check("every spooled point in InfluxDB once", not problems, detail, problems), totals
 
 
+SETTLED_AFTER_S = 15.0  # a controller's imports and first cell's start are done by then
+
+
 def check_memory(samples: list[dict], bound_mb: float, growth_bound_mb: float) -> Check:
     """The controller's RSS: under ``bound_mb``, and growing less than ``growth_bound_mb``
-    from its first to its last cell within one run."""
+    within one run once it settled (``SETTLED_AFTER_S`` after its start)."""
     problems = []
     peak = max((s["rss_mb"] for s in samples), default=0.0)
     if peak > bound_mb:
@@ -228,12 +231,10 @@ def check_memory(samples: list[dict], bound_mb: float, growth_bound_mb: float) -
     growth = 0.0
     by_run: dict[str, list[float]] = {}
     for s in samples:
-        by_run.setdefault(s["run"], []).append(s["rss_mb"])
+        if s["age_s"] >= SETTLED_AFTER_S:
+            by_run.setdefault(s["run"], []).append(s["rss_mb"])
     for run, rss in by_run.items():
-        # From the run's first full sample after start-up (its second minute of life
-        # would be better on long sweeps; cells here are seconds long).
-        settled = rss[len(rss) // 5:] or rss
-        grew = max(settled) - settled[0]
+        grew = max(rss) - rss[0]
         growth = max(growth, grew)
         if grew > growth_bound_mb:
             problems.append(f"{run}: RSS grew {grew:.0f} MB within the run")
