@@ -15,6 +15,9 @@ from dataclasses import asdict, dataclass, fields
 from workloads import models, optim
 
 DEFAULT_RESNET_LAYERS = 20
+# The engine of a cell, a sweep, a study or a calibration that names none (and what a
+# record written before cells named their engine ran on).
+DEFAULT_ENGINE = "mxnet"
 # Bumped when the fields of a cell change (its cell_id with them): a sweep of another
 # format cannot be resumed, its cells would all look new.
 CELL_FORMAT = 4  # 3: data_partition; 4: straggler
@@ -31,7 +34,7 @@ OPTIONAL_FIELDS = {"model_digest": "", "data_digest": "", "script_args": "", "pa
 class CellConfig:
     """One configuration of the sweep; every field is a results column."""
 
-    engine: str = "mxnet"
+    engine: str = DEFAULT_ENGINE
     model: str = "resnet"
     layers: int | None = DEFAULT_RESNET_LAYERS  # None for LeNet (fixed depth)
     batch: int = 32

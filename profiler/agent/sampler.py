@@ -34,7 +34,8 @@ MAX_INTERVAL_S = 3600.0
 
 @dataclass
 class AgentConfig:
-    """Everything one agent needs; the CLI and ``launch.agent_argv`` both build it."""
+    """Everything one agent needs, built by ``edgeprof agent`` from its options (the
+    sweep starts agents through that command: ``metrics.launch.agent_argv``)."""
 
     node: str
     spool_dir: Path

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..cell import CellConfig
+from ..cell import DEFAULT_ENGINE, CellConfig
 from ..cluster import cluster_settings, get_provider
 from ..cluster.profiles import (MAX_NODE_CORES, MAX_SPEEDUP, MIN_CPU_CORES, BoardRate,
                                 Profile)
@@ -61,10 +61,10 @@ class Workload:
     model: str
     layers: int | None
     batch: int
-    engine: str = "mxnet"
+    engine: str = DEFAULT_ENGINE
 
     @classmethod
-    def parse(cls, text: str, batch: int, engine: str = "mxnet") -> "Workload":
+    def parse(cls, text: str, batch: int, engine: str = DEFAULT_ENGINE) -> "Workload":
         """``<model>``, or ``<model>-<layers>`` for a model with a depth rule."""
         from workloads.models import with_depth
 
@@ -85,7 +85,7 @@ class Workload:
     @property
     def label(self) -> str:
         name = self.model if self.layers is None else f"{self.model}-{self.layers}"
-        engine = "" if self.engine == "mxnet" else f" ({self.engine})"
+        engine = "" if self.engine == DEFAULT_ENGINE else f" ({self.engine})"
         return f"{name} batch {self.batch}{engine}"
 
     def cell(self, samples: int) -> CellConfig:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from ..cell import DEFAULT_ENGINE
 from ..cli_errors import reports_errors
 from ..engines import ENGINES
 
@@ -27,7 +28,7 @@ from ..engines import ENGINES
                    "required, unless --power-from).")
 @click.option("--batch", default=64, show_default=True, type=int,
               help="Batch size of that measurement.")
-@click.option("--engine", default="mxnet", show_default=True,
+@click.option("--engine", default=DEFAULT_ENGINE, show_default=True,
               # A board measured training a model: not the script engine's own scripts.
               type=click.Choice([n for n, e in ENGINES.items() if not e.takes_script]),
               help="The engine the board was measured with (its one-device training).")

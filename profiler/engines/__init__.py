@@ -1,8 +1,9 @@
 """The engines, registered in one place: ``ENGINES`` maps each name to its engine.
 
-Everything that knows engine names (the CLI's choices, the grid's rules on sync modes
+What lists or checks engine names (the CLI's choices, the grid's rules on sync modes
 and models, preflight, the inventory host check, recorded versions, the report, the
-study) reads them from here. A new engine is one file with an ``Engine`` subclass and
+study) reads them from here. One name is written elsewhere: the default engine,
+``profiler.cell.DEFAULT_ENGINE`` (a cell's, and the ``--engine`` options'). A new engine is one file with an ``Engine`` subclass and
 one line below. Engine modules import no framework at import time (a controller plans
 cells without loading MXNet or torch).
 """

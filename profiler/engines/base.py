@@ -95,7 +95,9 @@ class Engine:
 
     name: str = ""
     description: str = ""  # one line, for --help and docs
-    framework: str = ""  # the worker's training loop: workloads.frameworks.<framework>
+    # The worker's training loop: workloads.train's --framework (mxnet or torch), which
+    # picks the Worker class (workloads.train.worker_class).
+    framework: str = ""
     sync_modes: tuple[str, ...] = ("sync", "async")
     packages: tuple[Package, ...] = ()
     install_hint: str = "run ./scripts/setup.sh"

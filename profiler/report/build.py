@@ -20,6 +20,7 @@ from typing import Callable
 
 from .. import __version__
 from ..engines import ENGINES, distributions
+from ..cell import DEFAULT_ENGINE
 from ..errors import ConfigError
 from ..fsutil import atomic_write_text
 from .study_section import StudySection
@@ -181,8 +182,8 @@ def _versions(sweep: Sweep) -> dict:
     elif sweep.identity.get("cluster") == "inventory":
         where = " (the controller; the nodes run their own install)"
     # The packages the sweep's engines run on (Horovod trains through MXNet here).
-    engines = distributions({r.get("engine", "mxnet") for r in sweep.records
-                             if r.get("engine", "mxnet") in ENGINES})
+    engines = distributions({r.get("engine", DEFAULT_ENGINE) for r in sweep.records
+                             if r.get("engine", DEFAULT_ENGINE) in ENGINES})
     return {f"edgeprof{where}": recorded.get("edgeprof", "unknown"),
             f"engines{where}": ", ".join(f"{name} {recorded.get(name) or 'not installed'}"
                                          for name in engines),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..cell import DEFAULT_ENGINE
 from ..sweep.table import engine_label
 
 # Every cell setting but the engine: what makes two cells "the same cell".
@@ -44,5 +45,5 @@ def side_by_side(records: list[dict]) -> tuple[list[str], list[Row]]:
             **r, "epoch_s_mean": sum(epochs) / len(epochs) if epochs else None}
     shared = [row for row in rows.values() if len(row.by_engine) >= 2]
     engines = sorted({e for row in shared for e in row.by_engine},
-                     key=lambda e: (e != "mxnet", e))
+                     key=lambda e: (e != DEFAULT_ENGINE, e))
     return engines, shared

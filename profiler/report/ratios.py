@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..cell import DEFAULT_ENGINE
 from ..sweep import board_time
 
 
@@ -60,7 +61,7 @@ class Cells:
     """Finished cells by configuration (first engine in name order wins a tie, the
     default engine first)."""
 
-    def __init__(self, records: list[dict], first_engine: str = "mxnet"):
+    def __init__(self, records: list[dict], first_engine: str = DEFAULT_ENGINE):
         self.records = sorted(records, key=lambda r: (r.get("engine") != first_engine,
                                                       r.get("engine", "")))
 

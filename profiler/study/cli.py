@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from ..cell import DEFAULT_ENGINE
 from ..cli_errors import reports_errors
 from ..cluster import providers_help
 from ..cluster.prices import PRICE_HELP, price_spec
@@ -27,7 +28,7 @@ def _common_options(study) -> list[click.Option]:
         click.Option(["--speedup"], default=1.0, show_default=True, type=float,
                      help="Emulated cluster: CPU quotas and links x this factor (time "
                           "dilation)."),
-        click.Option(["--engine"], default="mxnet", show_default=True,
+        click.Option(["--engine"], default=DEFAULT_ENGINE, show_default=True,
                      type=click.Choice(list(ENGINES)),
                      help="The study's engine, or another (an engine without async runs "
                           "the sync cells only)."),

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ..cell import DEFAULT_ENGINE
 from ..errors import DataError
 from . import estimate
 from .base import Study
@@ -29,7 +30,7 @@ class StudySettings:
     cluster: str = "emulated"  # a provider of profiler.cluster.PROVIDERS
     profile: str | None = None  # a provider with node profiles: the study's unless given
     speedup: float = 1.0
-    engine: str = "mxnet"
+    engine: str = DEFAULT_ENGINE
     profile_check: str = "recalibrate"  # calibrate.check.MODES (node profiles only)
     profile_tolerance: float = 0.25
     data_dir: Path | None = None

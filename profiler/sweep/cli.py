@@ -19,6 +19,7 @@ from workloads import models as model_registry
 from workloads.datasets.catalog import DIGITS
 from workloads.models import family_of
 
+from ..cell import DEFAULT_ENGINE
 from ..cli_errors import reports_errors
 from ..cluster.prices import PRICE_HELP, price_spec
 from ..engines import ENGINES
@@ -67,7 +68,7 @@ def grid_options(func):
         click.option("--devices", default="1", show_default=True, help="Worker count(s)."),
         click.option("--sync", default="sync", show_default=True,
                      help="sync, async or sync,async (parameter server mode)."),
-        click.option("--engine", default="mxnet", show_default=True,
+        click.option("--engine", default=DEFAULT_ENGINE, show_default=True,
                      help="; ".join(f"{e.name}: {e.description}" for e in ENGINES.values())
                           + " (comma-separated for a sweep)."),
         click.option("--epochs", default=1, show_default=True, type=int),

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from workloads.datasets import catalog
 from workloads.datasets.resolver import parts
 
-from ...cell import CellConfig
+from ...cell import DEFAULT_ENGINE, CellConfig
 from ...engines import get_engine
 from ...errors import ConfigError
 from ...sweep.grid import validate
@@ -205,7 +205,7 @@ def choose_datasets(models: set[str], samples: dict[tuple, int],
 
 
 def cells(found: list[Experiment], samples: dict[tuple, int], datasets: dict[str, str],
-          engine: str = "mxnet", how: Method = METHOD["scripts"]) -> list[CellConfig]:
+          engine: str = DEFAULT_ENGINE, how: Method = METHOD["scripts"]) -> list[CellConfig]:
     """The grid's cells, each once, in the parts' order."""
     out: dict[str, CellConfig] = {}
     for e in found:
