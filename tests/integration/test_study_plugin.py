@@ -52,7 +52,17 @@ class ToyStudy(Study):
         ratio = Ratio("Toy table", "time 2 / 1 devices", f"lenet-mlp b{batch}", 1.0,
                       div(per_sample_s(two), per_sample_s(one)), band=1000.0)
         return StudySection(title="Reproducing the toy study", intro="The toy's one ratio",
-                            bands="Band: x/÷1000.", ratios=[ratio])
+                            bands="Band: x/÷1000.", ratios=[ratio], figures=[_figure(ratio)])
+
+
+def _figure(ratio: Ratio):
+    """The ratio as a bar beside the study's: a study's own figure in its section."""
+    import matplotlib.pyplot as plt
+
+    from profiler.report.figures import Figure, png_bytes
+    fig, ax = plt.subplots(figsize=(2, 2))
+    ax.bar(["study", "ours"], [ratio.study, ratio.ours or 0])
+    return Figure("fig-toy-ratio", "The toy's ratio", "ours beside the study's", png_bytes(fig))
 
 
 @pytest.fixture
@@ -91,3 +101,5 @@ def test_a_registered_study_is_planned_run_judged_and_reported(toy, tmp_path):
     row = page.split("<td class='l'>Toy table</td>", 1)[1].split("</tr>", 1)[0]
     assert "time 2 / 1 devices" in row and "<td class='l in'>within</td>" in row
     assert "Beside the study" not in page  # the toy publishes no per-cell numbers
+    assert "<figure id=\"fig-toy-ratio\">" in page
+    assert (out / "report-figures" / "fig-toy-ratio.png").read_bytes().startswith(b"\x89PNG")
