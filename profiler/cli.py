@@ -16,7 +16,7 @@ import click
 from .lazy_group import LazyGroup
 
 _LAZY_COMMANDS = {
-    "sweep": "profiler.sweep.cli:sweep",
+    "sweep": "profiler.cli_sweep:sweep",
     "run": "profiler.sweep.cli:run",
     "agent": "profiler.agent.cli:agent",
     "ship": "profiler.metrics.cli:ship",

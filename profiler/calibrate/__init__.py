@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..cell import DEFAULT_ENGINE, CellConfig
-from ..cluster import cluster_settings, get_provider
+from ..cluster import profiled_provider
 from ..cluster.profiles import (MAX_NODE_CORES, MAX_SPEEDUP, MIN_CPU_CORES, BoardRate,
                                 Profile)
 from ..errors import ClusterError, ConfigError
@@ -255,7 +255,7 @@ class _Measurer:
                             memory_mb=self.base.memory_mb, cpu_cores=round(quota, 5))
         settings = SweepSettings(cells=[workload.cell(samples)],
                                  out_dir=self.work / f"cell-{self.count}",
-                                 cluster=cluster_settings("emulated", profile=candidate),
+                                 cluster=profiled_provider()(profile=candidate),
                                  interval_s=None, val_samples=workload.batch)
         record = run_sweep(settings, progress=False).records[0]
         s_per_sample = record.get("robust_s_per_sample") or record.get("steady_s_per_sample")
@@ -270,7 +270,8 @@ class _Measurer:
 
 def _refuse_a_running_cluster() -> None:
     # Each measurement rebuilds a one-node cluster: an existing one would be taken down.
-    if not get_provider("emulated").running():
+    provider = profiled_provider()
+    if not provider.running():
         return
-    raise ClusterError("an emulated cluster is up and calibration rebuilds it: "
+    raise ClusterError(f"an {provider.name} cluster is up and calibration rebuilds it: "
                        "`edgeprof cluster down` first (or wait for its sweep to end)")

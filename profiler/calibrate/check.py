@@ -177,15 +177,14 @@ def _check_one(profile: Profile, model: str, k: float, measure, mode: str,
 
 def check_sweep(sweep, mode: str, tolerance: float = CHECK_TOLERANCE,
                 report: Callable[[str], None] | None = None) -> None:
-    """Check ``sweep``'s emulated profile for its models and keep the result in
-    ``sweep.extra["profile_check"]`` (sweep.json; the report names it). Nothing to do off
-    the emulated cluster, or on a resumed sweep (checked when it started)."""
-    # A provider's identity names its profile and speedup: only node profiles are checked.
-    identity = sweep.cluster.identity()
-    if mode == "off" or sweep.resume or not isinstance(identity["profile"], str):
+    """Check the node profile ``sweep``'s nodes are made from for its models and keep the
+    result in ``sweep.extra["profile_check"]`` (sweep.json; the report names it). Nothing
+    to do on nodes of no named profile, or on a resumed sweep (checked when it started)."""
+    profile = sweep.cluster.node_profile
+    if mode == "off" or sweep.resume or profile is None:
         return
-    checks = check_profile(identity["profile"], sweep.cells, mode=mode,
-                           speedup=identity["speedup"], tolerance=tolerance,
+    checks = check_profile(profile, sweep.cells, mode=mode,
+                           speedup=sweep.cluster.max_speedup, tolerance=tolerance,
                            report=report or (lambda line: None))
     sweep.extra["profile_check"] = [c.as_record() for c in checks]
 

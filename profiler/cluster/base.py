@@ -6,10 +6,15 @@ know which: they get ``Node`` objects and call ``Cluster.start``.
 
 A provider is a ``Cluster`` subclass (``nodes`` and ``start`` are required; the rest has
 a no-op default here, so the sweep calls every method on every provider without probing)
-and a ``ClusterSettings`` subclass: what the user chose (``--profile``, ``--speedup``,
-``--inventory``), checked before anything runs (``check``), opened into a cluster for
-the sweep (``open``) and recorded for ``--resume`` (``identity``). Both are registered
-by one line in ``profiler.cluster.PROVIDERS``.
+and a ``ClusterSettings`` subclass: what the user chose, each setting declared as a
+``ProviderOption`` (the CLI's ``--profile``, ``--speedup``, ``--inventory`` are the shipped
+providers' own), checked before anything runs (``check``), opened into a cluster for the
+sweep (``open``) and recorded for ``--resume`` (``identity``). Both are registered by one
+line in ``profiler.cluster.PROVIDERS``.
+
+What a grid needs of the nodes (how many, which engines, whether a node answers for
+them) is worked out above this package, from the engines, and handed over as
+``GridNeeds``: a provider never asks the engines itself.
 
 This module stays light (standard library only): ``profiler.cluster.remote_exec``, run on
 every node for every process, imports the package.
@@ -25,7 +30,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Callable, ClassVar, ContextManager, Iterator, Mapping, Sequence
+from typing import Any, Callable, ClassVar, ContextManager, Iterator, Mapping, Sequence
 
 from ..errors import ClusterError, ConfigError
 
@@ -158,8 +163,9 @@ class Cluster:
                   threads: int = 1) -> None:
         """Make ``node`` the cell's straggler: its CPU x ``factor`` until
         ``restore_node`` (``sweep.stragglers``); only where ``can_slow_node``."""
-        raise ClusterError(f"the {self.name} cluster cannot slow a node: use --cluster "
-                           "emulated or inventory")
+        from . import slowing_clusters  # the registry, which imports this module
+        raise ClusterError(f"the {self.name} cluster cannot slow a node: use "
+                           f"{slowing_clusters()}")
 
     def restore_node(self, node: Node, *, cell_dir: Path) -> None:
         """Undo ``slow_node``."""
@@ -168,22 +174,78 @@ class Cluster:
         """Release what this object holds (not the cluster itself)."""
 
 
+def _as_typed(text: str) -> str:
+    return text
+
+
+@dataclass(frozen=True)
+class ProviderOption:
+    """A setting a provider takes from the command line (``--inventory FILE``).
+
+    ``name`` is the option without its dashes (``_`` typed as ``-``) and the field of the
+    provider's settings that holds it. ``parse`` turns the typed text into the value
+    (``float``, ``Path``; a bad value raises ``ConfigError``, one line); ``default`` is
+    the value that means "not given" (another provider's option left at it is not
+    refused). ``identity``: part of what ``--resume`` compares (a node profile, a
+    speedup: the cells would measure something else). ``refusal``: the line that refuses
+    the option on another provider (``{value}`` is what was typed); without it, a line
+    naming the provider is made. ``sweep``, ``run``, ``study``, ``cluster`` and
+    ``--resume`` read these declarations from the registry (``profiler.cluster``,
+    ``cluster.cli_options``); nothing else names a provider's option.
+    """
+
+    name: str
+    help: str
+    default: Any = None
+    parse: Callable[[str], Any] = _as_typed
+    identity: bool = False
+    refusal: str = ""
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        """``--inventory``: the option as typed."""
+        return "--" + self.name.replace("_", "-")
+
+
+def _engine_answer_problem(engine: str, answer: dict) -> str | None:
+    return None if answer.get("ok") else answer.get("problem") or "no answer"
+
+
+@dataclass(frozen=True)
+class GridNeeds:
+    """What a grid asks of a cluster, worked out by the sweep from the engines
+    (``profiler.sweep.needs.grid_needs``) so that no provider asks them itself.
+
+    ``nodes``: the most nodes one cell occupies; ``slowed_nodes``: the most a cell with a
+    ``--straggler`` occupies (any of them may be slowed); ``engines``: the engines the
+    cells run; ``engine_problem(engine, answer)``: on the controller, what keeps a node
+    whose own check of ``engine`` answered ``answer`` from running its cells (None:
+    nothing), for providers whose nodes have an install of their own.
+    """
+
+    cells: tuple = ()
+    nodes: int = 1
+    slowed_nodes: int = 0
+    engines: tuple[str, ...] = ()
+    engine_problem: Callable[[str, dict], str | None] = _engine_answer_problem
+
+
 @dataclass
 class ClusterSettings:
     """One provider's settings for a sweep: checked, opened, recorded.
 
-    ``options`` names which of the CLI's ``--profile``, ``--speedup`` and
-    ``--inventory`` the provider takes (each a field of the subclass of the same name);
-    ``refusals`` holds the line that refuses an option on the other providers, for the
-    options this provider owns (``profiler.cluster.cluster_settings`` uses it).
+    ``options`` declares the settings the provider takes (``ProviderOption``), each a
+    field of the subclass of the same name; the CLI commands, the refusal of an option
+    on another provider and ``--resume`` read them from the registry.
     """
 
     name: ClassVar[str] = ""
     help: ClassVar[str] = ""  # a few words for ``--cluster``'s help
-    options: ClassVar[tuple[str, ...]] = ()
-    refusals: ClassVar[dict[str, str]] = {}
+    options: ClassVar[tuple[ProviderOption, ...]] = ()
     # How fast the nodes train, for the study's estimate: ``host`` (slots sharing this
     # host's cores), ``profile`` (the node profile's quota) or ``board`` (real boards).
+    # ``profile``: the nodes are made from a node profile, which calibration measures.
     speed: ClassVar[str] = "host"
     # Whether the nodes run an edgeprof and engines of their own, which ``check`` probes
     # (real boards): this machine then checks only what it needs to plan cells.
@@ -194,10 +256,23 @@ class ClusterSettings:
         """The provider's ``Cluster`` class (imported when asked: it may be heavy)."""
         raise NotImplementedError
 
+    @classmethod
+    def running(cls) -> bool:
+        """Whether a cluster of this provider is up on this host, which opening one
+        would take over or rebuild (the emulated cluster); False where nothing is kept
+        up between sweeps."""
+        return False
+
     @property
     def max_speedup(self) -> float:
         """The most time dilation a cell may get (the emulated cluster's ``--speedup``)."""
         return 1.0
+
+    @property
+    def node_profile(self) -> str | None:
+        """The node profile the nodes are made from, by name (``speed == "profile"``;
+        None: none named), which a profile check measures on this host."""
+        return None
 
     @property
     def label(self) -> str:
@@ -205,21 +280,23 @@ class ClusterSettings:
         return f"{self.name} cluster"
 
     def identity(self) -> dict:
-        """What ``--resume`` compares (``sweep.json``'s ``identity``): the keys
-        ``cluster``, ``profile``, ``inventory`` and ``speedup``, None where unused."""
-        return {"cluster": self.name, "profile": None, "inventory": None, "speedup": 1.0}
+        """What ``--resume`` compares (``sweep.json``'s ``identity``): ``cluster`` and
+        each option declared ``identity`` (a path as text)."""
+        return {"cluster": self.name,
+                **{o.name: _recorded(getattr(self, o.name)) for o in self.options
+                   if o.identity}}
 
-    def check(self, cells: Sequence) -> None:
-        """Refuse (one line) what cannot run ``cells``; touches nothing."""
-        slowed = sorted({c.straggler for c in cells if c.straggler != "none"})
+    def check(self, needs: GridNeeds) -> None:
+        """Refuse (one line) what cannot run the grid ``needs`` describes; touches nothing."""
+        slowed = sorted({c.straggler for c in needs.cells if c.straggler != "none"})
         if slowed and not self.cluster_type().can_slow_node:
+            from . import slowing_clusters  # the registry, which imports this module
             raise ConfigError(f"--straggler {','.join(slowed)} slows one node's CPU, and the "
-                              f"{self.name} cluster's nodes share this host's: use --cluster "
-                              "emulated (or real nodes with cgroup v2: --cluster inventory), "
-                              "or drop --straggler")
+                              f"{self.name} cluster's nodes share this host's: use "
+                              f"{slowing_clusters()}, or drop --straggler")
 
-    def open(self, nodes_needed: int, cells: Sequence = ()) -> ContextManager[Cluster]:
-        """The cluster, with at least ``nodes_needed`` nodes, for the length of a
+    def open(self, needs: GridNeeds) -> ContextManager[Cluster]:
+        """The cluster, with at least ``needs.nodes`` nodes, for the length of a
         ``with``; what this call brought up is taken down at its end."""
         raise NotImplementedError
 
@@ -234,6 +311,11 @@ class ClusterSettings:
             cluster.close()
             if teardown is not None:
                 teardown()
+
+
+def _recorded(value):
+    """An option's value as ``sweep.json`` keeps it (JSON: a path as text)."""
+    return str(value) if isinstance(value, os.PathLike) else value
 
 
 # Secrets a process gets only if it ships metrics itself (see docs/metrics.md): never

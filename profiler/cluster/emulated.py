@@ -52,7 +52,8 @@ from workloads.node_limits import JOIN_CPU_CGROUP_ENV
 from ..errors import ClusterError, ConfigError
 from ..fsutil import atomic_write_text
 from . import cgroups, netns
-from .base import Cluster, ClusterSettings, MemoryPressure, Node, NodeScope, popen_in_group
+from .base import (Cluster, ClusterSettings, GridNeeds, MemoryPressure, Node, NodeScope,
+                   ProviderOption, popen_in_group)
 from .netns import TBF_LATENCY_MS
 
 if TYPE_CHECKING:
@@ -457,6 +458,15 @@ def _locked() -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _speedup(text: str) -> float:
+    """``--speedup``'s typed text as a factor (its range is checked with the grid)."""
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"--speedup {text}: give a factor such as 2 (1: the profile's own "
+                          "speed)") from None
+
+
 @dataclass
 class EmulatedSettings(ClusterSettings):
     """``--cluster emulated``: ``--profile`` (a name or mix, or a ``Profile`` object;
@@ -467,13 +477,21 @@ class EmulatedSettings(ClusterSettings):
 
     name = "emulated"
     help = "Pi-class nodes, root"
-    options = ("profile", "speedup")
+    options = (
+        ProviderOption(
+            "profile", identity=True, metavar="NAME",
+            help="Node profile of the emulated cluster [default: the cluster that is up, "
+                 "else pi3b].",
+            refusal="--profile {value} is a node profile of the emulated cluster: drop it "
+                    "or use --cluster emulated"),
+        ProviderOption(
+            "speedup", default=1.0, parse=_speedup, identity=True, metavar="FACTOR",
+            help="Emulated cluster: every node's CPU quota and link rate x this factor "
+                 "(time dilation: same balance of compute and network, docs/emulated.md).",
+            refusal="--speedup {value:g} applies to the emulated cluster only (real and "
+                    "local nodes run at their own speed): drop it or use --cluster emulated"),
+    )
     speed = "profile"
-    refusals = {
-        "profile": "--profile {value} is a node profile of the emulated cluster: drop it "
-                   "or use --cluster emulated",
-        "speedup": "--speedup {value:g} applies to the emulated cluster only (real and "
-                   "local nodes run at their own speed): drop it or use --cluster emulated"}
 
     @classmethod
     def cluster_type(cls) -> type[Cluster]:
@@ -482,6 +500,10 @@ class EmulatedSettings(ClusterSettings):
     @property
     def profile_name(self) -> str | None:
         return _profile_name(self.profile)
+
+    @property
+    def node_profile(self) -> str | None:
+        return self.profile_name
 
     @property
     def max_speedup(self) -> float:
@@ -494,25 +516,23 @@ class EmulatedSettings(ClusterSettings):
         return "emulated cluster" + (f" ({', '.join(how)})" if how else "")
 
     def identity(self) -> dict:
-        return {**super().identity(), "profile": self.profile_name, "speedup": self.speedup}
+        return {**super().identity(), "profile": self.profile_name}
 
-    def check(self, cells: Sequence) -> None:
-        from ..engines import get_engine
+    def check(self, needs: GridNeeds) -> None:
         from .profiles import MAX_SPEEDUP
 
         if not 1 <= self.speedup <= MAX_SPEEDUP:
             raise ConfigError(f"--speedup {self.speedup:g}: give a factor from 1 (the "
                               f"profile's own speed) to {MAX_SPEEDUP:g}")
-        super().check(cells)
-        needed = max((get_engine(c.engine).nodes_needed(c) for c in cells), default=1)
-        check_request(needed, self.profile or DEFAULT_PROFILE)
+        super().check(needs)
+        check_request(needs.nodes, self.profile or DEFAULT_PROFILE)
 
-    def open(self, nodes_needed: int, cells: Sequence = ()) -> ContextManager[Cluster]:
-        cluster, created = ensure_cluster(nodes_needed, self.profile)
+    def open(self, needs: GridNeeds) -> ContextManager[Cluster]:
+        cluster, created = ensure_cluster(needs.nodes, self.profile)
         return self.closing(cluster, down if created else None)
 
-    @staticmethod
-    def running() -> bool:
+    @classmethod
+    def running(cls) -> bool:
         """Whether an emulated cluster is up on this host."""
         try:
             attach()

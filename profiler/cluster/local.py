@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ContextManager, Mapping, Sequence
 
-from .base import Cluster, ClusterSettings, Node, NodeScope, popen_in_group
+from .base import Cluster, ClusterSettings, GridNeeds, Node, NodeScope, popen_in_group
 
 
 class LocalCluster(Cluster):
@@ -43,5 +43,5 @@ class LocalSettings(ClusterSettings):
     def cluster_type(cls) -> type[Cluster]:
         return LocalCluster
 
-    def open(self, nodes_needed: int, cells: Sequence = ()) -> ContextManager[Cluster]:
-        return self.closing(LocalCluster(nodes_needed))
+    def open(self, needs: GridNeeds) -> ContextManager[Cluster]:
+        return self.closing(LocalCluster(needs.nodes))

@@ -1,8 +1,10 @@
-"""``edgeprof sweep`` and ``edgeprof run``: the grid's options, parsed into ``SweepSettings``.
+"""``edgeprof run``, and the grid's options of ``run`` and ``sweep``, parsed into ``SweepSettings``.
 
 Thin, as every command: it parses options, checks everything that can be known to fail
-(``_settings``), calls ``run_sweep`` and prints the table. The ``edgeprof`` group
-(``profiler.cli``) loads this module only when one of the two commands runs: planning
+(``settings_from_options``), calls ``run_sweep`` and prints the table. ``edgeprof
+sweep`` adds calibration's profile check before it runs, so it is wired one layer up
+(``profiler.cli_sweep``): this package does not import calibration, which runs sweeps.
+The ``edgeprof`` group (``profiler.cli``) loads this module only when a command runs: planning
 imports the engines, the grid and the workloads' model lists, which the agent on a
 1 GB Pi never needs.
 """
@@ -21,6 +23,7 @@ from workloads.models import family_of
 
 from ..cell import DEFAULT_ENGINE
 from ..cli_errors import reports_errors
+from ..cluster.cli_options import ProviderCommand
 from ..cluster.prices import PRICE_HELP, price_spec
 from ..engines import ENGINES
 from ..errors import EdgeprofError
@@ -59,7 +62,7 @@ def _lr_help() -> str:
 
 def grid_options(func):
     """The options that define a grid of cells, shared by ``run`` and ``sweep``."""
-    from ..cluster import providers_help
+    from ..cluster.cli_options import cluster_option
 
     options = [
         click.option("--model", default="resnet", show_default=True, help=_models_help()),
@@ -111,18 +114,8 @@ def grid_options(func):
                           "CPU, 0 < F <= 1, from the start) or F@T (from T s after the "
                           "cell's launch); comma-separated for a sweep. Emulated cluster, "
                           "or real nodes with cgroup v2 (docs/emulated.md)."),
-        click.option("--cluster", "cluster_name", default="local", show_default=True,
-                     help=providers_help() + "."),
-        click.option("--inventory", default=None, type=click.Path(path_type=Path),
-                     help="Ansible inventory of --cluster inventory: [master] and "
-                          "[workers] hosts (docs/cluster.md)."),
-        click.option("--profile", default=None,
-                     help="Node profile of the emulated cluster [default: the cluster that "
-                          "is up, else pi3b]."),
-        click.option("--speedup", default=1.0, show_default=True, type=float,
-                     help="Emulated cluster: every node's CPU quota and link rate x this "
-                          "factor (time dilation: same balance of compute and network, "
-                          "docs/emulated.md)."),
+        # Each provider's own options (ProviderOption) follow it: ProviderCommand.
+        cluster_option(),
         click.option("--price", default=None, help=PRICE_HELP),
         click.option("--timeout", default=None, type=float,
                      help="Seconds a cell may take before it is stopped (status timeout); "
@@ -159,24 +152,24 @@ def grid_options(func):
     return func
 
 
-def _with_agent_options(func):
+def agent_options(func):
     # The agent contributes --interval and the InfluxDB options; imported here, not at
     # the top, so that a broken optional piece cannot take the whole CLI down silently.
     from ..agent.options import influx_options, interval_option
     return interval_option(influx_options(func))
 
 
-def _settings(kw: dict, resume: bool, max_cells: int | None = None):
+def settings_from_options(kw: dict, resume: bool, max_cells: int | None = None):
     """Check every option, file and folder the sweep will use, then build its settings.
 
     Everything that can be known to fail is refused here, before ``run_sweep`` brings a
-    cluster up or writes a file, and before ``_run_and_print`` says anything: bad input
+    cluster up or writes a file, and before ``run_and_print`` says anything: bad input
     is one line (``EdgeprofError``, exit 2) and leaves any earlier sweep untouched.
     """
     from workloads.datasets import resolver as data_resolver
     from workloads.datasets.catalog import NAMES as DATASET_NAMES, SPECS as DATASET_SPECS
 
-    from ..cluster import cluster_settings
+    from ..cluster.cli_options import cluster_from_options
     from ..metrics.targets import check_server, target_from_options
     from .preflight import preflight
     from .sweep import SweepSettings
@@ -214,8 +207,7 @@ def _settings(kw: dict, resume: bool, max_cells: int | None = None):
                             "or 0 for no limit")
     target = target_from_options(**{k: v for k, v in kw.items() if k.startswith("influx_")})
     price = price_spec(kw["price"]) if kw["price"] is not None else None
-    cluster = cluster_settings(kw["cluster_name"], profile=kw["profile"],
-                               speedup=kw["speedup"], inventory=kw["inventory"])
+    cluster = cluster_from_options(kw["cluster_name"], kw)
     settings = SweepSettings(
         cells=cells, out_dir=kw["out"], cluster=cluster,
         data_dir=kw["data_dir"], timeout_s=kw["timeout"], resume=resume,
@@ -343,7 +335,7 @@ def _datasets_said(cells) -> str:
     return said
 
 
-def _run_and_print(settings) -> None:
+def run_and_print(settings) -> None:
     from .sweep import run_sweep
     from .table import format_table
 
@@ -374,52 +366,10 @@ def _run_and_print(settings) -> None:
 
 
 # Every other command is imported when it runs (see lazy_group): ``edgeprof agent`` costs
-# what sampling needs. ``sweep`` and ``run`` are defined below.
-@click.command()
+# what sampling needs.
+@click.command(cls=ProviderCommand)
 @grid_options
-@click.option("--resume", is_flag=True,
-              help="Continue the sweep in --out, skipping finished cells.")
-@click.option("--profile-check", default="off", show_default=True,
-              type=click.Choice(["off", "refuse", "recalibrate"]),
-              help="Emulated cluster, a profile with board rates (pi3b-park2019): first "
-                   "measure its quotas on this host; when off by more than "
-                   "--profile-tolerance, refuse or re-calibrate them.")
-@click.option("--profile-tolerance", default=0.25, show_default=True, type=float,
-              help="How far the host's rate may be from the board's: x/÷(1 + this).")
-@_with_agent_options
-@reports_errors
-def sweep(**kw) -> None:
-    """Run the cartesian sweep of real distributed training and keep every result.
-
-    Lists are comma-separated; every combination is one cell. Results go to
-    OUT/results.csv (one row per cell) as each cell ends; --resume --out OUT skips
-    the cells already done. Options, dataset files and OUT are all checked before
-    anything runs: bad input is one line and exit status 2.
-
-    Example:
-
-    \b
-        edgeprof sweep --model resnet --layers 20,32 --batch 32,64 --devices 1,2 \\
-            --sync sync,async --max-samples 2000
-        edgeprof sweep --script examples/ddp_train.py --devices 1,2,4 \\
-            --script-args "--epochs 2 --batch {batch}" --batch 32,64
-    """
-    from ..calibrate.check import check_sweep
-
-    resume, check, tolerance = kw.pop("resume"), kw.pop("profile_check"), \
-        kw.pop("profile_tolerance")
-    settings = _settings(kw, resume)
-    if check != "off" and "profile" not in settings.cluster.options:
-        raise EdgeprofError(f"--profile-check {check} checks an emulated node profile: use "
-                            "it with --cluster emulated, or leave it out")
-    check_sweep(settings, check, tolerance,
-                report=lambda line: click.echo(f"profile check: {line}", err=True))
-    _run_and_print(settings)
-
-
-@click.command()
-@grid_options
-@_with_agent_options
+@agent_options
 @reports_errors
 def run(**kw) -> None:
     """Run one cell (one configuration) and print its result.
@@ -429,4 +379,6 @@ def run(**kw) -> None:
     \b
         edgeprof run --model lenet-mlp --batch 64 --devices 2 --sync async
     """
-    _run_and_print(_settings(kw, resume=False, max_cells=1))
+    run_and_print(settings_from_options(kw, resume=False, max_cells=1))
+
+

@@ -14,21 +14,34 @@ import os
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol, Sequence
 
+from ..cluster import declared_options
 from ..engines import ENGINES, distributions
 from ..errors import ConfigError
 from ..fsutil import atomic_write_text
 
-if TYPE_CHECKING:
-    from .sweep import SweepSettings
+
+class SweepFolderSettings(Protocol):
+    """What this module reads of a sweep's settings (``sweep.sweep.SweepSettings``, which
+    imports this module: a protocol here keeps the import one way)."""
+
+    out_dir: Path | None
+    resume: bool
+    cells: Sequence
+    timeout_s: float | None
+    interval_s: float | None
+    extra: dict
+    user_files: Sequence
+
+    def identity(self) -> dict: ...
 
 
 def new_sweep_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S")
 
 
-def check_sweep_dir(settings: SweepSettings) -> dict | None:
+def check_sweep_dir(settings: SweepFolderSettings) -> dict | None:
     """Refuse an ``--out`` (and ``--resume``) that cannot work, writing nothing.
 
     Returns the earlier sweep's ``sweep.json`` when resuming, else None. The CLI calls it
@@ -55,7 +68,7 @@ def check_sweep_dir(settings: SweepSettings) -> dict | None:
     return None
 
 
-def prepare_sweep_dir(settings: SweepSettings) -> tuple[str, Path]:
+def prepare_sweep_dir(settings: SweepFolderSettings) -> tuple[str, Path]:
     """Create (or, with ``resume``, reopen and check) the sweep folder; check it is writable."""
     meta = check_sweep_dir(settings)
     if meta is not None:
@@ -73,8 +86,6 @@ def prepare_sweep_dir(settings: SweepSettings) -> tuple[str, Path]:
             "interval_s": settings.interval_s, "identity": settings.identity(),
             "cells": [asdict(c) for c in settings.cells], "versions": _versions(),
             **({"extra": settings.extra} if settings.extra else {}),
-            # Where metrics were shipped and how (TLS verified or --influx-insecure).
-            **({"shipping": settings.ship_target.recorded()} if settings.ship_target else {}),
             # Where metrics were shipped and how (TLS verified or --influx-insecure).
             **({"shipping": settings.ship_target.recorded()} if settings.ship_target else {}),
             # The user's files the cells train with: where they came from, what they hold.
@@ -121,7 +132,7 @@ def read_sweep_meta(sweep_dir: Path) -> dict:
     return meta
 
 
-def check_resume(meta: dict, settings: SweepSettings) -> None:
+def check_resume(meta: dict, settings: SweepFolderSettings) -> None:
     """Refuse to resume with settings that change what the cells measure."""
     recorded = meta.get("identity")
     if not isinstance(recorded, dict):
@@ -135,20 +146,22 @@ def check_resume(meta: dict, settings: SweepSettings) -> None:
             f"version (cell format {recorded.get('cell_format', 1)}, this one "
             f"{now['cell_format']}), whose cells this one cannot match: start a new sweep "
             "with another --out")
-    if now["profile"] is None:
-        now["profile"] = recorded.get("profile")  # no --profile: the sweep's own
+    providers = declared_options()
     for key, value in now.items():
-        if key in recorded and recorded[key] != value:
-            option = RESUME_OPTIONS.get(key, key)
+        if value is None and key in providers:
+            now[key] = recorded.get(key)  # a provider option not given: the sweep's own
+        if key in recorded and recorded[key] != now[key]:
+            option = providers[key][0].flag if key in providers else RESUME_OPTIONS.get(key, key)
             raise ConfigError(
-                f"--resume: {option} {_shown(value)} differs from the sweep's "
+                f"--resume: {option} {_shown(now[key])} differs from the sweep's "
                 f"{_shown(recorded[key])}: resume with {option} {_shown(recorded[key])}, "
                 "or start a new sweep with another --out")
 
 
-RESUME_OPTIONS = {"cluster": "--cluster", "profile": "--profile", "data_dir": "--data-dir",
-                  "threads": "--threads", "seed": "seed", "val_samples": "--val-samples",
-                  "inventory": "--inventory", "speedup": "--speedup"}
+# The sweep's own settings in sweep.json's identity; the providers' are their options
+# (``ProviderOption.identity``), named from the registry.
+RESUME_OPTIONS = {"cluster": "--cluster", "data_dir": "--data-dir", "threads": "--threads",
+                  "seed": "seed", "val_samples": "--val-samples"}
 
 
 def _shown(value) -> str:

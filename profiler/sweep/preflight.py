@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from ..engines import get_engine
 from .folder import check_sweep_dir
+from .needs import grid_needs
 from .sweep import SweepSettings
 
 
 def preflight(settings: SweepSettings) -> None:
     cells = settings.cells
-    settings.cluster.check(cells)
+    settings.cluster.check(grid_needs(cells))
     # A mixed grid would otherwise run its first engine's cells and fail the rest late.
     # Nodes with an install of their own (real boards) were checked by the provider;
     # this machine still plans.

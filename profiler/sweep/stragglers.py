@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ..cluster import slowing_clusters
 from ..cluster.base import Node
 from ..errors import ClusterError, ConfigError
 
@@ -135,8 +136,7 @@ class Straggler:
             return
         if not self.cluster.can_slow_node:
             raise ClusterError(f"--straggler {self.spec.text}: the {self.cluster.name} "
-                               "cluster cannot slow a node: use --cluster emulated or "
-                               "inventory")
+                               f"cluster cannot slow a node: use {slowing_clusters()}")
         on_node = [spec for spec in specs if spec.node.name == self.node.name]
         self._restore_kw = {"cell_dir": Path(cell_dir)}
         kw = {**self._restore_kw, "processes": len(on_node), "threads": threads}

@@ -31,6 +31,7 @@ from .folder import next_attempt, prepare_sweep_dir
 from ..inputs import UserFile, stage
 from .interrupts import StopRequest
 from .monitoring import summary_columns
+from .needs import grid_needs
 from .cost import cost_columns
 from .train_points import spool_cell_points
 from .runner import run_cell
@@ -68,8 +69,9 @@ class SweepSettings:
 
         Kept in ``sweep.json``; ``--resume`` refuses settings that differ, since a
         resumed sweep would otherwise mix results of two different setups. The
-        provider's part keeps the keys ``cluster``, ``profile``, ``inventory`` and
-        ``speedup``, so that sweeps written before providers were plugins still resume.
+        provider's part is ``cluster`` and its options declared part of the identity
+        (``ProviderOption.identity``); a key one side lacks is not compared, so sweeps
+        written before providers were plugins still resume.
         """
         return {"cell_format": CELL_FORMAT, **self.cluster.identity(),
                 "data_dir": str(self.data_dir) if self.data_dir else None,
@@ -108,7 +110,6 @@ def _run_sweep(settings: SweepSettings, stop: StopRequest, progress: bool,
                on_start: Callable[[Path], None] | None) -> SweepOutcome:
     sweep_id, sweep_dir = prepare_sweep_dir(settings)
     engines = {name: get_engine(name) for name in sorted({c.engine for c in settings.cells})}
-    nodes_needed = max(engines[c.engine].nodes_needed(c) for c in settings.cells)
     extra_columns = summary_columns() if settings.interval_s else []
     store = ResultsStore(sweep_dir, extra_columns)
     done = store.finished_ids() if settings.resume else set()
@@ -119,7 +120,7 @@ def _run_sweep(settings: SweepSettings, stop: StopRequest, progress: bool,
                            seed=settings.seed, val_samples=settings.val_samples,
                            breakdown=settings.breakdown, inputs_dir=inputs_dir)
 
-    with settings.cluster.open(nodes_needed, settings.cells) as cluster:
+    with settings.cluster.open(grid_needs(settings.cells)) as cluster:
         if on_start is not None:
             on_start(sweep_dir)
         records = _run_cells(settings, cluster, engines, sweep_id, sweep_dir, options,

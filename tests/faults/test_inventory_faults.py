@@ -155,6 +155,7 @@ def test_mxnet_without_parameter_server_is_named(monkeypatch):
     from profiler.cluster.inventory.hosts import Host
     from profiler.cluster.inventory.probe import check_hosts
     from profiler.errors import ClusterError
+    from profiler.sweep.needs import grid_needs
 
     hosts = [Host(name="pi0", address="192.0.2.1")]
     answers = {"pi0": {"version": __version__, "engines": {
@@ -162,10 +163,10 @@ def test_mxnet_without_parameter_server_is_named(monkeypatch):
     one = CellConfig(engine="mxnet", devices=1)
     two = CellConfig(engine="mxnet", devices=2)
     hvd = CellConfig(engine="horovod", devices=2)
-    check_hosts(hosts, [one, hvd], answers)  # local KVStore and Horovod work
+    check_hosts(hosts, grid_needs([one, hvd]), answers)  # local KVStore and Horovod work
     with pytest.raises(ClusterError, match="pi0 cannot run --engine mxnet.*no distributed "
                                            "KVStore.*edgeprof_mxnet_wheel.*--engine torch"):
-        check_hosts(hosts, [one, two], answers)
+        check_hosts(hosts, grid_needs([one, two]), answers)
 
 
 def test_mxnet_wheel_without_arm_performance_libraries_is_named(monkeypatch):

@@ -12,6 +12,7 @@ from profiler.cluster.inventory.hosts import Host
 from profiler.cluster.inventory.probe import check_hosts
 from profiler.engines.pipeline import few_microbatches_problem
 from profiler.errors import ClusterError
+from profiler.sweep.needs import grid_needs
 
 
 def _cell(devices=2, microbatches=1, schedule="gpipe", replicas=1) -> CellConfig:
@@ -45,8 +46,9 @@ def test_the_inventory_check_names_the_host_with_the_old_torch():
                for h in hosts}
     answers["pi1"]["engines"]["torch-pipe"]["torch"] = "2.9.1"
     with pytest.raises(ClusterError) as err:
-        check_hosts(hosts, [_cell(microbatches=4), _cell(microbatches=1)], answers)
+        check_hosts(hosts, grid_needs([_cell(microbatches=4), _cell(microbatches=1)]),
+                    answers)
     line = str(err.value)
     assert "\n" not in line and line.startswith("host pi1 cannot run --engine torch-pipe")
     assert "torch 2.9.1 runs a pipeline of 2 stages only with --microbatches 2" in line
-    check_hosts(hosts, [_cell(microbatches=4)], answers)  # enough micro-batches: no problem
+    check_hosts(hosts, grid_needs([_cell(microbatches=4)]), answers)  # enough: no problem

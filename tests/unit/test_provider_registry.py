@@ -77,15 +77,25 @@ def test_an_unknown_provider_and_options_of_another_are_refused_in_one_line():
         cluster_settings("inventory", inventory=Path("hosts.ini"), speedup=3)
 
 
-def test_each_provider_keeps_the_identity_keys_older_sweeps_recorded():
-    for settings in (cluster_settings("local"), cluster_settings("emulated", profile="pi4",
-                                                                 speedup=2),
-                     cluster_settings("inventory", inventory=Path("hosts.ini"))):
-        assert set(settings.identity()) == {"cluster", "profile", "inventory", "speedup"}
+def test_each_provider_records_its_identity_options_and_nothing_of_the_others():
+    assert cluster_settings("local").identity() == {"cluster": "local"}
     assert cluster_settings("emulated", profile="pi4", speedup=2).identity() == {
-        "cluster": "emulated", "profile": "pi4", "inventory": None, "speedup": 2}
+        "cluster": "emulated", "profile": "pi4", "speedup": 2}
+    assert cluster_settings("inventory", inventory=Path("hosts.ini")).identity() == {
+        "cluster": "inventory", "inventory": "hosts.ini"}
     assert cluster_settings("emulated", profile="pi4", speedup=2).label == \
         "emulated cluster (pi4, up to speedup 2)"
+
+
+def test_the_options_come_from_the_providers_declarations():
+    from profiler.cluster import declared_options
+
+    options = declared_options()
+    assert list(options) == ["profile", "speedup", "inventory"]
+    assert {name: owner.name for name, (_, owner) in options.items()} == {
+        "profile": "emulated", "speedup": "emulated", "inventory": "inventory"}
+    with pytest.raises(ConfigError, match="--speedup fast: give a factor"):
+        options["speedup"][0].parse("fast")
 
 
 def test_node_scope_round_trips_and_reads_an_older_state_file():

@@ -23,6 +23,7 @@ import pytest
 from profiler.metrics.summary import throttled_during
 from profiler.cell import CellConfig
 from profiler.cluster import PROVIDERS, cluster_settings
+from profiler.sweep.needs import grid_needs
 from profiler.cluster.base import Cluster, Node
 from profiler.cluster.cgroups import NodeCgroup, cfs_quota_us
 from profiler.cluster.inventory.hosts import Host
@@ -84,9 +85,11 @@ def test_the_grid_crosses_stragglers_with_every_other_setting():
 def test_only_clusters_that_can_slow_a_node_take_a_straggler():
     cells = [CellConfig(straggler="none"), CellConfig(straggler="0.5@10")]
     with pytest.raises(ConfigError) as err:
-        cluster_settings("local").check(cells)
-    assert "--straggler 0.5@10" in str(err.value) and "--cluster emulated" in str(err.value)
-    cluster_settings("local").check(cells[:1])
+        cluster_settings("local").check(grid_needs(cells))
+    # The providers able to slow a node, named from the registry.
+    assert "--straggler 0.5@10" in str(err.value) and \
+        "use --cluster emulated or inventory" in str(err.value)
+    cluster_settings("local").check(grid_needs(cells[:1]))
     assert {name for name, settings in PROVIDERS.items()
             if settings.cluster_type().can_slow_node} == {"emulated", "inventory"}
 
@@ -345,13 +348,13 @@ def test_hosts_without_cgroup_v2_are_refused_before_a_straggler_sweep():
     slowed = CellConfig(engine="torch", model="lenet-mlp", layers=None, devices=2,
                         straggler="0.5")
     with pytest.raises(ClusterError) as err:
-        check_hosts(hosts, [slowed], answers)
+        check_hosts(hosts, grid_needs([slowed]), answers)
     assert "host pi2 has no cgroup v2" in str(err.value) and "--straggler" in str(err.value)
     # Without a straggler, or when the cells do not reach pi2: nothing to refuse.
-    check_hosts(hosts, [CellConfig(engine="torch", model="lenet-mlp", layers=None,
-                                   devices=2)], answers)
-    check_hosts(hosts, [CellConfig(engine="torch", model="lenet-mlp", layers=None,
-                                   devices=1, straggler="0.5")], answers)
+    check_hosts(hosts, grid_needs([CellConfig(engine="torch", model="lenet-mlp", layers=None,
+                                              devices=2)]), answers)
+    check_hosts(hosts, grid_needs([CellConfig(engine="torch", model="lenet-mlp", layers=None,
+                                              devices=1, straggler="0.5")]), answers)
 
 
 # --- throttling on a Pi: get_throttled words as the agent samples them ---

@@ -164,5 +164,11 @@ def test_a_sweep_written_before_providers_were_plugins_still_resumes(tmp_path):
     again = SweepSettings(cells=[CellConfig()], out_dir=tmp_path / "s", resume=True,
                           cluster=_emulated(speedup=2))
     assert prepare_sweep_dir(again) == ("20260101-000000", tmp_path / "s")
-    assert set(again.identity()) == {"cell_format", "cluster", "profile", "inventory",
-                                     "speedup", "data_dir", "threads", "seed", "val_samples"}
+    # The provider's options are its own now: the key the emulated cluster lacks is not
+    # compared, the ones it has still are.
+    assert set(again.identity()) == {"cell_format", "cluster", "profile", "speedup",
+                                     "data_dir", "threads", "seed", "val_samples"}
+    other = SweepSettings(cells=[CellConfig()], out_dir=tmp_path / "s", resume=True,
+                          cluster=_emulated(speedup=4))
+    with pytest.raises(ConfigError, match="--speedup 4 differs from the sweep's 2.0"):
+        prepare_sweep_dir(other)

@@ -25,13 +25,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ContextManager, Sequence
+from typing import ContextManager
 
 from ...errors import ClusterError, ConfigError
-from ..base import Cluster, ClusterSettings
+from ..base import Cluster, ClusterSettings, GridNeeds, ProviderOption
 
 # A sweep checks its hosts in preflight and again when it opens the cluster, moments
-# apart: the second time reuses the first answers (each check imports the engines).
+# apart: the second time reuses the first answers (each check imports the engines there).
 CHECK_REUSE_S = 60.0
 
 
@@ -45,16 +45,18 @@ class InventorySettings(ClusterSettings):
 
     name = "inventory"
     help = "real nodes over SSH, with --inventory"
-    options = ("inventory",)
+    options = (ProviderOption(
+        "inventory", parse=Path, identity=True, metavar="FILE",
+        help="Ansible inventory of --cluster inventory: [master] and [workers] hosts "
+             "(docs/cluster.md).",
+        refusal="--inventory FILE goes with --cluster inventory (and only with it): give "
+                "both, e.g. --cluster inventory --inventory inventory.ini"),)
     speed = "board"
     own_install = True
-    refusals = {"inventory": "--inventory FILE goes with --cluster inventory (and only with "
-                             "it): give both, e.g. --cluster inventory --inventory "
-                             "inventory.ini"}
 
     def __post_init__(self) -> None:
         if self.inventory is None:
-            raise ConfigError(self.refusals["inventory"])
+            raise ConfigError(self.options[0].refusal)
         self.inventory = Path(self.inventory)
 
     @classmethod
@@ -66,38 +68,31 @@ class InventorySettings(ClusterSettings):
     def label(self) -> str:
         return f"inventory cluster ({self.inventory})"
 
-    def identity(self) -> dict:
-        return {**super().identity(), "inventory": str(self.inventory)}
+    def check(self, needs: GridNeeds) -> None:
+        """Read the inventory and probe every host for the grid, keeping the answers."""
+        self._hosts_checked(needs)
 
-    def check(self, cells: Sequence) -> None:
-        """Read the inventory and probe every host for ``cells``, keeping the answers."""
-        self._hosts_checked(cells)
-
-    def open(self, nodes_needed: int, cells: Sequence = ()) -> ContextManager[Cluster]:
+    def open(self, needs: GridNeeds) -> ContextManager[Cluster]:
         from .cluster import InventoryCluster
-        return self.closing(InventoryCluster(self._hosts_checked(cells, nodes_needed)))
+        return self.closing(InventoryCluster(self._hosts_checked(needs)))
 
-    def _hosts_checked(self, cells: Sequence, nodes_needed: int | None = None) -> list:
-        from ...engines import get_engine
+    def _hosts_checked(self, needs: GridNeeds) -> list:
         from .hosts import read_inventory
         from .probe import check_hosts
 
-        if nodes_needed is None:
-            nodes_needed = max((get_engine(c.engine).nodes_needed(c) for c in cells),
-                               default=1)
         hosts = read_inventory(self.inventory)
-        if len(hosts) < nodes_needed:
+        if len(hosts) < needs.nodes:
             raise ClusterError(f"--inventory {self.inventory} lists {len(hosts)} nodes, the "
-                               f"grid needs {nodes_needed} (devices + 1 with --placement "
+                               f"grid needs {needs.nodes} (devices + 1 with --placement "
                                "master): add hosts or use fewer --devices")
-        engines = tuple(sorted({cell.engine for cell in cells}))
+        engines = tuple(sorted(needs.engines))
         reuse = None
         if self._checked is not None:
             when, checked_hosts, checked_engines, answers = self._checked
             if (checked_hosts, checked_engines) == (hosts, engines) and \
                     time.monotonic() - when <= CHECK_REUSE_S:
                 reuse = answers
-        answers = check_hosts(hosts, cells, reuse)
+        answers = check_hosts(hosts, needs, reuse)
         if reuse is None:
             self._checked = (time.monotonic(), hosts, engines, answers)
         return hosts

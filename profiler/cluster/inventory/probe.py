@@ -2,6 +2,8 @@
 
 Each host answers over SSH, in parallel: its edgeprof version, CPUs, memory, cgroup v2
 (for ``--straggler``) and each engine's own check (``Engine.probe_host``, run there).
+The controller's side imports no engine: which engines to ask for and how to judge
+their answers come with the grid's ``GridNeeds`` (``profiler.sweep.needs``).
 """
 
 from __future__ import annotations
@@ -12,9 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from ... import __version__
-from ...cell import CellConfig
-from ...engines import ENGINES, get_engine
 from ...errors import ClusterError
+from ..base import GridNeeds
 from .hosts import Host, last_line, plain_env
 
 CHECK_TIMEOUT_S = 60  # importing MXNet takes a few seconds on a Pi 3B
@@ -22,10 +23,10 @@ CHECK_TIMEOUT_S = 60  # importing MXNet takes a few seconds on a Pi 3B
 
 # What a host must answer before a sweep uses it: edgeprof's version, and each engine's
 # own check (``Engine.probe_host``, run there: the engines the sweep needs are named in
-# argv). A package that exists but does not import (MXNet beside NumPy 2, a Horovod built
-# without MXNet or Gloo, a torch that dies with SIGILL) is an answer with its problem,
-# not a crash of the check. Importing MXNet or torch takes seconds on a Pi; the hosts
-# answer in parallel, so a sweep pays it once.
+# argv; none: every engine the host knows). A package that exists but does not import
+# (MXNet beside NumPy 2, a Horovod built without MXNet or Gloo, a torch that dies with
+# SIGILL) is an answer with its problem, not a crash of the check. Importing MXNet or
+# torch takes seconds on a Pi; the hosts answer in parallel, so a sweep pays it once.
 _PROBE = """\
 import json, os, sys
 import profiler
@@ -37,17 +38,18 @@ try:  # a straggler (--straggler) needs cgroup v2's cpu controller
 except OSError:
     answer['cgroup_v2_cpu'] = False
 try:
-    from profiler.engines import host_check
-    answer['engines'] = host_check(sys.argv[1:])
+    from profiler.engines import ENGINES, host_check
+    answer['engines'] = host_check(sys.argv[1:] or list(ENGINES))
 except Exception as exc:  # another edgeprof version: the version check names it
     answer['engines_error'] = (type(exc).__name__ + ': ' + str(exc))[:200]
 print(json.dumps(answer))
 """
 
 
-def probe(host: Host, engines: Sequence[str] = tuple(ENGINES)) -> dict:
+def probe(host: Host, engines: Sequence[str] = ()) -> dict:
     """Ask ``host`` for its edgeprof version, CPUs, memory and each of ``engines``' own
-    check (``answer['engines'][name]``); raise one line when it cannot answer."""
+    check (``answer['engines'][name]``; none named: every engine it has); raise one line
+    when it cannot answer."""
     try:
         done = subprocess.run(host.ssh([host.python, "-c", _PROBE, *sorted(engines)]),
                               capture_output=True, text=True, timeout=CHECK_TIMEOUT_S,
@@ -73,11 +75,11 @@ def probe(host: Host, engines: Sequence[str] = tuple(ENGINES)) -> dict:
                            f"{done.stdout.strip()[:80]!r}: rerun ansible/site.yml") from None
 
 
-def check_hosts(hosts: Sequence[Host], cells: Sequence[CellConfig] = (),
+def check_hosts(hosts: Sequence[Host], needs: GridNeeds = GridNeeds(),
                 answers: dict[str, dict] | None = None) -> dict[str, dict]:
     """Probe every host in parallel (unless ``answers`` are given); raise one line naming
-    the first host that cannot run ``cells``."""
-    names = sorted({cell.engine for cell in cells})
+    the first host that cannot run the grid ``needs`` describes."""
+    names = sorted(needs.engines)
     if answers is None:
         with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
             futures = {host.name: pool.submit(probe, host, names) for host in hosts}
@@ -89,18 +91,15 @@ def check_hosts(hosts: Sequence[Host], cells: Sequence[CellConfig] = (),
                                f"controller {__version__}: provision it again with "
                                "ansible/site.yml so that both run the same version")
         for name in names:
-            engine = get_engine(name)
             answer = (info.get("engines") or {}).get(name) or {
                 "ok": False, "problem": info.get("engines_error", "no answer")}
-            problem = engine.host_problem(answer, [c for c in cells if c.engine == name])
+            problem = needs.engine_problem(name, answer)
             if problem:
                 raise ClusterError(f"host {host.name} cannot run --engine {name} in "
                                    f"{host.python}: {problem} (provision it with "
                                    "ansible/site.yml)")
-    slowed = [cell for cell in cells if cell.straggler != "none"]
     # Any node a straggler cell uses may be its straggler: each must have cgroup v2.
-    used = max((get_engine(c.engine).nodes_needed(c) for c in slowed), default=0)
-    for host in hosts[:used]:
+    for host in hosts[:needs.slowed_nodes]:
         if not answers[host.name].get("cgroup_v2_cpu"):
             raise ClusterError(
                 f"host {host.name} has no cgroup v2 with the cpu controller, which "
