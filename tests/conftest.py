@@ -7,14 +7,54 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+# What a test module names when it touches what there is one of on this machine: the
+# emulated cluster (its network namespaces, cgroups and state file), or root's own cgroups.
+_MACHINE_WIDE = re.compile(r"\bemulated\b|need_root|sshd_nodes|netns|cgroup")
+MACHINE_WIDE_GROUP = "emulated"
+
+
+@lru_cache(maxsize=None)
+def _touches_the_machine(path: Path) -> bool:
+    """Whether a test module outside tests/unit names the emulated cluster, root or cgroups
+    (unit tests are pure functions: they never do, whatever words they hold)."""
+    if path.parent.name == "unit" or not path.is_file():
+        return False
+    return bool(_MACHINE_WIDE.search(path.read_text()))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (setup.cfg: ``-n 2 --dist loadgroup``), every test of a module
+    that touches the machine-wide emulated cluster is one unit of work: one worker runs
+    them one after another, in file order (a module's cluster fixture, and its last test
+    that replaces the cluster, stay as they are), while the other worker runs the rest.
+    Read from the module's source, so a new test file needs no marker.
+
+    A scheduler, not ``xdist_group`` markers: xdist 3.8 marks a group by renaming the
+    test's nodeid, which pytest 9.2 no longer lets it do (the groups were silently lost).
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class MachineWideGroup(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if _touches_the_machine(config.rootpath / nodeid.split("::")[0]):
+                return MACHINE_WIDE_GROUP
+            return super()._split_scope(nodeid)
+
+    return MachineWideGroup(config, log)
 
 
 def need(what: str, ok: bool) -> None:
