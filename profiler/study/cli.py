@@ -137,6 +137,12 @@ def _run(study, own: dict, *, scale, cluster_name, profile, speedup, engine, pro
         click.echo(f"edgeprof: {exc or 'interrupted'}; finished cells are kept, rerun with "
                    f"--resume{where} to continue", err=True)
         sys.exit(getattr(exc, "exit_status", 130))
+    _said(study, outcome)
+    click.echo(f"report: {report_path}")
+
+
+def _said(study, outcome) -> None:
+    """The cells' statuses and how many of the study's ratios fell within their band."""
     from ..report.ratios import summary
     from ..report.sweep_data import load_sweep
     from ..sweep.table import status_counts
@@ -147,4 +153,3 @@ def _run(study, own: dict, *, scale, cluster_name, profile, speedup, engine, pro
     click.echo(f"the study's ratios: {counts['within']} of {counts['judged']} judged within "
                f"their band ({counts['not_comparable']} not comparable: other data; "
                f"{counts['missing']} without a finished cell)")
-    click.echo(f"report: {report_path}")
