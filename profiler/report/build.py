@@ -21,6 +21,7 @@ from typing import Callable
 from .. import __version__
 from ..engines import ENGINES, distributions
 from ..cell import DEFAULT_ENGINE
+from ..cluster import PROVIDERS
 from ..errors import ConfigError
 from ..fsutil import atomic_write_text
 from .study_section import StudySection
@@ -179,7 +180,7 @@ def _versions(sweep: Sweep) -> dict:
         recorded = {"edgeprof": __version__, "python": platform.python_version(),
                     **{name: _installed(name) for name in distributions(ENGINES)}}
         where = " (this machine; the sweep recorded none)"
-    elif sweep.identity.get("cluster") == "inventory":
+    elif sweep.identity.get("cluster") in {n for n, p in PROVIDERS.items() if p.own_install}:
         where = " (the controller; the nodes run their own install)"
     # The packages the sweep's engines run on (Horovod trains through MXNet here).
     engines = distributions({r.get("engine", DEFAULT_ENGINE) for r in sweep.records
