@@ -26,7 +26,8 @@ from .sweep.cli import agent_options, grid_options, run_and_print, settings_from
               help="Emulated cluster, a profile with board rates (pi3b-park2019): first "
                    "measure its quotas on this host; when off by more than "
                    "--profile-tolerance, refuse or re-calibrate them.")
-@click.option("--profile-tolerance", default=0.25, show_default=True, type=float,
+@click.option("--profile-tolerance", default=0.25, show_default=True,
+              type=click.FloatRange(0, 1, min_open=True, max_open=True),
               help="How far the host's rate may be from the board's: x/÷(1 + this).")
 @agent_options
 @reports_errors

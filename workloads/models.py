@@ -316,11 +316,14 @@ register(ModelSpec(
     lr=0.05, builders={"mxnet": f"{_GLUON}:lenet_example",
                        "torch": f"{_TORCH}:lenet_example"},
     init="xavier", board_samples_per_s=PI3B_LENET_CNN_SAMPLES_PER_S))
+_RESNET_DEPTH = Depth(step=6, offset=2, default=20, kind="a CIFAR ResNet depth",
+                      shown_up_to=110)
+
 register(ModelSpec(
-    "resnet", "CIFAR ResNet of depth 6n+2", (3, 32, 32), "cifar10",
+    "resnet", f"CIFAR ResNet of depth {_RESNET_DEPTH.rule}", (3, 32, 32), "cifar10",
     lr=0.05, builders={"mxnet": f"{_GLUON}:resnet", "torch": f"{_TORCH}:resnet"},
     init="he", board_samples_per_s=PI3B_RESNET32_SAMPLES_PER_S, board_layers=32,
-    depth=Depth(step=6, offset=2, default=20, kind="a CIFAR ResNet depth", shown_up_to=110)))
+    depth=_RESNET_DEPTH))
 register(ModelSpec(
     "mobilenetv2", "MobileNetV2, CIFAR form", (3, 32, 32), "cifar10",
     lr=0.05, builders={"torch": f"{_TORCH}:mobilenetv2"},

@@ -47,7 +47,7 @@ EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_OOM = 0, 1, 2, 3
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from .datasets.resolver import PARTITIONS
-    from .models import MODELS, get
+    from .models import MODELS, get, with_depth
     from .user_model import FACTORY_OPTION, INPUT_OPTION, register_from_argv
 
     # A user's model is one more record, made before --model's choices are read.
@@ -64,9 +64,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the model is a user's: PATH.py:FACTORY or "
                              "package.module:FACTORY (workloads.user_model)")
     parser.add_argument(INPUT_OPTION, default=None, help="a user model's input, CxHxW")
+    rules = ", ".join(f"{name} {get(name).depth.rule}, default {get(name).default_layers}"
+                      for name in with_depth())
     parser.add_argument("--layers", type=int, default=None,
-                        help="depth, for a model with a depth rule (ResNet 6n+2, default "
-                             "20); ignored for the others")
+                        help=f"depth, for a model with a depth rule ({rules}); ignored for "
+                             "the others")
     parser.add_argument("--batch", type=int, default=32, help="samples per worker step")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--lr", type=float, default=None,

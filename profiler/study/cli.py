@@ -38,7 +38,8 @@ def _common_options(study) -> list[click.Option]:
                           "board rates on this host; when off by more than "
                           "--profile-tolerance, re-calibrate them (written to "
                           "~/.config/edgeprof/profiles.yaml) or refuse."),
-        click.Option(["--profile-tolerance"], default=0.25, show_default=True, type=float,
+        click.Option(["--profile-tolerance"], default=0.25, show_default=True,
+                     type=click.FloatRange(0, 1, min_open=True, max_open=True),
                      help="How far the host's rate may be from the board's: within "
                           "x/÷(1 + this)."),
         click.Option(["--data-dir"], default=None, type=click.Path(path_type=Path),

@@ -109,6 +109,11 @@ CASES = [
     bad("threads-zero", "sweep --threads 0", "--threads 0", "--threads 1"),
     bad("timeout-negative", "sweep --timeout -1", "--timeout -1", "0 for no limit"),
     bad("timeout-nan", "sweep --timeout nan", "--timeout nan", "0 for no limit"),
+    # Refused when given, whether or not a profile check would read it.
+    bad("profile-tolerance-negative", "sweep --profile-tolerance -1", "'--profile-tolerance'",
+        "0<x<1"),
+    bad("study-profile-tolerance-one", "study park2019 --profile-tolerance 1",
+        "'--profile-tolerance'", "0<x<1"),
     bad("interval-zero", "sweep --interval 0", "'--interval'", "0.1<=x<=3600"),
     bad("interval-too-long", "sweep --interval 7200", "'--interval'", "0.1<=x<=3600"),
     bad("layers-not-6n+2", "sweep --layers 33", "--layers 33", "6n+2"),
@@ -508,7 +513,7 @@ def _check_outcome(case, status, output, paths, before) -> str:
 def test_there_are_at_least_30_bad_inputs_across_every_command():
     commands = {case.argv.split()[0] for case in CASES}
     assert len(CASES) >= 30 and commands == {"sweep", "run", "agent", "ship", "cluster",
-                                             "data"}
+                                             "data", "study"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])

@@ -52,6 +52,15 @@ def _sweep(server, out: Path, *args: str, dataset: str = "mnist-5k") -> str:
     return json.loads((out / "sweep.json").read_text())["sweep_id"]
 
 
+def _next_second(sweep_id: str) -> None:
+    """Sweep ids are the start time to the second: the next sweep must not share one.
+    A sweep lasts longer than a second, so this returns at once but on a fast machine."""
+    from profiler.sweep.folder import new_sweep_id
+
+    while new_sweep_id() <= sweep_id:
+        time.sleep(0.01)
+
+
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory):
     need_binary("influxd")
@@ -59,12 +68,11 @@ def shipped(tmp_path_factory):
     with LocalServer("influxdb1", work / "influxdb") as server:
         sweep_id = _sweep(server, work / "sweep", "--devices", "1,2", "--epochs", "2",
                           "--interval", "0.5")
-        # Sweep ids are the start time to the second: the next must not share it.
-        time.sleep(1.1)
+        _next_second(sweep_id)
         no_agent_id = _sweep(server, work / "no-agent", "--devices", "1", "--epochs", "1",
                              "--no-agent")
         assert no_agent_id != sweep_id
-        time.sleep(1.1)
+        _next_second(no_agent_id)
         pipe_id = _sweep(server, work / "pipe", "--engine", "torch-pipe", "--devices", "2",
                          "--microbatches", "2", "--interval", "0.5", dataset="synthetic")
         for folder, shipped_id in ((work / "sweep", sweep_id), (work / "pipe", pipe_id)):

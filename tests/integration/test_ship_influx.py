@@ -130,6 +130,17 @@ def test_ship_to_absent_server_is_one_clear_error(tmp_path):
     assert result.exit_code == 2 and "health check" in result.output
 
 
+OUTAGE_POINTS = 300  # about two seconds of two agents at --interval 0.1
+
+
+def _wait_until(done, what: str, timeout_s: float = 60.0) -> None:
+    """Poll ``done()`` until true; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.1)
+
+
 def _agent(sweep_dir: Path, node: str, log: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "profiler.agent", "--node", node, "--interval", "0.1",
@@ -147,19 +158,26 @@ def test_outage_mid_run_every_point_exactly_once(tmp_path, kind):
     agents = [_agent(sweep, node, tmp_path / f"agent-{node}.log") for node in ("n1", "n2")]
     shipper = LiveShipper(sweep, target, interval_s=0.2).start()
     shipper.watch(sweep / "cells" / "c1")  # as the sweep does for a running cell
+    def spooled() -> int:
+        return sum(_expected(sweep)[0].values())
+
     try:
-        time.sleep(2.0)
+        _wait_until(lambda: shipper.points_sent > 0, "the shipper delivers before the outage")
         server.stop()  # the outage: agents keep sampling, the shipper keeps retrying
-        time.sleep(3.0)
+        at_outage = spooled()
+        _wait_until(lambda: spooled() >= at_outage + OUTAGE_POINTS,
+                    f"{OUTAGE_POINTS} points spooled during the outage")
         server.start()  # same port, same data
-        time.sleep(2.0)
+        at_restart = spooled()
+        _wait_until(lambda: shipper.points_sent >= at_restart,
+                    "the shipper catches up after the outage")
         for agent in agents:
             os.killpg(agent.pid, signal.SIGTERM)
             assert agent.wait(timeout=5) == 0
         shipper.finish(sweep / "cells" / "c1")
         shipper.stop()
         points, samples = _expected(sweep)
-        assert sum(points.values()) > 1000
+        assert sum(points.values()) >= at_restart >= at_outage + OUTAGE_POINTS
         if kind == "influxdb1":
             assert _influx_counts(server, "outage") == points
         else:
