@@ -3,9 +3,9 @@
 What lists or checks engine names (the CLI's choices, the grid's rules on sync modes
 and models, preflight, the inventory host check, recorded versions, the report, the
 study) reads them from here. One name is written elsewhere: the default engine,
-``profiler.cell.DEFAULT_ENGINE`` (a cell's, and the ``--engine`` options'). A new engine is one file with an ``Engine`` subclass and
-one line below. Engine modules import no framework at import time (a controller plans
-cells without loading MXNet or torch).
+``profiler.cell.DEFAULT_ENGINE`` (a cell's, and the ``--engine`` options'). A new engine
+is one file with an ``Engine`` subclass and one line below. Engine modules import no
+framework at import time (a controller plans cells without loading MXNet or torch).
 """
 
 from __future__ import annotations
