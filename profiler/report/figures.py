@@ -19,6 +19,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ..sweep import board_time  # noqa: E402
 from ..sweep.table import engine_label  # noqa: E402
@@ -76,6 +77,8 @@ def _plot_against_devices(records, name, title, caption, panels) -> Figure | Ski
     if not series:
         return Skipped(title, "no configuration was run with two or more device counts")
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.6), squeeze=False)
+    # Devices are whole: the counts run, not 1.0, 1.2, ... between them.
+    counts = sorted({r["devices"] for rows in series.values() for r in rows})
     for ax, (column, ylabel) in zip(axes[0], panels):
         for label, rows in series.items():
             points = [(r["devices"], r.get(column)) for r in rows if r.get(column) is not None]
@@ -89,6 +92,7 @@ def _plot_against_devices(records, name, title, caption, panels) -> Figure | Ski
                 hx, hy = zip(*hollow)
                 ax.scatter(hx, hy, s=90, facecolors="white", edgecolors=line.get_color(),
                            zorder=3, label=f"{label} (diverged)")
+        ax.set_xticks(counts, [str(n) for n in counts])
         ax.set_xlabel("devices")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
@@ -203,10 +207,12 @@ def accuracy_over_epochs(records):
     for r in cells:
         accuracies = r["val_accuracy_per_epoch"]
         ax.plot(range(1, len(accuracies) + 1), accuracies, marker="o", label=_series_label(r))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole epochs
     ax.set_xlabel("epoch")
     ax.set_ylabel("validation accuracy")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    # Beside the axes, not over the lines a dozen cells draw (the tight box takes it in).
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     return Figure("fig-epochs", title, "Validation accuracy after each epoch, as the "
                   "study's Table 4.", png_bytes(fig))
 
