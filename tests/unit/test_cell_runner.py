@@ -1,0 +1,85 @@
+"""The cell runner's steps (launch, wait, judge, record) over real processes: tiny shell
+roles on the local cluster, one per way a cell can end, each status and reason as a
+results row shows it, and no process left behind. About 3 s in all."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from profiler.cell import CellConfig
+from profiler.cluster.local import LocalCluster
+from profiler.engines.base import Engine, ProcessSpec, TrainOptions
+from profiler.sweep.interrupts import StopRequest
+from profiler.sweep.runner import run_cell
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class ShellEngine(Engine):
+    """A worker and a server per cell, each a shell command (``roles``)."""
+
+    name = "shell"
+
+    def __init__(self, worker: str, server: str = "sleep 0.2", fail_plan: bool = False):
+        self.roles = {"worker": worker, "server": server}
+        self.fail_plan = fail_plan
+
+    def nodes_needed(self, cell: CellConfig) -> int:
+        return 2
+
+    def plan(self, cell, nodes, cell_dir, options) -> list[ProcessSpec]:
+        if self.fail_plan:
+            raise RuntimeError("no build of this engine")
+        return [ProcessSpec("server", 0, nodes[1], ["sh", "-c", self.roles["server"]],
+                            decisive=False),
+                ProcessSpec("worker", 0, nodes[0], ["sh", "-c", self.roles["worker"]])]
+
+
+def _run(tmp_path, engine: Engine, **kw) -> dict:
+    record = run_cell(CellConfig(), LocalCluster(2), engine, tmp_path / "attempt-1",
+                      TrainOptions(), sweep_id="t", monitor_interval_s=None, **kw)
+    # Every process of the cell reaped: none of its shells is left.
+    left = [p for p in psutil.process_iter(["cmdline"])
+            if (p.info["cmdline"] or [])[:2] == ["sh", "-c"]
+            and p.info["cmdline"][2] in engine.roles.values()]
+    assert left == []
+    return record
+
+
+@pytest.mark.parametrize("worker, status, reason", [
+    ("echo loading; echo boom >&2; exit 1", "failed", "worker-0 exited 1: boom"),
+    ("kill -9 $$", "failed", "worker-0 was killed by SIGKILL: (empty log)"),
+    ("exit 3", "oom", "out of memory"),  # workloads.train's exit status for it
+    ("exit 0", "failed", "workers exited without an end event"),
+])
+def test_the_worker_s_exit_decides_the_status_and_its_reason(tmp_path, worker, status,
+                                                             reason):
+    record = _run(tmp_path, ShellEngine(worker))
+    assert (record["status"], record["reason"]) == (status, reason)
+    assert record["cell_id"] == CellConfig().cell_id and record["attempt"] == 1
+
+
+def test_a_dead_server_fails_the_cell_naming_it(tmp_path):
+    record = _run(tmp_path, ShellEngine("sleep 30", server="echo gone; exit 2"))
+    assert (record["status"], record["reason"]) == ("failed", "server-0 exited 2: gone")
+
+
+def test_a_cell_past_its_timeout_is_stopped_and_every_role_killed(tmp_path):
+    record = _run(tmp_path, ShellEngine("sleep 30", server="sleep 30"), timeout_s=0.5)
+    assert (record["status"], record["reason"]) == ("timeout", "no result within --timeout 0.5 s")
+    assert 0.5 <= record["reaped_at"] - record["launched_at"] < 10
+
+
+def test_a_failure_to_start_is_the_cell_s_not_the_sweep_s(tmp_path):
+    record = _run(tmp_path, ShellEngine("exit 0", fail_plan=True))
+    assert (record["status"], record["reason"]) == (
+        "failed", "could not run the cell: RuntimeError: no build of this engine")
+
+
+def test_a_stop_requested_ends_the_cell_as_interrupted(tmp_path):
+    stop = StopRequest()
+    stop.request()
+    record = _run(tmp_path, ShellEngine("sleep 30"), stop=stop)
+    assert record["status"] == "failed" and record["reason"] == stop.reason
+    assert not (tmp_path / "attempt-1" / "logs").exists()  # nothing was started
