@@ -5,6 +5,7 @@ docs/architecture.md shows the layers the contract checks."""
 from __future__ import annotations
 
 import configparser
+import pkgutil
 import re
 import subprocess
 import sys
@@ -78,6 +79,17 @@ def test_architecture_page_shows_the_contracts_layers():
     config.read(ROOT / ".importlinter")
     layers = config["importlinter:contract:layers"]["layers"].split()
     page = (ROOT / "docs" / "architecture.md").read_text()
-    block = re.search(r"```\n(profiler\.cli\n.*?)```", page, re.S)
+    block = re.search(r"```\n(profiler\.cli\b.*?)```", page, re.S)
     assert block, "docs/architecture.md: no block of the layers, top to bottom"
     assert block.group(1).split() == layers
+
+
+def test_every_module_of_profiler_is_in_a_layer():
+    """A new top-level module or package cannot escape the contract."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / ".importlinter")
+    layered = {name for name in config["importlinter:contract:layers"]["layers"].split()
+               if name != "|"}
+    modules = {f"profiler.{m.name}" for m in pkgutil.iter_modules([str(ROOT / "profiler")])}
+    assert modules - layered == set()
+    assert layered - modules - {"workloads"} == set()
