@@ -286,6 +286,15 @@ class ClusterSettings:
                 **{o.name: _recorded(getattr(self, o.name)) for o in self.options
                    if o.identity}}
 
+    def status(self) -> object:
+        """What ``edgeprof cluster status`` shows of the nodes, as JSON-able data."""
+        raise ConfigError(f"the {self.name} cluster keeps no nodes between sweeps: there is "
+                          "no status to show")
+
+    def status_lines(self, info: object) -> list[str]:
+        """``status()``'s answer for people, one line each."""
+        return [str(info)]
+
     def check(self, needs: GridNeeds) -> None:
         """Refuse (one line) what cannot run the grid ``needs`` describes; touches nothing."""
         slowed = sorted({c.straggler for c in needs.cells if c.straggler != "none"})

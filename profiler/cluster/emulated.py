@@ -414,6 +414,30 @@ def _down(layout: cgroups.CgroupLayout) -> list[str]:
     return removed
 
 
+def status_lines(info: dict) -> list[str]:
+    """``status()`` for people: the cluster, then a line per node (or why none is up)."""
+    if not info["up"]:
+        return [f"no cluster up ({info['reason']})"] + (
+            ["leftovers (remove with `edgeprof cluster down`): " + ", ".join(info["leftovers"])]
+            if info["leftovers"] else [])
+    lines = [
+        f"emulated cluster: {len(info['nodes'])} x {info['profile']}, cgroup "
+        f"v{info['cgroup_version']}, host {info['host_address']}, CPU quotas x"
+        f"{info['cpu_scale']} of the profiles' ({info['host_cores']:g} host cores)",
+        f"{'node':<5} {'address':<12} {'profile':<8} {'Mbit':>6} {'cores':>6} "
+        f"{'mem MB':>7} {'procs':>5} {'cpu s':>8} {'used MB':>8} {'oom':>4} "
+        f"{'rx KB':>9} {'tx KB':>9}"]
+    for n in info["nodes"]:
+        lines.append(
+            f"{n['name']:<5} {n['address']:<12} {n['profile']:<8} {n['link_mbit']:>6g} "
+            f"{n['cpu_cores']:>6g} {n['memory_mb']:>7} {n['processes']:>5} "
+            f"{n['cpu_used_s']:>8.1f} {n['mem_used_mb']:>8.1f} {n['oom_kills']:>4} "
+            f"{n['rx_bytes'] / 1024:>9.1f} {n['tx_bytes'] / 1024:>9.1f}"
+            + (f"  straggler: x{n['straggler']['factor']:g}, "
+               f"{n['straggler']['cpu_cores']:g} cores" if n.get("straggler") else ""))
+    return lines
+
+
 def status() -> dict:
     """What is up: per node its limits, current usage and interface counters."""
     check_host()
@@ -517,6 +541,12 @@ class EmulatedSettings(ClusterSettings):
 
     def identity(self) -> dict:
         return {**super().identity(), "profile": self.profile_name}
+
+    def status(self) -> dict:
+        return status()
+
+    def status_lines(self, info) -> list[str]:
+        return status_lines(info)
 
     def check(self, needs: GridNeeds) -> None:
         from .profiles import MAX_SPEEDUP

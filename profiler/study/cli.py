@@ -12,6 +12,7 @@ import click
 from ..cell import DEFAULT_ENGINE
 from ..cli_errors import reports_errors
 from ..cluster import providers_help
+from ..cluster.cli_options import provider_params
 from ..cluster.prices import PRICE_HELP, price_spec
 from ..engines import ENGINES
 
@@ -24,10 +25,8 @@ def _common_options(study) -> list[click.Option]:
                           "scales with it); every cell keeps at least 3 steps per worker."),
         click.Option(["--cluster", "cluster_name"], default="emulated", show_default=True,
                      help=providers_help() + "."),
-        click.Option(["--profile"], default=None, help="Emulated node profile" + profile + "."),
-        click.Option(["--speedup"], default=1.0, show_default=True, type=float,
-                     help="Emulated cluster: CPU quotas and links x this factor (time "
-                          "dilation)."),
+        # Each provider's own options (ProviderOption), from the registry.
+        *provider_params({"profile": "Emulated node profile" + profile + "."}),
         click.Option(["--engine"], default=DEFAULT_ENGINE, show_default=True,
                      type=click.Choice(list(ENGINES)),
                      help="The study's engine, or another (an engine without async runs "
@@ -44,8 +43,6 @@ def _common_options(study) -> list[click.Option]:
                           "x/÷(1 + this)."),
         click.Option(["--data-dir"], default=None, type=click.Path(path_type=Path),
                      help="Folder with the study's datasets (`edgeprof data fetch`)."),
-        click.Option(["--inventory"], default=None, type=click.Path(path_type=Path),
-                     help="Ansible inventory of --cluster inventory."),
         click.Option(["--timeout"], default=None, type=float,
                      help="Seconds per cell [default: derived from the cell's work]."),
         click.Option(["--out"], default=None, type=click.Path(path_type=Path),
@@ -105,9 +102,8 @@ def study() -> None:
     """
 
 
-def _run(study, own: dict, *, scale, cluster_name, profile, speedup, engine, profile_check,
-         profile_tolerance, data_dir, inventory, timeout, out, price, resume,
-         estimate_only) -> None:
+def _run(study, own: dict, *, scale, cluster_name, engine, profile_check, profile_tolerance,
+         data_dir, timeout, out, price, resume, estimate_only, **cluster_options) -> None:
     from ..errors import ConfigError
     from ..sweep.preflight import preflight
     from .plan import StudySettings, plan, run
@@ -118,9 +114,9 @@ def _run(study, own: dict, *, scale, cluster_name, profile, speedup, engine, pro
         raise ConfigError(f"--data-dir {data_dir} is not a folder: create it with "
                           "`edgeprof data fetch --data-dir DIR`")
     settings = StudySettings(
-        scale=scale, options=own, cluster=cluster_name, profile=profile, speedup=speedup,
+        scale=scale, options=own, cluster=cluster_name, cluster_options=cluster_options,
         engine=engine, profile_check=profile_check, profile_tolerance=profile_tolerance,
-        data_dir=data_dir, inventory=inventory, out_dir=out, resume=resume,
+        data_dir=data_dir, out_dir=out, resume=resume,
         timeout_s=timeout, price=price_spec(price) if price is not None else None)
     study_plan = plan(study, settings)
     preflight(study_plan.sweep)

@@ -28,13 +28,13 @@ class StudySettings:
     scale: float = 1.0
     options: dict = field(default_factory=dict)
     cluster: str = "emulated"  # a provider of profiler.cluster.PROVIDERS
-    profile: str | None = None  # a provider with node profiles: the study's unless given
-    speedup: float = 1.0
+    # Its options by name (ProviderOption); on nodes of a profile, the study's profile
+    # unless "profile" is given.
+    cluster_options: dict = field(default_factory=dict)
     engine: str = DEFAULT_ENGINE
     profile_check: str = "recalibrate"  # calibrate.check.MODES (node profiles only)
     profile_tolerance: float = 0.25
     data_dir: Path | None = None
-    inventory: Path | None = None
     out_dir: Path | None = None
     resume: bool = False
     timeout_s: float | None = None
@@ -87,16 +87,14 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
             pass
     grid = study.grid(settings.scale, study.parse(settings.options), settings.engine,
                       available)
-    # nodes of a profile
-    profiled = any(o.name == "profile" for o in get_provider(settings.cluster).options)
-    profile = settings.profile
-    if profiled and profile is None:
-        profile = study.profile
-    cluster = cluster_settings(settings.cluster, profile=profile, speedup=settings.speedup,
-                               inventory=settings.inventory)
+    options = dict(settings.cluster_options)
+    if get_provider(settings.cluster).speed == "profile" and options.get("profile") is None:
+        options["profile"] = study.profile  # nodes of a profile: the study's
+    cluster = cluster_settings(settings.cluster, **options)
+    profile = cluster.node_profile
     catalog = load_catalog()
     seconds = estimate.grid_s(study, grid.cells, cluster.speed, profile, catalog,
-                              grid.val_samples, settings.speedup)
+                              grid.val_samples, cluster.max_speedup)
     sweep = SweepSettings(
         cells=grid.cells, out_dir=settings.out_dir, cluster=cluster,
         data_dir=settings.data_dir, timeout_s=settings.timeout_s, resume=settings.resume,
@@ -104,7 +102,7 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
         ship_target=settings.ship_target, price=settings.price,
         extra={"study": study.name, "scale": settings.scale, **grid.recorded})
     notes = []
-    check = settings.profile_check if profiled and profile else "off"
+    check = settings.profile_check if profile else "off"
     if check != "off" and profile in catalog.mixes:
         notes.append(f"{profile} is a mix of profiles: not checked on this host (check "
                      "each with `edgeprof sweep --profile NAME --profile-check refuse`)")

@@ -234,7 +234,8 @@ def test_the_study_plans_on_a_mix_paced_by_its_slowest_node():
         assert pi4.cpu_cores_for(model) == pytest.approx(pi3b.cpu_cores_for(model) * 7 / 3,
                                                          abs=1e-4)
     settings = dict(scale=0.01, options={"parts": ("table1",), "devices": (1, 2, 4)})
-    mix = plan(PARK, StudySettings(profile="mix-2pi4-8pi3b-park2019", **settings))
+    mix = plan(PARK, StudySettings(cluster_options={"profile": "mix-2pi4-8pi3b-park2019"},
+                                   **settings))
     uniform = plan(PARK, StudySettings(**settings))
     assert mix.sweep.cluster.identity()["profile"] == "mix-2pi4-8pi3b-park2019"
     assert [c.cell_id for c in mix.sweep.cells] == [c.cell_id for c in uniform.sweep.cells]

@@ -68,6 +68,14 @@ class InventorySettings(ClusterSettings):
     def label(self) -> str:
         return f"inventory cluster ({self.inventory})"
 
+    def status(self) -> list[dict]:
+        from .status import status
+        return status(self.inventory)
+
+    def status_lines(self, info) -> list[str]:
+        from .status import lines
+        return lines(info)
+
     def check(self, needs: GridNeeds) -> None:
         """Read the inventory and probe every host for the grid, keeping the answers."""
         self._hosts_checked(needs)

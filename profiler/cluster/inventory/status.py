@@ -1,4 +1,5 @@
-"""``edgeprof cluster status --inventory``: each host, reachable or not, and what it runs."""
+"""``edgeprof cluster status --inventory``: each host, reachable or not, and what it runs
+(``status``), and the same for people (``lines``)."""
 
 from __future__ import annotations
 
@@ -43,3 +44,34 @@ def _agent_state(host: Host) -> str:
     except subprocess.TimeoutExpired:
         return "unknown"
     return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "unknown"
+
+
+def lines(hosts: list[dict]) -> list[str]:
+    """``status``'s answer for people: a line per host, a column per engine the hosts
+    answered for (by name), then each engine's problem."""
+    names = sorted({n for h in hosts for n in h.get("engines") or {}})
+    # A column an engine, as wide as its name and a space (``torch-pipe``'s is 11).
+    widths = {n: max(10, len(n) + 1) for n in names}
+    out = [f"{'host':<12} {'address':<16} {'reachable':<9} {'cpus':>4} {'mem MB':>7} "
+           f"{'edgeprof':<9} " + "".join(f"{n:<{widths[n]}}" for n in names) + "agent"]
+    for h in hosts:
+        if not h["reachable"]:
+            out.append(f"{h['name']:<12} {h['address']:<16} {'no':<9} {h['problem']}")
+            continue
+        out.append(f"{h['name']:<12} {h['address']:<16} {'yes':<9} {h['cpus']:>4} "
+                   f"{h['memory_mb']:>7} {h['edgeprof']:<9} "
+                   + "".join(f"{_engine_state(h['engines'].get(n)):<{widths[n]}}"
+                             for n in names)
+                   + h["agent"])
+    for h in hosts:
+        for name, answer in (h.get("engines") or {}).items():
+            if not answer.get("ok"):
+                out.append(f"{h['name']}: {name}: {answer.get('problem')}")
+    return out
+
+
+def _engine_state(answer: dict | None) -> str:
+    """yes / no; MXNet without the parameter server (PyPI's aarch64 wheel): ``local``."""
+    if not answer or not answer.get("ok"):
+        return "no"
+    return "local" if answer.get("dist_kvstore") is False else "yes"
