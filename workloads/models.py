@@ -7,7 +7,9 @@ initialisation, a builder per framework (``"module:function"``, imported only wh
 model is built), and one Raspberry Pi 3B's training rate, which the default time limit
 of a cell is made from (``profiler.sweep.timeouts``). The engines' model lists, the
 grid's checks, the learning rates, the data loader's padding, the CLI's help and the
-time limits all read the record; nothing else decides by a model's name. A new model
+time limits all read the record. Names are written elsewhere only as defaults and
+examples (a cell's ``resnet``, ``edgeprof data``'s check of each family), in a study's
+preset grid, and in the report's depth x batch figures, which are ResNet's. A new model
 is one ``register(ModelSpec(...))`` below and its builders (docs/architecture.md,
 "Adding a model"); a user's ``nn.Module`` factory (``--model PATH.py:FACTORY``) is one
 more record, made at run time by ``register_factory`` (``workloads.user_model``).
