@@ -45,12 +45,15 @@ never crosses a node's ``eth0``, and agents started by the sweep do not ship.
 from __future__ import annotations
 
 import json
-from bisect import bisect_left
 from pathlib import Path
-from statistics import fmean, median
+from statistics import fmean
 
 from .energy import ENERGY_COLUMNS, CellWork, NodePower, energy_columns
+from .reducers import REDUCERS, Window, throttled_during
 from .spool_reader import read_points
+
+# throttled_during is re-exported: its tests import it from here, where it was first.
+__all__ = ["SUMMARY_COLUMNS", "PACKETS_PER_REQUEST", "summarize_cell", "throttled_during"]
 
 SUMMARY_COLUMNS = [
     "cpu_percent_mean", "cpu_percent_peak",
@@ -67,10 +70,7 @@ SUMMARY_COLUMNS = [
     *ENERGY_COLUMNS,
 ]
 _MEAN_COLUMNS = SUMMARY_COLUMNS[:SUMMARY_COLUMNS.index("throttled_nodes")]
-# The firmware's current conditions; each has a sticky ``<name>_occurred`` bit too.
-THROTTLE_CONDITIONS = ("under_voltage", "freq_capped", "throttled", "soft_temp_limit")
 PACKETS_PER_REQUEST = 4
-_COUNTERS = ("sent_bytes", "recv_bytes", "sent_packets", "recv_packets")
 
 
 def summarize_cell(cell_dir: Path, worker_nodes: list[str], t_start: float,
@@ -86,158 +86,61 @@ def summarize_cell(cell_dir: Path, worker_nodes: list[str], t_start: float,
     """
     cell_dir = Path(cell_dir)
     start_ms, end_ms = int(t_start * 1000), int(t_end * 1000)
-    shipper = _shipper_traffic(traffic_file, start_ms, end_ms)
+    window = Window(start_ms, end_ms, _shipper_traffic(traffic_file, start_ms, end_ms))
     metrics = cell_dir / "metrics"
     spools = sorted(p.name for p in metrics.iterdir() if p.is_dir()) if metrics.is_dir() else []
-    by_name = {name: _node(metrics / name, start_ms, end_ms, shipper)
+    by_name = {name: _node(metrics / name, window)
                for name in dict.fromkeys([*worker_nodes, *spools])}
     per_node = [by_name[name] for name in worker_nodes if by_name[name]]
     row: dict = {column: None for column in SUMMARY_COLUMNS}
     row["metrics_nodes"] = len(per_node)
+    row.update(_throttle_columns(by_name))
+    row.update(_mhz_columns(by_name))
+    row.update(_means(per_node))
+    row.update(energy_columns(cell_dir, t_start, t_end, power, work))
+    return row
+
+
+def _throttle_columns(by_name: dict[str, dict]) -> dict:
+    """Which nodes throttled and how; nothing when no node reported (not Pis)."""
     flags = {name: node["throttle_flags"] for name, node in by_name.items()
              if "throttle_flags" in node}
-    if flags:
-        row["throttled_nodes"] = sorted(name for name, found in flags.items() if found)
-        row["throttle_flags_by_node"] = {n: f for n, f in sorted(flags.items()) if f}
+    if not flags:
+        return {}
+    return {"throttled_nodes": sorted(name for name, found in flags.items() if found),
+            "throttle_flags_by_node": {n: f for n, f in sorted(flags.items()) if f}}
+
+
+def _mhz_columns(by_name: dict[str, dict]) -> dict:
+    """The lowest CPU frequency over the nodes, and each node's."""
     mhz = {name: node["cpu_mhz_min"] for name, node in by_name.items()
            if "cpu_mhz_min" in node}
-    if mhz:
-        row["cpu_mhz_min"] = min(mhz.values())
-        row["cpu_mhz_min_by_node"] = dict(sorted(mhz.items()))
+    if not mhz:
+        return {}
+    return {"cpu_mhz_min": min(mhz.values()), "cpu_mhz_min_by_node": dict(sorted(mhz.items()))}
+
+
+def _means(per_node: list[dict]) -> dict:
+    """Each of ``_MEAN_COLUMNS`` over the worker nodes that have it (packets whole)."""
+    row = {}
     for column in _MEAN_COLUMNS:
         values = [node[column] for node in per_node if node.get(column) is not None]
         if values:
             mean = fmean(values)
             row[column] = round(mean) if column.endswith("_packets") else round(mean, 3)
-    row.update(energy_columns(cell_dir, t_start, t_end, power, work))
     return row
 
 
-def _node(spool_dir: Path, start_ms: int, end_ms: int, shipper: dict) -> dict:
-    cpu: list[tuple[int, float]] = []
-    cores: list[float] = []
-    mem: list[tuple[int, float]] = []
-    rss_by_time: dict[int, float] = {}
-    before_rss: dict[int, float] = {}
-    counters: dict[str, list[tuple[int, dict]]] = {}
-    throttle: list[tuple[int, int]] = []
-    mhz: list[tuple[int, float]] = []
-    for _base, point in read_points(spool_dir):
-        if point.measurement == "net":
-            # Counters are interpolated at the window's edges: keep the samples around it.
-            counters.setdefault(point.tags.get("interface", ""), []).append(
-                (point.time_ms, point.fields))
-        elif point.measurement == "throttle" and "flags" in point.fields:
-            # The sample before the window is the sticky bits' baseline: keep it too.
-            throttle.append((point.time_ms, int(point.fields["flags"])))
-        elif point.time_ms < start_ms:
-            if point.measurement == "proc" and point.tags.get("role") == "worker":
-                before_rss[point.time_ms] = before_rss.get(point.time_ms, 0.0) + \
-                    point.fields["rss_mb"]
-            continue
-        elif point.measurement == "cpu_freq" and "freq_mhz" in point.fields:
-            mhz.append((point.time_ms, float(point.fields["freq_mhz"])))
-        elif point.measurement == "cpu" and "cpu_percent" in point.fields:
-            cpu.append((point.time_ms, point.fields["cpu_percent"]))
-            if "cores" in point.fields:
-                cores.append(float(point.fields["cores"]))
-        elif point.measurement == "mem" and "used_mb" in point.fields:
-            mem.append((point.time_ms, point.fields["used_mb"]))
-        elif point.measurement == "proc" and point.tags.get("role") == "worker":
-            rss_by_time[point.time_ms] = rss_by_time.get(point.time_ms, 0.0) + point.fields["rss_mb"]
+def _node(spool_dir: Path, window: Window) -> dict:
+    """One node's columns: each measurement's samples through its reducer."""
+    reducers = {name: make() for name, make in REDUCERS.items()}
+    # Only the reducers' measurements are parsed (read_points skips the others' lines).
+    for _base, point in read_points(spool_dir, reducers):
+        reducers[point.measurement].add(point, window)
     out: dict = {}
-    # A CPU sample covers the interval before it, so the window's first one also holds
-    # what the processes did before training: on the emulated cluster their start-up,
-    # outside the node's quota (workloads/node_limits.py). Skip it when others remain.
-    interval_ms = median(b[0] - a[0] for a, b in zip(cpu, cpu[1:])) if len(cpu) > 1 else 0
-    later = [(t, v) for t, v in cpu if t >= start_ms + interval_ms]
-    cpu_values = _in_window(later if any(t <= end_ms for t, _ in later) else cpu, end_ms)
-    if cpu_values:
-        out.update(cpu_percent_mean=fmean(cpu_values), cpu_percent_peak=max(cpu_values))
-    if cores:
-        out["node_cores"] = cores[-1]
-    mem_values = _in_window(mem, end_ms)
-    if mem_values:
-        out.update(mem_used_mb_mean=fmean(mem_values), mem_used_mb_peak=max(mem_values))
-    # A cell shorter than the interval whose workers were gone by the next sample has
-    # no worker sample in or after its window: the last one before it (the workers
-    # loaded, about to train) is the nearest reading of their memory there is.
-    rss_values = _in_window(sorted(rss_by_time.items()), end_ms) or (
-        [before_rss[max(before_rss)]] if before_rss else [])
-    if rss_values:
-        out.update(rss_mb_mean=fmean(rss_values), rss_mb_peak=max(rss_values))
-    if counters:
-        out.update(_net(counters, start_ms, end_ms, shipper))
-    mhz_values = _in_window(mhz, end_ms)
-    if mhz_values:
-        out["cpu_mhz_min"] = round(min(mhz_values), 1)
-    if throttle:
-        out["throttle_flags"] = throttled_during(throttle, start_ms, end_ms)
+    for reducer in reducers.values():
+        out.update(reducer.columns(window))
     return out
-
-
-def throttled_during(samples: list[tuple[int, int]], start_ms: int, end_ms: int) -> list[str]:
-    """The conditions (``THROTTLE_CONDITIONS``) a node's ``get_throttled`` words show
-    during [start_ms, end_ms]: set in a sample of the window, or newly set in its sticky
-    ``_occurred`` bit since the last sample before the window."""
-    from ..agent.collectors.pi_throttling import THROTTLE_BITS
-
-    before = [flags for t, flags in samples if t < start_ms]
-    inside = _in_window([(t, flags) for t, flags in samples if t >= start_ms], end_ms)
-    baseline = before[-1] if before else None
-    found = set()
-    for flags in inside:
-        for name in THROTTLE_CONDITIONS:
-            sticky = THROTTLE_BITS[f"{name}_occurred"]
-            if flags >> THROTTLE_BITS[name] & 1 or (
-                    baseline is not None and flags >> sticky & 1 and not baseline >> sticky & 1):
-                found.add(name)
-    return [name for name in THROTTLE_CONDITIONS if name in found]
-
-
-def _in_window(samples: list[tuple[int, float]], end_ms: int) -> list[float]:
-    """Values sampled in the window (samples before it are already dropped).
-
-    A sample describes the interval that ends at its timestamp, so when the window is
-    shorter than the interval and holds no sample, the first one after it covers it.
-    """
-    inside = [value for time_ms, value in samples if time_ms <= end_ms]
-    return inside or [value for _, value in samples[:1]]
-
-
-def _net(counters: dict[str, list[tuple[int, dict]]], start_ms: int, end_ms: int,
-         shipper: dict) -> dict:
-    totals = dict.fromkeys(_COUNTERS, 0.0)
-    for series in counters.values():
-        for name in _COUNTERS:
-            totals[name] += _value_at(series, name, end_ms) - _value_at(series, name, start_ms)
-    if "lo" in counters:
-        both_bytes = shipper["sent_bytes"] + shipper["recv_bytes"]
-        totals["sent_bytes"] -= both_bytes
-        totals["recv_bytes"] -= both_bytes
-        totals["sent_packets"] -= shipper["packets"]
-        totals["recv_packets"] -= shipper["packets"]
-    out = {"net_sent_kb": max(0.0, totals["sent_bytes"]) / 1024,
-           "net_recv_kb": max(0.0, totals["recv_bytes"]) / 1024,
-           "net_sent_packets": max(0.0, totals["sent_packets"]),
-           "net_recv_packets": max(0.0, totals["recv_packets"])}
-    window_s = (end_ms - start_ms) / 1000
-    if window_s > 0:
-        out.update({f"{name}_per_s": value / window_s for name, value in list(out.items())})
-    return out
-
-
-def _value_at(series: list[tuple[int, dict]], name: str, time_ms: int) -> float:
-    """A counter at ``time_ms``, linear between the samples around it (clamped at ends)."""
-    times = [t for t, _ in series]
-    index = bisect_left(times, time_ms)
-    if index == 0:
-        return float(series[0][1].get(name, 0))
-    if index >= len(series):
-        return float(series[-1][1].get(name, 0))
-    (t0, f0), (t1, f1) = series[index - 1], series[index]
-    v0, v1 = f0.get(name, 0), f1.get(name, 0)
-    return v0 + (v1 - v0) * (time_ms - t0) / max(t1 - t0, 1)
 
 
 def _shipper_traffic(path: Path | None, start_ms: int, end_ms: int) -> dict:

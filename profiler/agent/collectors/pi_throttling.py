@@ -22,7 +22,7 @@ class PiThrottling(Collector):
               + ("since boot (sticky)" if name.endswith("_occurred") else "now"))
         for name, bit in THROTTLE_BITS.items())
     # Spawning vcgencmd costs more CPU than a whole tick; the sticky *_occurred bits
-    # keep what happened between two readings (metrics.summary.throttled_during), so a
+    # keep what happened between two readings (metrics.reducers.throttled_during), so a
     # reading every 10 s misses nothing.
     VCGENCMD_EVERY_S = 10.0
     VCGENCMD_TIMEOUT_S = 5.0

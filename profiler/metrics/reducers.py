@@ -1,0 +1,238 @@
+"""One reducer per measurement: a node's samples of it, in a cell's window, to that
+node's summary columns (``metrics.summary`` means them over nodes).
+
+``REDUCERS`` maps an agent measurement to its reducer's class; a reducer keeps what it
+needs of each point (``add``) and gives its columns at the end (``columns``). Most keep
+only the samples from the window's start on; the counters (``net``) and the firmware's
+sticky throttling bits (``throttle``) also need the last sample before it, and the
+workers' memory (``proc``) falls back to it (see each class). What the columns mean and
+in which unit: ``metrics.summary``'s module doc.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from itertools import pairwise
+from dataclasses import dataclass
+from statistics import fmean, median
+
+from ..agent.lineproto import ParsedPoint
+
+# The firmware's current conditions; each has a sticky ``<name>_occurred`` bit too.
+THROTTLE_CONDITIONS = ("under_voltage", "freq_capped", "throttled", "soft_temp_limit")
+_COUNTERS = ("sent_bytes", "recv_bytes", "sent_packets", "recv_packets")
+
+
+@dataclass(frozen=True)
+class Window:
+    """A cell's training window on the controller's clock, in ms since the epoch, and
+    the live shipper's loopback traffic inside it (``summary._shipper_traffic``)."""
+
+    start_ms: int
+    end_ms: int
+    shipper: dict[str, int]
+
+
+class Reducer:
+    """A node's samples of one measurement to its columns."""
+
+    def add(self, point: ParsedPoint, window: Window) -> None:
+        raise NotImplementedError
+
+    def columns(self, window: Window) -> dict:
+        raise NotImplementedError
+
+
+class CpuReducer(Reducer):
+    """``cpu``: ``cpu_percent_mean``/``_peak`` and ``node_cores`` (the last sample's)."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[int, float]] = []
+        self.cores: list[float] = []
+
+    def add(self, point: ParsedPoint, window: Window) -> None:
+        if point.time_ms >= window.start_ms and "cpu_percent" in point.fields:
+            self.samples.append((point.time_ms, point.fields["cpu_percent"]))
+            if "cores" in point.fields:
+                self.cores.append(float(point.fields["cores"]))
+
+    def columns(self, window: Window) -> dict:
+        out: dict = {}
+        # A CPU sample covers the interval before it, so the window's first one also
+        # holds what the processes did before training: on the emulated cluster their
+        # start-up, outside the node's quota (workloads/node_limits.py). Skip it when
+        # others remain.
+        cpu = self.samples
+        interval_ms = median(b[0] - a[0] for a, b in pairwise(cpu)) if len(cpu) > 1 else 0
+        later = [(t, v) for t, v in cpu if t >= window.start_ms + interval_ms]
+        values = in_window(later if any(t <= window.end_ms for t, _ in later) else cpu,
+                           window.end_ms)
+        if values:
+            out.update(cpu_percent_mean=fmean(values), cpu_percent_peak=max(values))
+        if self.cores:
+            out["node_cores"] = self.cores[-1]
+        return out
+
+
+class MemReducer(Reducer):
+    """``mem``: ``mem_used_mb_mean`` and ``_peak``."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[int, float]] = []
+
+    def add(self, point: ParsedPoint, window: Window) -> None:
+        if point.time_ms >= window.start_ms and "used_mb" in point.fields:
+            self.samples.append((point.time_ms, point.fields["used_mb"]))
+
+    def columns(self, window: Window) -> dict:
+        values = in_window(self.samples, window.end_ms)
+        if not values:
+            return {}
+        return {"mem_used_mb_mean": fmean(values), "mem_used_mb_peak": max(values)}
+
+
+class ProcReducer(Reducer):
+    """``proc`` of the workers: ``rss_mb_mean`` and ``_peak``, their RSS summed at each
+    tick."""
+
+    def __init__(self) -> None:
+        self.by_time: dict[int, float] = {}
+        self.before: dict[int, float] = {}  # ticks before the window
+
+    def add(self, point: ParsedPoint, window: Window) -> None:
+        if point.tags.get("role") != "worker":
+            return
+        ticks = self.before if point.time_ms < window.start_ms else self.by_time
+        ticks[point.time_ms] = ticks.get(point.time_ms, 0.0) + point.fields["rss_mb"]
+
+    def columns(self, window: Window) -> dict:
+        # A cell shorter than the interval whose workers were gone by the next sample
+        # has no worker sample in or after its window: the last one before it (the
+        # workers loaded, about to train) is the nearest reading of their memory there is.
+        values = in_window(sorted(self.by_time.items()), window.end_ms) or (
+            [self.before[max(self.before)]] if self.before else [])
+        if not values:
+            return {}
+        return {"rss_mb_mean": fmean(values), "rss_mb_peak": max(values)}
+
+
+class NetReducer(Reducer):
+    """``net``: the counters of each interface, every sample (they are interpolated at
+    the window's edges); ``net_*`` totals and ``net_*_per_s`` rates."""
+
+    def __init__(self) -> None:
+        self.by_interface: dict[str, list[tuple[int, dict]]] = {}
+
+    def add(self, point: ParsedPoint, window: Window) -> None:
+        self.by_interface.setdefault(point.tags.get("interface", ""), []).append(
+            (point.time_ms, point.fields))
+
+    def columns(self, window: Window) -> dict:
+        if not self.by_interface:
+            return {}
+        totals = dict.fromkeys(_COUNTERS, 0.0)
+        for series in self.by_interface.values():
+            for name in _COUNTERS:
+                totals[name] += (_value_at(series, name, window.end_ms)
+                                 - _value_at(series, name, window.start_ms))
+        if "lo" in self.by_interface:
+            _take_out_shipper(totals, window.shipper)
+        out = {"net_sent_kb": max(0.0, totals["sent_bytes"]) / 1024,
+               "net_recv_kb": max(0.0, totals["recv_bytes"]) / 1024,
+               "net_sent_packets": max(0.0, totals["sent_packets"]),
+               "net_recv_packets": max(0.0, totals["recv_packets"])}
+        window_s = (window.end_ms - window.start_ms) / 1000
+        if window_s > 0:
+            out.update({f"{name}_per_s": value / window_s for name, value in list(out.items())})
+        return out
+
+
+class CpuFreqReducer(Reducer):
+    """``cpu_freq``: ``cpu_mhz_min``, the lowest frequency sampled, MHz to 0.1."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[int, float]] = []
+
+    def add(self, point: ParsedPoint, window: Window) -> None:
+        if point.time_ms >= window.start_ms and "freq_mhz" in point.fields:
+            self.samples.append((point.time_ms, float(point.fields["freq_mhz"])))
+
+    def columns(self, window: Window) -> dict:
+        values = in_window(self.samples, window.end_ms)
+        return {"cpu_mhz_min": round(min(values), 1)} if values else {}
+
+
+class ThrottleReducer(Reducer):
+    """``throttle``: ``throttle_flags``, the conditions seen (``throttled_during``); the
+    sample before the window is the sticky bits' baseline, so it is kept too."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[int, int]] = []
+
+    def add(self, point: ParsedPoint, window: Window) -> None:
+        if "flags" in point.fields:
+            self.samples.append((point.time_ms, int(point.fields["flags"])))
+
+    def columns(self, window: Window) -> dict:
+        if not self.samples:
+            return {}
+        return {"throttle_flags": throttled_during(self.samples, window.start_ms,
+                                                   window.end_ms)}
+
+
+REDUCERS: dict[str, type[Reducer]] = {
+    "cpu": CpuReducer, "mem": MemReducer, "proc": ProcReducer, "net": NetReducer,
+    "cpu_freq": CpuFreqReducer, "throttle": ThrottleReducer,
+}
+
+
+def throttled_during(samples: list[tuple[int, int]], start_ms: int, end_ms: int) -> list[str]:
+    """The conditions (``THROTTLE_CONDITIONS``) a node's ``get_throttled`` words show
+    during [start_ms, end_ms]: set in a sample of the window, or newly set in its sticky
+    ``_occurred`` bit since the last sample before the window."""
+    from ..agent.collectors.pi_throttling import THROTTLE_BITS
+
+    before = [flags for t, flags in samples if t < start_ms]
+    inside = in_window([(t, flags) for t, flags in samples if t >= start_ms], end_ms)
+    baseline = before[-1] if before else None
+    found = set()
+    for flags in inside:
+        for name in THROTTLE_CONDITIONS:
+            sticky = THROTTLE_BITS[f"{name}_occurred"]
+            if flags >> THROTTLE_BITS[name] & 1 or (
+                    baseline is not None and flags >> sticky & 1 and not baseline >> sticky & 1):
+                found.add(name)
+    return [name for name in THROTTLE_CONDITIONS if name in found]
+
+
+def in_window(samples: list[tuple[int, float]], end_ms: int) -> list[float]:
+    """Values sampled in the window (samples before it are already dropped).
+
+    A sample describes the interval that ends at its timestamp, so when the window is
+    shorter than the interval and holds no sample, the first one after it covers it.
+    """
+    inside = [value for time_ms, value in samples if time_ms <= end_ms]
+    return inside or [value for _, value in samples[:1]]
+
+
+def _take_out_shipper(totals: dict[str, float], shipper: dict) -> None:
+    """The live shipper's loopback traffic is not training traffic: on loopback every
+    byte is counted once sent and once received, so both directions lose both."""
+    both_bytes = shipper["sent_bytes"] + shipper["recv_bytes"]
+    totals["sent_bytes"] -= both_bytes
+    totals["recv_bytes"] -= both_bytes
+    totals["sent_packets"] -= shipper["packets"]
+    totals["recv_packets"] -= shipper["packets"]
+
+
+def _value_at(series: list[tuple[int, dict]], name: str, time_ms: int) -> float:
+    """A counter at ``time_ms``, linear between the samples around it (clamped at ends)."""
+    times = [t for t, _ in series]
+    index = bisect_left(times, time_ms)
+    if index == 0:
+        return float(series[0][1].get(name, 0))
+    if index >= len(series):
+        return float(series[-1][1].get(name, 0))
+    (t0, f0), (t1, f1) = series[index - 1], series[index]
+    v0, v1 = f0.get(name, 0), f1.get(name, 0)
+    return v0 + (v1 - v0) * (time_ms - t0) / max(t1 - t0, 1)
