@@ -112,10 +112,17 @@ def header(base_tags: Mapping[str, str]) -> str:
 
 
 def parse_header(line: str) -> dict[str, str] | None:
-    """The base tags of a header line, or None if ``line`` is not a header."""
+    """The base tags of a header line, or None if ``line`` is not a header (or is a
+    damaged one: not a JSON object, nested too deep; tags that are not scalars dropped)."""
     if not line.startswith(HEADER_PREFIX):
         return None
-    return json.loads(line[len(HEADER_PREFIX):])
+    try:
+        tags = json.loads(line[len(HEADER_PREFIX):])
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(tags, dict):
+        return None
+    return {k: v for k, v in tags.items() if isinstance(v, (str, int, float))}
 
 
 def tag_fragment(base_tags: Mapping[str, str]) -> str:
@@ -159,10 +166,18 @@ def _unescape(text: str) -> str:
 
 
 def _field_value(text: str) -> float | int | bool:
+    """A field's value; ``ValueError`` for one ``encode`` never writes (NaN, infinity,
+    an integer past InfluxDB's int64), which only a damaged spool holds."""
     if text.endswith("i"):
-        return int(text[:-1])
+        value = int(text[:-1])
+        if not -2 ** 63 <= value < 2 ** 63:
+            raise ValueError(f"integer field out of int64 range: {text[:30]}")
+        return value
     if text in ("t", "T", "true", "True", "TRUE"):
         return True
     if text in ("f", "F", "false", "False", "FALSE"):
         return False
-    return float(text)
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"non-finite float field: {text[:30]}")
+    return value

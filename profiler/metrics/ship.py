@@ -30,6 +30,7 @@ import fcntl
 import ipaddress
 import json
 import logging
+import re
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +50,9 @@ from .targets import InfluxTarget, RejectedBatch, TransientError, check_server
 log = logging.getLogger(__name__)
 
 BATCH_POINTS = 10_000
+# Control characters other than tab and newline: never in a line the agent wrote.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+DAMAGED_REASON = "damaged spool line (a control character): not sent"
 
 
 def _state_path(spool_dir: Path, target: InfluxTarget) -> Path:
@@ -160,7 +164,19 @@ def write_resolving(writer, lines: list[str]) -> tuple[int, list[tuple[str, str]
     rejected batch ("partial write") and a point re-sent with the same series and
     timestamp overwrites itself. ``TransientError``/``ConfigError`` propagate (the
     caller re-sends the whole batch later; nothing of it was recorded yet).
+
+    A line with a control character (only a damaged spool holds one: the agent escapes
+    them) is refused here, unsent: InfluxDB 1.x echoes a line it cannot parse in a
+    response header, which the HTTP client then refuses, so the batch would look like
+    an outage and be retried forever (found by tests/fuzz/test_fuzz_spool.py).
     """
+    if _CONTROL.search("\n".join(lines)):
+        damaged = [(line, DAMAGED_REASON) for line in lines if _CONTROL.search(line)]
+        clean = [line for line in lines if not _CONTROL.search(line)]
+        sent, refused = write_resolving(writer, clean)
+        return sent, refused + damaged
+    if not lines:
+        return 0, []
     try:
         writer.write(lines)
         return len(lines), []

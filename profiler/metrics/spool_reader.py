@@ -54,7 +54,7 @@ def read_batch(spool_dir: Path, position: Position, max_points: int
         is_last = index == len(all_segments) - 1
         with open(path, "rb") as handle:
             fragment = lineproto.tag_fragment(
-                lineproto.parse_header(handle.readline().decode()) or {})
+                lineproto.parse_header(handle.readline().decode(errors="replace")) or {})
             if position.offset:
                 handle.seek(position.offset)
             else:
@@ -66,7 +66,9 @@ def read_batch(spool_dir: Path, position: Position, max_points: int
                     # by a crash (older segment, never appended to again): skip it there.
                     break
                 position = Position(number, position.offset + len(raw))
-                text = raw.decode().rstrip("\n")
+                # Bytes that are not UTF-8 (a damaged spool) go as U+FFFD: the server
+                # judges the line, and quarantines it if it cannot take it.
+                text = raw.decode(errors="replace").rstrip("\n")
                 if text and not text.startswith("#"):
                     lines.append(lineproto.with_base_tags(text, fragment))
         if len(lines) >= max_points or is_last:
@@ -84,17 +86,25 @@ def read_points(spool_dir: Path, measurements: Collection[str] | None = None
     report wants 3 of a tick's ~10 lines, and parsing was most of its reading)."""
     wanted = None if measurements is None else {m.encode() for m in measurements}
     for _, path in segments(spool_dir):
+        skipped = 0
         with open(path, "rb") as handle:
             base: dict[str, str] = {}
             for raw in handle:
                 if not raw.endswith(b"\n"):
                     break
                 if raw.startswith(b"#"):
-                    base = lineproto.parse_header(raw.decode()) or base
-                elif wanted is not None:
-                    # The agent's measurement names are plain identifiers: the first
-                    # ',' or ' ' ends them (as ``lineproto.with_base_tags`` reads them).
-                    if raw.split(b" ", 1)[0].split(b",", 1)[0] in wanted:
-                        yield base, lineproto.parse(raw.decode())
-                elif raw.strip():
-                    yield base, lineproto.parse(raw.decode())
+                    base = lineproto.parse_header(raw.decode(errors="replace")) or base
+                    continue
+                # The agent's measurement names are plain identifiers: the first
+                # ',' or ' ' ends them (as ``lineproto.with_base_tags`` reads them).
+                if (raw.split(b" ", 1)[0].split(b",", 1)[0] not in wanted
+                        if wanted is not None else not raw.strip()):
+                    continue
+                try:
+                    point = lineproto.parse(raw.decode())
+                except ValueError:  # a damaged line (UnicodeDecodeError is one too)
+                    skipped += 1
+                    continue
+                yield base, point
+        if skipped:
+            log.warning("spool %s: %d damaged line(s) skipped", path, skipped)

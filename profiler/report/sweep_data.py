@@ -15,6 +15,7 @@ from pathlib import Path
 from ..metrics.spool_reader import read_points
 from ..errors import ConfigError
 from ..sweep.store import ResultsStore
+from .record_check import record_problem, with_defaults
 
 # What the per-node plots show: (measurement, field) → series name.
 SERIES = {("cpu", "cpu_percent"): "cpu_percent", ("mem", "used_mb"): "mem_used_mb"}
@@ -60,9 +61,15 @@ def load_sweep(path: Path) -> Sweep:
         raise ConfigError(f"{path} has no finished cell yet (results.jsonl is empty): "
                           "let the sweep run, or `edgeprof sweep --resume --out "
                           f"{path}` to finish it")
+    for cell_id, record in latest.items():
+        problem = record_problem(record)
+        if problem:
+            raise ConfigError(f"{path / 'results.jsonl'}: cell {cell_id}'s {problem}: the "
+                              "file was changed after the sweep; restore it from the sweep")
     order = {cell_id: i for i, cell_id in enumerate(_grid_ids(settings))}
-    records = sorted(latest.values(), key=lambda r: (order.get(r["cell_id"], len(order)),
-                                                      r.get("launched_at") or 0))
+    records = sorted(map(with_defaults, latest.values()),
+                     key=lambda r: (order.get(r["cell_id"], len(order)),
+                                    r.get("launched_at") or 0))
     return Sweep(path=path, settings=settings, records=records)
 
 

@@ -21,9 +21,11 @@ def recorded_study(sweep_dir: Path) -> str | None:
     """The study that made the sweep, as its sweep.json names it (None: a plain sweep)."""
     try:
         settings = json.loads((Path(sweep_dir) / "sweep.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None  # build_report says what is wrong with the folder
-    return ((settings.get("extra") or {}).get("study")) if isinstance(settings, dict) else None
+    extra = settings.get("extra") if isinstance(settings, dict) else None
+    study = extra.get("study") if isinstance(extra, dict) else None
+    return study if isinstance(study, str) else None
 
 
 def report_of(sweep_dir: Path, out: Path | None = None, *, cloud=None,

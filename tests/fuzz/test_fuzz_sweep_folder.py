@@ -67,7 +67,7 @@ def _folder(root: Path, meta: bytes, results: bytes) -> Path:
     return sweep
 
 
-@settings(FUZZ, max_examples=120)
+@settings(FUZZ, max_examples=80)
 @given(sweep_folder())
 @example((line_of(META).encode(), (line_of({**RECORD, "cell_id": "../../beside"}) + "\n"
                                    ).encode())).via("a cell_id with path traversal")
@@ -101,7 +101,7 @@ def test_report_refuses_or_reads_a_hostile_sweep_folder(folder):
         assert writes_outside(before, snapshot(root), sweep) == []
 
 
-@settings(FUZZ, max_examples=120)
+@settings(FUZZ, max_examples=60)
 @given(sweep_folder(), st.lists(st.sampled_from(
     ["attempt-1", "attempt-x", "attempt-", "attempt-99999999999999999999", "attempt-١",
      "attempt-2/cell.json", "attempt-3"]), max_size=3))
