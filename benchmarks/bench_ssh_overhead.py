@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import statistics
 import subprocess
@@ -56,6 +57,7 @@ from profiler.cluster.inventory.cluster import InventoryCluster  # noqa: E402
 from profiler.sweep import monitoring, runner  # noqa: E402
 from profiler.sweep.events import read_cell_events  # noqa: E402
 from profiler.sweep.grid import validate  # noqa: E402
+from profiler.sweep.needs import grid_needs  # noqa: E402
 from profiler.engines import get_engine  # noqa: E402
 from profiler.engines.base import TrainOptions  # noqa: E402
 from tests.support.sshd import SshdNodes  # noqa: E402
@@ -209,8 +211,9 @@ def main() -> None:
                 provider = cluster_settings(
                     name, inventory=inventory if name == "inventory" else None)
                 t0 = time.monotonic()
-                provider.check(cells)
-                clusters[name] = stack.enter_context(provider.open(3, cells))
+                needs = dataclasses.replace(grid_needs(cells), nodes=3)
+                provider.check(needs)
+                clusters[name] = stack.enter_context(provider.open(needs))
                 clusters[name].clock_offsets(clusters[name].nodes()[:3])
                 once[name] = time.monotonic() - t0
             for index, cell in enumerate(cells):

@@ -134,8 +134,8 @@ class _FailingStart(LocalCluster):
 class _FailingStartSettings(LocalSettings):
     """The local provider's settings, opening ``_FailingStart`` instead."""
 
-    def open(self, nodes_needed, cells=()):
-        return self.closing(_FailingStart(nodes_needed))
+    def open(self, needs):
+        return self.closing(_FailingStart(needs.nodes))
 
 
 def test_a_cell_that_cannot_start_is_failed_and_the_sweep_goes_on(tmp_path):
