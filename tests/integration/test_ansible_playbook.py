@@ -11,11 +11,17 @@ version bump) is deployed by a third run of the trainer role.
   host's end of the bridge (10.213.0.254, the controller): every node, monitor included,
   must then refuse the controller on a high port and still accept another node, and
   still accept SSH.
-- InfluxDB (Debian's influxdb, authentication on) runs inside the monitor's namespace,
-  started by the test on that node's own 127.0.0.1:8086, where the monitor role's user
-  tasks reach it over SSH: admin, database, agents' user and grant are made by the
-  first run (reported as changes) and found by the second (none), with passwords that
-  hold a quote and a backslash.
+- InfluxDB (Debian's influxdb, authentication and HTTPS on) runs inside the monitor's
+  namespace, started by the test on that node's port 8086 with the certificate the test
+  gives the playbook (edgeprof_influx_tls_*_src: a CA made by the test, as a lab with
+  its own CA would), where the monitor role's user tasks reach it over SSH: admin
+  (password made on the monitor), database, the agents' write-only user (a password
+  with a quote and a backslash, from the Vault) and Grafana's read-only user are made
+  by the first run (reported as changes) and found by the second (none). A sweep's
+  spool is then shipped from a worker's namespace through TLS, the password and the
+  firewall (which drops this host on the same port), and read back as Grafana's user.
+  The CA and certificate the monitor role makes itself (openssl on the host) are made
+  and checked by the localhost run beside Grafana's provisioning files.
 
 What this machine makes the test do differently from a box of Pis, and so cannot check:
 - the nodes share this host's filesystem, hostname and packages: every path the play
@@ -65,13 +71,35 @@ BIN = Path(sys.executable).parent
 EDGEPROF = [sys.executable, "-m", "profiler.cli"]
 VAULT_PASSWORD = "test-vault-password"
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")  # Debian's dataset-fashion-mnist
-# A quote and a backslash in the InfluxDB passwords: InfluxQL string literals must escape them.
-SECRETS = {"edgeprof_influx_admin_password": "admin-Se'cret-1",
-           "edgeprof_grafana_admin_password": "grafana-Secret-2",
+# A quote and a backslash in the agents' password: InfluxQL string literals must escape
+# them. InfluxDB's admin password is not given: the monitor role makes it on the host.
+SECRETS = {"edgeprof_grafana_admin_password": "grafana-Secret-2",
            "edgeprof_influx_credentials": "agent:agent-Se'c\\ret-3"}
 SUBNET = "10.213.0.0/29"          # n0-n2 (.1-.3), not the bridge's host end (.254)
 SUBNET6 = "fd00:213::/64"
 HIGH_PORT = 29876
+MONITOR_ADDRESS = "10.213.0.3"    # n2
+
+
+def _pki(folder: Path) -> dict[str, Path]:
+    """A lab's own CA and the monitor's certificate (its address, name and loopback)."""
+    trustme = pytest.importorskip("trustme")
+    folder.mkdir()
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", MONITOR_ADDRESS, "n2", "localhost")
+    paths = {name: folder / f"{name}.pem" for name in ("ca", "cert", "key", "both")}
+    ca.cert_pem.write_to_path(paths["ca"])
+    cert.cert_chain_pems[0].write_to_path(paths["cert"])
+    cert.private_key_pem.write_to_path(paths["key"])
+    cert.private_key_and_cert_chain_pem.write_to_path(paths["both"])
+    return paths
+
+
+def _monitor_secret(work: Path, name: str) -> str:
+    """A password the monitor role made on the monitor host (0600, root's)."""
+    path = work / "n2" / "monitor-secrets" / name
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    return path.read_text().strip()
 
 
 def _in_netns(node, argv, **kw) -> subprocess.CompletedProcess:
@@ -79,28 +107,34 @@ def _in_netns(node, argv, **kw) -> subprocess.CompletedProcess:
                            *argv], capture_output=True, text=True, timeout=60, **kw)
 
 
-def _influx(node, query: str, user: str, password: str) -> tuple[int, dict]:
-    """An InfluxQL query from inside ``node``'s namespace: (HTTP status, JSON answer)."""
+def _influx(node, query: str, user: str, password: str, ca: Path,
+            host: str = "127.0.0.1") -> tuple[int, dict]:
+    """An InfluxQL query over HTTPS from inside ``node``'s namespace: (status, answer)."""
     code = ("import json, sys, requests\n"
-            "r = requests.post('http://127.0.0.1:8086/query', data={'q': sys.argv[1]},"
-            " auth=(sys.argv[2], sys.argv[3]), timeout=10)\n"
+            "r = requests.post(f'https://{sys.argv[5]}:8086/query', data={'q': sys.argv[1],"
+            " 'db': 'edgeprof'}, auth=(sys.argv[2], sys.argv[3]), verify=sys.argv[4],"
+            " timeout=10)\n"
             "print(json.dumps([r.status_code, r.json()]))\n")
-    done = _in_netns(node, [sys.executable, "-c", code, query, user, password])
+    done = _in_netns(node, [sys.executable, "-c", code, query, user, password, str(ca), host])
     assert done.returncode == 0, done.stderr
     status, answer = json.loads(done.stdout)
     return status, answer
 
 
-def _start_influxd(node, folder: Path) -> subprocess.Popen:
+def _start_influxd(node, folder: Path, pki: dict[str, Path]) -> subprocess.Popen:
     folder.mkdir(parents=True)
     config = folder / "influxdb.conf"
-    # In the monitor node's own namespace: its loopback ports are its own.
-    config.write_text(influxd_config(folder, http_port=8086, rpc_port=8088, auth=True))
+    # In the monitor node's own namespace: its ports are its own. On every address, as
+    # the role's configuration has it: the firewall decides who reaches it.
+    config.write_text(influxd_config(folder, http_port=8086, rpc_port=8088, auth=True,
+                                     tls_pem=pki["both"]).replace('"127.0.0.1:8086"',
+                                                                  '":8086"'))
     proc = popen_in_group(["nsenter", f"--net=/run/netns/{node.scope.netns}", "--",
                            need_binary("influxd"), "-config", str(config)], {},
                           folder / "influxd.log")
     ping = ("import requests\n"
-            "requests.get('http://127.0.0.1:8086/ping', timeout=1).raise_for_status()")
+            f"requests.get('https://127.0.0.1:8086/ping', verify='{pki['ca']}',"
+            " timeout=1).raise_for_status()")
     deadline = time.monotonic() + 30
     while _in_netns(node, [sys.executable, "-c", ping]).returncode != 0:
         log = (folder / "influxd.log").read_text()[-2000:]
@@ -148,6 +182,7 @@ def provisioned(tmp_path_factory):
     for sshd in sshd_nodes(work, 3, confine=False, profile="pi4",
                            extra_binaries=("python3", str(BIN / "ansible-playbook"))):
         source = _source_copy(work / "source")
+        pki = _pki(work / "pki")
         node_vars = {n: {"edgeprof_venv": str(work / n / "venv"),
                          "edgeprof_workdir": str(work / n / "runs"),
                          "edgeprof_data_dir": str(work / n / "data"),
@@ -170,6 +205,11 @@ def provisioned(tmp_path_factory):
             "edgeprof_cluster_subnet6": SUBNET6, "edgeprof_firewall_packages": ["iptables"],
             "edgeprof_monitor_vendor_repos": False, "edgeprof_monitor_grafana": False,
             "edgeprof_influxdb_conf": str(work / "influxdb.conf"),
+            "edgeprof_monitor_secrets_dir": str(work / "n2" / "monitor-secrets"),
+            "edgeprof_influx_tls_dir": str(work / "n2" / "influx-tls"),
+            "edgeprof_influx_tls_ca_src": str(pki["ca"]),
+            "edgeprof_influx_tls_cert_src": str(pki["cert"]),
+            "edgeprof_influx_tls_key_src": str(pki["key"]),
             # Where Grafana's files would go if its guard failed: not this host's /etc.
             "edgeprof_grafana_provisioning_dir": str(work / "grafana" / "provisioning"),
             "edgeprof_grafana_dashboards_dir": str(work / "grafana" / "dashboards"),
@@ -186,7 +226,7 @@ def provisioned(tmp_path_factory):
         argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), "ansible/site.yml",
                 "-e", f"@{settings}", "-e", f"@{secrets}",
                 "--vault-password-file", str(password_file)]
-        influxd = _start_influxd(sshd.nodes[2], work / "influxdb-n2")
+        influxd = _start_influxd(sshd.nodes[2], work / "influxdb-n2", pki)
         try:
             runs = []
             for _ in range(2):
@@ -194,7 +234,7 @@ def provisioned(tmp_path_factory):
                 done = _both_plays(argv, work)
                 runs.append((done, time.monotonic() - start))
             yield {"runs": runs, "work": work, "inventory": inventory, "sshd": sshd,
-                   "argv": argv, "source": source}
+                   "argv": argv, "source": source, "pki": pki}
         finally:
             kill_group(influxd)
             _remove_firewall(sshd.nodes)
@@ -265,7 +305,20 @@ def test_nodes_are_ready_and_secrets_stay_in_0600_files(provisioned):
         unit = (work / node / "systemd" / "edgeprof-agent.service").read_text()
         assert f"--influx-token-file {token}" in unit and "Restart=on-failure" in unit
         assert not any(secret in unit for secret in SECRETS.values())
-    assert "auth-enabled = true" in (work / "influxdb.conf").read_text()
+        # The agents verify InfluxDB's certificate against the lab's CA, over https.
+        ca = work / node / "etc" / "influx-ca.pem"
+        assert f"--influx-ca {ca}" in unit and "--influx-url https://n2:8086" in unit, unit
+        assert ca.read_text().strip() == provisioned["pki"]["ca"].read_text().strip()
+    config = (work / "influxdb.conf").read_text()
+    assert "auth-enabled = true" in config and "https-enabled = true" in config
+    key = work / "n2" / "influx-tls" / "server-key.pem"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    # The passwords made on the monitor never reach the controller's output.
+    made = [_monitor_secret(work, name)
+            for name in ("influx-admin-password", "influx-reader-password")]
+    for done, _ in provisioned["runs"]:
+        assert not any(secret in done.stdout + done.stderr
+                       for secret in made + list(SECRETS.values()))
     # edgeprof_monitor_grafana is false: no Grafana folder, secret or provisioning file.
     assert not (work / "grafana").exists(), sorted(map(str, (work / "grafana").rglob("*")))
     # The trainers answer the SSH cluster's host check with the provisioned venvs (the
@@ -284,21 +337,26 @@ def test_nodes_are_ready_and_secrets_stay_in_0600_files(provisioned):
 
 
 def test_influxdb_users_are_made_once_with_escaped_passwords(provisioned):
-    monitor = provisioned["sshd"].nodes[2]
-    admin = SECRETS["edgeprof_influx_admin_password"]
+    monitor, ca = provisioned["sshd"].nodes[2], provisioned["pki"]["ca"]
+    admin = _monitor_secret(provisioned["work"], "influx-admin-password")
     agent, agent_password = SECRETS["edgeprof_influx_credentials"].split(":", 1)
-    status, answer = _influx(monitor, "SHOW USERS", "admin", admin)
+    status, answer = _influx(monitor, "SHOW USERS", "admin", admin, ca)
     assert status == 200, answer
-    assert sorted(answer["results"][0]["series"][0]["values"]) == [["admin", True],
-                                                                    [agent, False]]
-    # The agents' user logs in with the password as written in the Vault, quote and all.
-    status, answer = _influx(monitor, "SHOW DATABASES", agent, agent_password)
+    assert sorted(answer["results"][0]["series"][0]["values"]) == [
+        ["admin", True], [agent, False], ["grafana", False]]
+    # The agents' user logs in with the password as written in the Vault, quote and all,
+    # and may write the database, nothing else: reading it is refused.
+    status, answer = _influx(monitor, "SHOW DATABASES", agent, agent_password, ca)
     assert status == 200, answer
-    status, answer = _influx(monitor, f'SHOW GRANTS FOR "{agent}"', "admin", admin)
-    assert answer["results"][0]["series"][0]["values"] == [["edgeprof", "ALL PRIVILEGES"]]
+    status, answer = _influx(monitor, "SELECT * FROM cpu", agent, agent_password, ca)
+    assert status == 403 and "requires READ" in answer["error"], answer
+    for user, grant in ((agent, "WRITE"), ("grafana", "READ")):
+        status, answer = _influx(monitor, f'SHOW GRANTS FOR "{user}"', "admin", admin, ca)
+        assert answer["results"][0]["series"][0]["values"] == [["edgeprof", grant]], user
     first, second = (done.stdout for done, _ in provisioned["runs"])
     for task in ("Create InfluxDB's admin user", "Create the database",
-                 "Create the agents' user", "Grant the agents' user the database"):
+                 "Create the agents' user", "Grant the agents' user the database",
+                 "Create Grafana's reader", "Grant Grafana's reader the database, to read"):
         assert "changed: [n2]" in _task(first, f"monitor : {task}"), task
         assert "skipping: [n2]" in _task(second, f"monitor : {task}"), task
 
@@ -337,18 +395,28 @@ def test_firewall_closes_high_ports_to_all_but_the_cluster(provisioned):
         with pytest.raises(TimeoutError):  # dropped, not refused: nothing answers at all
             socket.create_connection((nodes[0].address, HIGH_PORT), timeout=3)
         socket.create_connection((nodes[0].address, 22), timeout=3).close()
+        # InfluxDB's port on the monitor likewise: a worker reaches it, this host not.
+        reach_influx = ("import socket\nsocket.create_connection(('%s', 8086), timeout=3)"
+                        % MONITOR_ADDRESS)
+        done = _in_netns(nodes[1], [sys.executable, "-c", reach_influx])
+        assert done.returncode == 0, done.stderr
+        with pytest.raises(TimeoutError):
+            socket.create_connection((MONITOR_ADDRESS, 8086), timeout=3)
     finally:
         server.kill()
         server.wait()
 
 
-def test_grafana_provisioning_files(tmp_path):
-    """The monitor role's Grafana provisioning tasks, run on this host: root stands in
-    for the ``grafana`` user that only Grafana's package (not installable here) creates.
-    A second run changes nothing."""
+def test_grafana_provisioning_files_and_the_tls_made_on_the_host(tmp_path):
+    """The monitor role's passwords, TLS and Grafana provisioning tasks, run on this host:
+    root stands in for the ``grafana`` and ``influxdb`` users of packages. The CA and the
+    certificate are made here by openssl (no CA given); the datasource reads with the
+    read-only account. A second run changes nothing."""
     settings = tmp_path / "vars.json"
     settings.write_text(json.dumps({
-        "edgeprof_grafana_user": "root",
+        "edgeprof_grafana_user": "root", "edgeprof_influx_service_user": "root",
+        "edgeprof_monitor_secrets_dir": str(tmp_path / "monitor-secrets"),
+        "edgeprof_influx_tls_dir": str(tmp_path / "tls"),
         "edgeprof_grafana_provisioning_dir": str(tmp_path / "provisioning"),
         "edgeprof_grafana_dashboards_dir": str(tmp_path / "dashboards"),
         "edgeprof_grafana_secrets_dir": str(tmp_path / "secrets"),
@@ -356,10 +424,12 @@ def test_grafana_provisioning_files(tmp_path):
         "ansible_python_interpreter": "/usr/bin/python3", **SECRETS}))
     playbook = tmp_path / "grafana.yml"
     playbook.write_text("- name: Grafana provisioning\n  hosts: localhost\n"
-                        "  connection: local\n  tasks:\n"
-                        "    - name: The monitor role's provisioning tasks\n"
-                        "      ansible.builtin.include_role:\n        name: monitor\n"
-                        "        tasks_from: grafana-provisioning.yml\n")
+                        "  connection: local\n  tasks:\n" + "".join(
+                            f"    - name: The monitor role's {name}\n"
+                            "      ansible.builtin.include_role:\n        name: monitor\n"
+                            f"        tasks_from: {name}.yml\n"
+                            for name in ("influx-secrets", "influx-tls",
+                                         "grafana-provisioning")))
     env = {**_env(tmp_path), "ANSIBLE_ROLES_PATH": str(ROOT / "ansible" / "roles")}
     runs = [subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", str(playbook),
                             "-e", f"@{settings}"], cwd=tmp_path, capture_output=True,
@@ -368,10 +438,32 @@ def test_grafana_provisioning_files(tmp_path):
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert _recap(runs[1].stdout)["localhost"]["changed"] == 0, runs[1].stdout[-3000:]
     text = (tmp_path / "provisioning" / "datasources" / "edgeprof.yaml").read_text()
-    assert "$__file{" in text and not any(secret in text for secret in SECRETS.values())
+    made = {name: (tmp_path / "monitor-secrets" / name).read_text().strip()
+            for name in ("influx-admin-password", "influx-reader-password")}
+    assert "$__file{" in text and not any(secret in text for secret in
+                                          [*SECRETS.values(), *made.values()])
+    import yaml
+    (datasource,) = yaml.safe_load(text)["datasources"]
+    assert datasource["user"] == "grafana" and datasource["url"].startswith("https://")
+    assert datasource["jsonData"]["tlsAuthWithCACert"] is True
+    assert datasource["secureJsonData"]["tlsCACert"] == f"$__file{{{tmp_path}/tls/ca.pem}}"
     secret = tmp_path / "secrets" / "influx-password"
     assert stat.S_IMODE(secret.stat().st_mode) == 0o600
-    assert secret.read_text() == SECRETS["edgeprof_influx_credentials"].split(":", 1)[1]
+    assert secret.read_text() == made["influx-reader-password"] != made["influx-admin-password"]
+    for name in made:
+        assert stat.S_IMODE((tmp_path / "monitor-secrets" / name).stat().st_mode) == 0o600
+    # The certificate made here is signed by the CA made here, for loopback and this
+    # host's name; only the CA's certificate is readable by others.
+    tls = tmp_path / "tls"
+    verify = subprocess.run(["openssl", "verify", "-CAfile", str(tls / "ca.pem"),
+                             str(tls / "server-cert.pem")], capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    names = subprocess.run(["openssl", "x509", "-in", str(tls / "server-cert.pem"), "-noout",
+                            "-ext", "subjectAltName"], capture_output=True, text=True).stdout
+    assert "IP Address:127.0.0.1" in names and "DNS:localhost" in names, names
+    for name, mode in (("ca.pem", 0o644), ("server-cert.pem", 0o644),
+                       ("server-key.pem", 0o600), ("ca-key.pem", 0o600)):
+        assert stat.S_IMODE((tls / name).stat().st_mode) == mode, name
     assert sorted(p.name for p in (tmp_path / "dashboards").iterdir()) == sorted(
         p.name for p in (ROOT / "dashboards").glob("*.json"))
 
@@ -423,6 +515,30 @@ def test_sweep_runs_on_the_provisioned_nodes(provisioned, tmp_path, engine):
         copied = provisioned["work"] / node / "data" / "fashion-mnist"
         assert sorted(p.name for p in copied.iterdir()) == sorted(
             p.name for p in FASHION_DIR.iterdir())
+    if engine == "mxnet":
+        _ship_from_a_worker(provisioned, out)
+
+
+def _ship_from_a_worker(provisioned, out: Path) -> None:
+    """The sweep's spools, shipped from n1 (inside the cluster's subnet: the firewall
+    drops this host) with the files the playbook left there: the agents' credentials
+    and the CA; then read back as Grafana's read-only user."""
+    work, nodes = provisioned["work"], provisioned["sshd"].nodes
+    etc = work / "n1" / "etc"
+    done = _in_netns(nodes[1], [
+        str(work / "n1" / "venv" / "bin" / "python"), "-m", "profiler.cli", "ship", str(out),
+        "--influx-url", f"https://{MONITOR_ADDRESS}:8086", "--influx-db", "edgeprof",
+        "--influx-token-file", str(etc / "influx-credentials"),
+        "--influx-ca", str(etc / "influx-ca.pem")], env=_env(work), cwd=str(out.parent))
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    shipped = int(re.search(r"shipped (\d+) points", done.stdout).group(1))
+    assert shipped > 0, done.stdout
+    sweep_id = json.loads((out / "sweep.json").read_text())["sweep_id"]
+    status, answer = _influx(nodes[2], f"SELECT count(cpu_percent) FROM cpu WHERE sweep = "
+                             f"'{sweep_id}'", "grafana",
+                             _monitor_secret(work, "influx-reader-password"),
+                             provisioned["pki"]["ca"])
+    assert status == 200 and answer["results"][0]["series"][0]["values"][0][1] > 0, answer
 
 
 def test_code_change_without_version_bump_is_deployed(provisioned, tmp_path):

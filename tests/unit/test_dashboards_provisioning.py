@@ -21,7 +21,9 @@ PROVISIONING = ROOT / "dashboards" / "provisioning"
 ROLE_VARS = {"ansible_managed": "Ansible managed", "edgeprof_grafana_dashboards_dir": "/d",
              "edgeprof_grafana_influx_url": "http://127.0.0.1:8086",
              "edgeprof_influx_credentials": "reader:secret", "edgeprof_influx_db": "edgeprof",
-             "edgeprof_grafana_secrets_dir": "/etc/grafana/edgeprof"}
+             "edgeprof_grafana_secrets_dir": "/etc/grafana/edgeprof",
+             "edgeprof_influx_reader": "grafana", "edgeprof_influx_tls": True,
+             "edgeprof_influx_tls_dir": "/etc/edgeprof/influx-tls"}
 
 
 def _render(name: str) -> dict:
