@@ -76,7 +76,7 @@ def slowing_clusters() -> str:
     """``--cluster emulated or inventory``: the providers that can slow a node
     (``Cluster.can_slow_node``), for the lines refusing ``--straggler`` elsewhere."""
     names = [p.name for p in PROVIDERS.values() if p.cluster_type().can_slow_node]
-    return "--cluster " + _either(names) if names else "no --straggler (no cluster can slow a node)"
+    return "--cluster " + _either(names) if names else "a cluster that can slow a node"
 
 
 def profiled_provider() -> type[ClusterSettings]:

@@ -175,7 +175,7 @@ class Cluster:
 
 
 def _as_typed(text: str) -> str:
-    return text
+    return text  # a text option (a name): as typed
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,12 @@
 """The node providers' options on the command line, made from the registry.
 
-``sweep``, ``run``, ``study`` and ``cluster status`` take ``--cluster`` and every
-provider's own options (``ProviderOption``), as a ``ProviderCommand`` (``cls=`` of
-``click.command``), and build the chosen provider's settings with
-``cluster_from_options``: a provider that adds an option
-(a kubeconfig, an image) touches no command. A bad value is one line and exit status 2,
-whether the option's ``parse`` refuses it while Click reads the command line or the
-provider refuses it later.
+``sweep``, ``run`` and ``cluster status`` take ``--cluster`` and every provider's own
+options (``ProviderOption``) as a ``ProviderCommand`` (``cls=`` of ``click.command``),
+``study`` as ``provider_params``, and each builds the chosen provider's settings with
+``cluster_from_options``: a provider that adds an option (a kubeconfig, an image)
+touches no command. A bad value is one line and exit status 2, whether the option's
+``parse`` refuses it while Click reads the command line or the provider refuses it
+later.
 """
 
 from __future__ import annotations
@@ -42,31 +42,25 @@ def cluster_option(default: str = "local"):
                         help=providers_help() + ".")
 
 
-def _attrs(option: ProviderOption, helps: Mapping[str, str]) -> dict:
-    return dict(default=option.default, show_default=option.default is not None,
-                type=_Parsed(option), help=helps.get(option.name, option.help))
-
-
-def provider_params(helps: Mapping[str, str] = {}) -> list[click.Option]:
+def provider_params(helps: Mapping[str, str] | None = None) -> list[click.Option]:
     """Every provider's own options as Click parameters (each name once, in the
     registry's order); ``helps``: a command's own help for some of them (the study's
     default profile)."""
-    return [click.Option([option.flag, option.name], **_attrs(option, helps))
+    helps = helps or {}
+    return [click.Option([option.flag, option.name], default=option.default,
+                         show_default=option.default is not None, type=_Parsed(option),
+                         help=helps.get(option.name, option.help))
             for option, _ in declared_options().values()]
 
 
 class ProviderCommand(click.Command):
     """A command taking every provider's own options, read from the registry each time
     it parses (a provider registered after this module loaded has its options too),
-    placed after ``--cluster``. ``provider_helps``: the command's own help for some."""
-
-    def __init__(self, *args, provider_helps: Mapping[str, str] | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.provider_helps = dict(provider_helps or {})
+    placed after ``--cluster``."""
 
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
         params = super().get_params(ctx)
-        fresh = provider_params(self.provider_helps)
+        fresh = provider_params()
         names = {p.name for p in fresh}
         params = [p for p in params if p.name not in names]
         at = next((i + 1 for i, p in enumerate(params) if p.name == "cluster_name"),
