@@ -19,19 +19,23 @@ ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-# What a test module names when it touches what there is one of on this machine: the
-# emulated cluster (its network namespaces, cgroups and state file), or root's own cgroups.
-_MACHINE_WIDE = re.compile(r"\bemulated\b|need_root|sshd_nodes|netns|cgroup")
+# A test module that touches what there is one of on this machine, the emulated cluster
+# (its network namespaces, cgroups and state file), runs as root (``need_root``, or the
+# fixtures below that call it) and names the cluster. Root alone is not enough: the agent's
+# tests make cgroups and filesystems of their own, and the bad-input tests name the
+# cluster only in commands that must be refused before anything runs.
+_NEEDS_ROOT = re.compile(r"\b(need_root|sshd_nodes|emulated_nodes)\(")
+_NAMES_THE_CLUSTER = re.compile(r"\bemulated\b|netns|sshd")
 MACHINE_WIDE_GROUP = "emulated"
 
 
 @lru_cache(maxsize=None)
 def _touches_the_machine(path: Path) -> bool:
-    """Whether a test module outside tests/unit names the emulated cluster, root or cgroups
-    (unit tests are pure functions: they never do, whatever words they hold)."""
+    """Whether a test module runs on the emulated cluster (above); unit tests never do."""
     if path.parent.name == "unit" or not path.is_file():
         return False
-    return bool(_MACHINE_WIDE.search(path.read_text()))
+    source = path.read_text()
+    return bool(_NEEDS_ROOT.search(source) and _NAMES_THE_CLUSTER.search(source))
 
 
 def pytest_xdist_make_scheduler(config, log):
