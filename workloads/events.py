@@ -13,6 +13,7 @@ line.
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -51,8 +52,37 @@ class EventWriter:
         self.close()
 
 
+# The fields the controller computes with: a finite number (or null) where present.
+# A line breaking this was not written by ``EventWriter`` (a damaged or edited file).
+NUMBER_FIELDS = ("t", "rank", "epoch", "epoch_s", "first_step_s", "samples_per_s", "syncs",
+                 "elapsed_s", "train_s", "train_cpu_s", "samples", "train_samples",
+                 "val_accuracy", "batch", "num_workers", "steps_per_epoch", "data_shards",
+                 "param_count", "classes")
+# What each kind of event must carry (a number, not null).
+REQUIRED = {"epoch": ("epoch", "epoch_s")}
+
+
+def is_number(value) -> bool:
+    """A finite int or float (not a bool), within a float's range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int past a float's range
+        return False
+
+
+def well_formed(record, numbers: tuple[str, ...], required: tuple[str, ...] = ()) -> bool:
+    """``record`` is a mapping whose ``numbers`` are finite numbers or null where
+    present and whose ``required`` fields are numbers."""
+    return (isinstance(record, dict)
+            and all(record.get(k) is None or is_number(record[k]) for k in numbers)
+            and all(is_number(record.get(k)) for k in required))
+
+
 def read_events(path: str | Path) -> list[dict]:
-    """All complete events of a file, in order; a torn or garbled line is skipped."""
+    """All complete events of a file, in order; a torn, garbled or damaged line (see
+    ``NUMBER_FIELDS``) is skipped."""
     events = []
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
@@ -61,8 +91,10 @@ def read_events(path: str | Path) -> list[dict]:
     for line in text.splitlines():
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # the writer was killed mid-line
-        if isinstance(record, dict) and "event" in record:
+        except (ValueError, RecursionError):
+            continue  # the writer was killed mid-line, or a damaged file
+        if (isinstance(record, dict) and isinstance(record.get("event"), str)
+                and well_formed(record, NUMBER_FIELDS,
+                                ("t", *REQUIRED.get(record["event"], ())))):
             events.append(record)
     return events

@@ -49,7 +49,12 @@ import json
 import time
 from pathlib import Path
 
+from .events import well_formed
+
 FLUSH_EVERY = 4096
+# The numbers of a worker's and of a server's line (module doc): numbers where present.
+NUMBER_FIELDS = ("t", "epoch", "step", "data_s", "compute_s", "exchange_s", "step_s",
+                 "drain_s", "every", "round", "recv_s", "update_s", "send_s", "worker")
 # MXNet: time one step in SAMPLE_EVERY, the first of them in the middle of an epoch of
 # fewer steps (one timed step an epoch: far from the run's first step and its one-off
 # costs). Draining the engine before a timed step stops it overlapping that step with
@@ -121,8 +126,9 @@ def read_steps(path: str | Path) -> list[dict]:
     for line in text.splitlines():
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             continue
-        if isinstance(record, dict):
+        # A line whose times are not numbers was not written by ``StepLog``: skipped.
+        if well_formed(record, NUMBER_FIELDS):
             out.append(record)
     return out

@@ -83,9 +83,10 @@ class CellEvents:
             "epoch_s": [round(e["epoch_s"], 3) for e in rank0_epochs],
             "val_accuracy": accuracies[-1] if accuracies else None,
             "val_accuracy_per_epoch": accuracies,
-            "samples_per_s": (round(sum(e["samples_per_s"] for e in ends), 2)
+            "samples_per_s": (round(sum(e.get("samples_per_s") or 0 for e in ends), 2)
                               if ends else None),
-            "syncs_per_worker": round(mean(e["syncs"] for e in ends), 1) if ends else None,
+            "syncs_per_worker": (round(mean(syncs), 1) if (syncs := [
+                e["syncs"] for e in ends if e.get("syncs") is not None]) else None),
             "train_samples": start0.get("train_samples"),
             "parameters": start0.get("param_count"),  # trainable, counted by the worker
             "steady_s_per_sample": _steady_s_per_sample(rank0_epochs, start0),

@@ -63,7 +63,10 @@ def load_cell_steps(events_dir: Path, *, sync: bool, worker_nodes: dict[int, str
             continue
         nodes = out.worker_nodes if role == "worker" else out.server_nodes
         shift = offsets_s.get(nodes.get(int(rank), ""), 0.0)
-        lines = [line for line in read_steps(path) if isinstance(line.get("t"), (int, float))]
+        # What the breakdown computes with (read_steps has checked they are numbers).
+        needed = ("t",) if role == "server" else ("t", "step", "step_s")
+        lines = [line for line in read_steps(path) if all(line.get(k) is not None
+                                                          for k in needed)]
         for line in lines:
             line["t"] -= shift
         (out.workers if role == "worker" else out.servers)[int(rank)] = lines
