@@ -250,24 +250,63 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
 
-    from tests.support.servers import LocalServer
-
     from profiler.cluster import emulated
+    from tests.support.servers import LocalServer
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="soak-", dir="/tmp"))
     workdir.mkdir(parents=True, exist_ok=True)
     tmp_before = tmp_entries()
     influx = LocalServer("influxdb1", workdir / "influxdb").start()
-    driver = FaultDriver(args.seed, workdir / "faults.jsonl", args.mean_gap_s, influx, kinds,
-                         node="n1" if args.cluster == "emulated" else "local1")
+    try:
+        if args.cluster == "emulated":
+            emulated.ensure_cluster(NODES, PROFILE)
+        driver = FaultDriver(args.seed, workdir / "faults.jsonl", args.mean_gap_s, influx,
+                             kinds, node="n1" if args.cluster == "emulated" else "local1")
+        started = time.monotonic()
+        sweeps, rss, mount_problems = run_sweeps(args, workdir, influx, driver)
+        if influx.proc is None:
+            influx.start()
+        shipped_after = ship_leftovers(sweeps, influx.url)
+        sweep_dicts = [{"name": r.name, "out": str(r.out), "planned": r.planned,
+                        "runs": r.runs, "exit": r.exit, "sweep_id": r.sweep_id}
+                       for r in sweeps]
+        faults = soak_checks.injected(workdir / "faults.jsonl")
+        checks = soak_checks.check_records(sweep_dicts, faults)
+        points_check, totals = soak_checks.check_points(sweep_dicts, influx.url, DB)
+        checks.append(points_check)
+        checks.append(soak_checks.check_memory(rss, args.rss_bound_mb, args.rss_growth_mb))
+    finally:
+        influx.stop()
+    leftovers = check_leftovers(workdir, tmp_before, args.cluster == "emulated")
+    leftovers.problems += mount_problems
+    leftovers.ok = not leftovers.problems
+    checks.append(leftovers)
+    if args.cluster == "emulated":
+        checks.append(check_cluster_down())
+
+    statuses = Counter(r["status"] for s in sweep_dicts
+                       for r in soak_checks.records(Path(s["out"])))
+    by_kind = Counter(f["kind"] for f in faults)
+    summary = {"seed": args.seed, "minutes": round((time.monotonic() - started) / 60, 1),
+               "faults": dict(by_kind), "records_by_status": dict(statuses),
+               "points": dict(totals), "shipped_after": shipped_after,
+               "checks": {c.name: c.ok for c in checks}}
+    (workdir / "summary.json").write_text(json.dumps(summary, indent=1))
+    (workdir / "rss.jsonl").write_text("".join(json.dumps(s) + "\n" for s in rss))
+    print_summary(summary, checks)
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def run_sweeps(args, workdir: Path, influx, driver: FaultDriver
+               ) -> tuple[list[SweepRun], list[dict], list[str]]:
+    """Sweep after sweep until ``--minutes`` are up; then every fault undone and every
+    tmpfs unmounted: (the sweeps, the controller's RSS samples, unmount problems)."""
     sweeps: list[SweepRun] = []
     rss: list[dict] = []
     started = time.monotonic()
     deadline = started + args.minutes * 60
     print(f"soak: seed {args.seed}, {args.minutes:g} min, faults every ~{args.mean_gap_s:g} s,"
           f" in {workdir}", flush=True)
-    if args.cluster == "emulated":
-        emulated.ensure_cluster(NODES, PROFILE)
     try:
         index = 0
         while time.monotonic() < deadline:
@@ -288,43 +327,21 @@ def main(argv: list[str] | None = None) -> int:
                 run.proc.wait()
         driver.finish()
         mount_problems = driver.unmount_all()
-    if influx.proc is None:
-        influx.start()
-    shipped_after = ship_leftovers(sweeps, influx.url)
-    sweep_dicts = [{"name": r.name, "out": str(r.out), "planned": r.planned,
-                    "runs": r.runs, "exit": r.exit, "sweep_id": r.sweep_id} for r in sweeps]
-    faults = soak_checks.injected(workdir / "faults.jsonl")
-    checks = soak_checks.check_records(sweep_dicts, faults)
-    points_check, totals = soak_checks.check_points(sweep_dicts, influx.url, DB)
-    checks.append(points_check)
-    checks.append(soak_checks.check_memory(rss, args.rss_bound_mb, args.rss_growth_mb))
-    influx.stop()
-    leftovers = check_leftovers(workdir, tmp_before, args.cluster == "emulated")
-    leftovers.problems += mount_problems
-    leftovers.ok = not leftovers.problems
-    checks.append(leftovers)
-    if args.cluster == "emulated":
-        checks.append(check_cluster_down())
+    return sweeps, rss, mount_problems
 
-    statuses = Counter(r["status"] for s in sweep_dicts
-                       for r in soak_checks.records(Path(s["out"])))
-    by_kind = Counter(f["kind"] for f in faults)
-    summary = {"seed": args.seed, "minutes": round((time.monotonic() - started) / 60, 1),
-               "faults": dict(by_kind), "records_by_status": dict(statuses),
-               "points": dict(totals), "shipped_after": shipped_after,
-               "checks": {c.name: c.ok for c in checks}}
-    (workdir / "summary.json").write_text(json.dumps(summary, indent=1))
-    (workdir / "rss.jsonl").write_text("".join(json.dumps(s) + "\n" for s in rss))
-    print(f"\nfaults injected ({sum(by_kind.values())}): "
-          + ", ".join(f"{k} {n}" for k, n in sorted(by_kind.items())))
-    print("records by status: " + ", ".join(f"{k} {n}" for k, n in sorted(statuses.items())))
-    print(f"points: spooled {totals['spooled']}, delivered {totals['delivered']} "
-          f"({shipped_after} of them by edgeprof ship afterwards), quarantined "
-          f"{totals['quarantined']}, dropped by agents on a full disk "
-          f"{totals['dropped_enospc']}")
+
+def print_summary(summary: dict, checks: list[Check]) -> None:
+    points = summary["points"]
+    print(f"\nfaults injected ({sum(summary['faults'].values())}): "
+          + ", ".join(f"{k} {n}" for k, n in sorted(summary["faults"].items())))
+    print("records by status: " + ", ".join(
+        f"{k} {n}" for k, n in sorted(summary["records_by_status"].items())))
+    print(f"points: spooled {points['spooled']}, delivered {points['delivered']} "
+          f"({summary['shipped_after']} of them by edgeprof ship afterwards), quarantined "
+          f"{points['quarantined']}, dropped by agents on a full disk "
+          f"{points['dropped_enospc']}")
     print()
     print(soak_checks.table(checks))
-    return 0 if all(c.ok for c in checks) else 1
 
 
 if __name__ == "__main__":
