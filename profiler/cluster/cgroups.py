@@ -31,6 +31,13 @@ MAX_CFS_PERIOD_US = 1_000_000
 MIN_QUOTA_US = 1000  # and a quota of at least 1 ms
 MOUNTS_FILE = Path("/proc/self/mounts")
 _MB = 1024 * 1024
+# The nodes' parent group weighs as much as 16 busy processes of the host (v1 cpu.shares;
+# the default 1024 is one: a root-cgroup task weighs 1024 too) or v2's most: on a busy
+# host the nodes still get their quotas, which stay their limit, instead of one
+# process's share between all of them (a loaded host slowed every node alike and moved
+# the emulated cluster's timings with it).
+PARENT_CPU_SHARES = 16 * 1024
+PARENT_CPU_WEIGHT = 10_000
 
 
 @dataclass(frozen=True)
@@ -230,12 +237,23 @@ def create_node_cgroup(layout: CgroupLayout, node_name: str, cpu_cores: float,
             _enable_v2_controllers(layout.cpu_root / BASE_NAME)
         for directory in group.dirs():
             directory.mkdir(parents=True, exist_ok=True)
+        _prioritise(layout)
         group.set_limits(cpu_cores, memory_mb)
     except OSError as exc:
         raise ClusterError(f"cannot set up cgroup for node {node_name} ({exc.strerror}: "
                            f"{exc.filename}): run as root on a host with cgroup cpu and "
                            f"memory controllers") from exc
     return group
+
+
+def _prioritise(layout: CgroupLayout) -> None:
+    """Give the nodes' parent group its weight (``PARENT_CPU_SHARES``), where the host
+    has the file."""
+    name, value = (("cpu.shares", PARENT_CPU_SHARES) if layout.version == 1
+                   else ("cpu.weight", PARENT_CPU_WEIGHT))
+    path = layout.cpu_root / BASE_NAME / name
+    if path.exists():
+        _write(path, str(value))
 
 
 def remove_all(layout: CgroupLayout, timeout_s: float = 10.0) -> list[str]:
