@@ -173,3 +173,19 @@ def test_a_recalibrated_quota_is_written_whole_and_reads_back(tmp_path):
     assert back.cpu_cores_for("lenet-mlp", 8) == park.cpu_cores_for("lenet-mlp", 8)
     assert back.cpu_cores_for("lenet-example") == park.cpu_cores_for("lenet-example")
     assert back.board_rates == park.board_rates and back.link_mbit == park.link_mbit
+
+
+def test_the_nodes_parent_group_outweighs_a_busy_hosts_processes(tmp_path):
+    """v1: the parent's cpu.shares (1024, one host process's weight, by default) raised,
+    so a loaded host still gives each node its quota; a host without the file is left."""
+    roots = {name: tmp_path / name for name in ("cpu", "cpuacct", "memory")}
+    (roots["cpu"] / cgroups.BASE_NAME).mkdir(parents=True)
+    shares = roots["cpu"] / cgroups.BASE_NAME / "cpu.shares"
+    shares.write_text("1024")
+    layout = cgroups.CgroupLayout(1, roots["cpu"], roots["cpuacct"], roots["memory"])
+    group = cgroups.create_node_cgroup(layout, "n0", 0.1, 64)
+    assert shares.read_text() == str(cgroups.PARENT_CPU_SHARES) == "16384"
+    assert (group.cpu_dir / "cpu.cfs_quota_us").read_text() == "1000"
+    shares.unlink()
+    cgroups.create_node_cgroup(layout, "n1", 0.1, 64)
+    assert not shares.exists()
