@@ -290,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = {"seed": args.seed, "minutes": round((time.monotonic() - started) / 60, 1),
                "faults": dict(by_kind), "records_by_status": dict(statuses),
                "points": dict(totals), "shipped_after": shipped_after,
+               "enospc": soak_checks.enospc_report(
+                   faults, lambda spool: spool.parents[1] / "logs" / f"agent-{spool.name}.log"),
                "checks": {c.name: c.ok for c in checks}}
     (workdir / "summary.json").write_text(json.dumps(summary, indent=1))
     (workdir / "rss.jsonl").write_text("".join(json.dumps(s) + "\n" for s in rss))
@@ -340,6 +342,8 @@ def print_summary(summary: dict, checks: list[Check]) -> None:
           f"({summary['shipped_after']} of them by edgeprof ship afterwards), quarantined "
           f"{points['quarantined']}, dropped by agents on a full disk "
           f"{points['dropped_enospc']}")
+    for line in summary["enospc"]:
+        print(f"full spool disk: {line}")
     print()
     print(soak_checks.table(checks))
 

@@ -252,3 +252,23 @@ def table(checks: list[Check]) -> str:
         if len(c.problems) > 8:
             rows.append(f"{'':<{width}}          ... {len(c.problems) - 8} more")
     return "\n".join(rows)
+
+
+def enospc_report(faults: list[dict], log_path_of) -> list[str]:
+    """For each spool that filled up: what its agent said and did, and what it kept."""
+    lines = []
+    for fault in faults:
+        if fault["kind"] != "enospc":
+            continue
+        spool = Path(fault["spool"])
+        spooled, _, dropped = spooled_points(spool)
+        try:
+            log = log_path_of(spool).read_text(errors="replace")
+        except OSError:
+            log = ""
+        said = [w for w in ("cannot be written", "writable again") if w in log]
+        lines.append(f"{fault['sweep']} {fault['cell_id']} attempt {fault['attempt']}: the "
+                     f"agent logged {said or 'nothing'}, dropped {dropped} points while the "
+                     f"disk was full, kept {sum(spooled.values())} (all in InfluxDB when the "
+                     "points check holds)")
+    return lines
