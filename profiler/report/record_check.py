@@ -50,8 +50,11 @@ def _config_problem(name: str, value) -> str | None:
     default = _CONFIG[name].default
     if value is None or name == "params":
         return None if value is None or isinstance(value, (list, tuple)) else "is not a list"
+    # A field that defaults to None (lr, max_samples, ...) holds its annotation's type.
+    annotation = str(_CONFIG[name].type)
     kind = type(default) if default is not None else (
-        int if name in _COUNTS or name in ("microbatches", "replicas") else str)
+        float if annotation.startswith("float") else
+        int if annotation.startswith("int") or name in _COUNTS else str)
     if kind is float:
         return _measure_problem(value) if not isinstance(value, str) else "is not a number"
     if not isinstance(value, kind) or isinstance(value, bool):
