@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -38,6 +39,58 @@ def _touches_the_machine(path: Path) -> bool:
     return bool(_NEEDS_ROOT.search(source) and _NAMES_THE_CLUSTER.search(source))
 
 
+@lru_cache(maxsize=None)
+def _tests_on_the_machine(path: Path) -> dict[str, bool]:
+    """For a module that touches the machine (``_touches_the_machine``): each test's
+    ``Class::name`` or ``name`` -> whether it does itself, that is whether its body, the
+    module's fixtures it asks for (and autouse ones), or the module's functions and
+    constants these name, call root's helpers or name the cluster. Its local tests (a
+    factory trained on the local cluster, bad input refused before anything runs) then
+    run beside the group."""
+    tree = ast.parse(source := path.read_text())
+    defs = {node.name: node for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defs.update({t.id: node for t in targets if isinstance(t, ast.Name)})
+    autouse = [name for name, node in defs.items() if "autouse=True" in
+               " ".join(ast.get_source_segment(source, d) or "" for d in
+                        getattr(node, "decorator_list", []))]
+
+    def touches(node, seen: set[str]) -> bool:
+        if _NEEDS_ROOT.search(text := ast.get_source_segment(source, node) or "") or \
+                _NAMES_THE_CLUSTER.search(text):
+            return True
+        names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names |= {a.arg for a in node.args.args} | set(autouse)
+        return any(touches(defs[name], seen | {name}) for name in names - seen
+                   if name in defs)
+
+    found = {}
+    for name, node in defs.items():
+        if isinstance(node, ast.ClassDef):
+            found.update({f"{name}::{m.name}": touches(node, {name}) for m in node.body
+                          if isinstance(m, ast.FunctionDef)})
+        elif name.startswith("test") and not isinstance(node, (ast.Assign, ast.AnnAssign)):
+            found[name] = touches(node, {name})
+    return found
+
+
+def _on_the_machine(rootpath: Path, nodeid: str) -> bool:
+    """Whether the test ``nodeid`` touches the emulated cluster (the two functions above;
+    a test they cannot place counts as touching it)."""
+    file, _, test = nodeid.partition("::")
+    path = rootpath / file
+    if not _touches_the_machine(path):
+        return False
+    try:
+        return _tests_on_the_machine(path).get(test.split("[")[0], True)
+    except (SyntaxError, ValueError):
+        return True
+
+
 def pytest_xdist_make_scheduler(config, log):
     """Under pytest-xdist (setup.cfg: ``-n 2 --dist loadgroup``), every test of a module
     that touches the machine-wide emulated cluster is one unit of work: one worker runs
@@ -54,7 +107,7 @@ def pytest_xdist_make_scheduler(config, log):
 
     class MachineWideGroup(LoadGroupScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            if _touches_the_machine(config.rootpath / nodeid.split("::")[0]):
+            if _on_the_machine(config.rootpath, nodeid):
                 return MACHINE_WIDE_GROUP
             return super()._split_scope(nodeid)
 
