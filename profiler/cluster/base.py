@@ -163,9 +163,10 @@ class Cluster:
                   threads: int = 1) -> None:
         """Make ``node`` the cell's straggler: its CPU x ``factor`` until
         ``restore_node`` (``sweep.stragglers``); only where ``can_slow_node``."""
-        from . import slowing_clusters  # the registry, which imports this module
-        raise ClusterError(f"the {self.name} cluster cannot slow a node: use "
-                           f"{slowing_clusters()}")
+        # A safety net: the sweep refuses --straggler on such a cluster before (naming
+        # the providers that can), and check() before anything runs.
+        raise ClusterError(f"the {self.name} cluster cannot slow a node (its can_slow_node "
+                           "is false)")
 
     def restore_node(self, node: Node, *, cell_dir: Path) -> None:
         """Undo ``slow_node``."""
@@ -221,7 +222,9 @@ class GridNeeds:
     ``--straggler`` occupies (any of them may be slowed); ``engines``: the engines the
     cells run; ``engine_problem(engine, answer)``: on the controller, what keeps a node
     whose own check of ``engine`` answered ``answer`` from running its cells (None:
-    nothing), for providers whose nodes have an install of their own.
+    nothing), for providers whose nodes have an install of their own;
+    ``slowing_providers``: how a refusal of ``--straggler`` names the providers that can
+    slow a node (``profiler.cluster.slowing_clusters``, the registry above this module).
     """
 
     cells: tuple = ()
@@ -229,6 +232,7 @@ class GridNeeds:
     slowed_nodes: int = 0
     engines: tuple[str, ...] = ()
     engine_problem: Callable[[str, dict], str | None] = _engine_answer_problem
+    slowing_providers: str = "a --cluster that can slow a node"
 
 
 @dataclass
@@ -299,10 +303,9 @@ class ClusterSettings:
         """Refuse (one line) what cannot run the grid ``needs`` describes; touches nothing."""
         slowed = sorted({c.straggler for c in needs.cells if c.straggler != "none"})
         if slowed and not self.cluster_type().can_slow_node:
-            from . import slowing_clusters  # the registry, which imports this module
             raise ConfigError(f"--straggler {','.join(slowed)} slows one node's CPU, and the "
                               f"{self.name} cluster's nodes share this host's: use "
-                              f"{slowing_clusters()}, or drop --straggler")
+                              f"{needs.slowing_providers}, or drop --straggler")
 
     def open(self, needs: GridNeeds) -> ContextManager[Cluster]:
         """The cluster, with at least ``needs.nodes`` nodes, for the length of a

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..cell import CellConfig
+from ..cluster import slowing_clusters
 from ..cluster.base import GridNeeds
 from ..engines import get_engine
 
@@ -26,4 +27,4 @@ def grid_needs(cells: Sequence[CellConfig]) -> GridNeeds:
     return GridNeeds(cells=tuple(cells), nodes=max(1, nodes(cells)),
                      slowed_nodes=nodes([c for c in cells if c.straggler != "none"]),
                      engines=tuple(sorted({c.engine for c in cells})),
-                     engine_problem=engine_problem)
+                     engine_problem=engine_problem, slowing_providers=slowing_clusters())
