@@ -78,7 +78,11 @@ def read_profiles_file(path: Path, fix: str) -> dict:
     ends the one line that refuses a file that is not one."""
     if not path.exists():
         return {}
-    doc = yaml.safe_load(path.read_text()) or {}
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
+        raise ConfigError(f"{path} cannot be read as YAML ({type(exc).__name__}): "
+                          f"{fix}") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"{path} is not a profiles file (no mapping at the top): {fix}")
     return doc

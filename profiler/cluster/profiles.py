@@ -246,6 +246,9 @@ def _read_yaml(path: Path) -> dict:
                           f"file, see {PACKAGED_PROFILES.name} in the package") from None
     try:
         doc = yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(f"{path} is nested too deep to be a profiles file: see "
+                          f"{PACKAGED_PROFILES.name} in the package for the format") from None
     except yaml.YAMLError as exc:
         # The exception's own text spans several lines; its position is enough.
         mark = getattr(exc, "problem_mark", None)
@@ -307,7 +310,7 @@ def _parse_profile(path: Path, name: str, spec) -> Profile:
                                        if spec.get("board_cores") is not None else None),
                           board_rates=board_rates,
                           power=_parse_power(path, name, spec.get("power")))
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # Overflow: int(.inf)
         raise ConfigError(f"{path}: profile {name}: link_mbit, memory_mb, cpu_cores, "
                           f"cpu_cores_by_model, cpu_cores_dilated, board_cores and "
                           "board_rates must be numbers") from exc

@@ -105,7 +105,12 @@ def read_inventory(path: Path) -> list[Host]:
 
 def hosts_from_inventory(data: Mapping, label: str) -> list[Host]:
     """Hosts from ``ansible-inventory --list`` output (a pure function, tested alone)."""
-    hostvars = data.get("_meta", {}).get("hostvars", {})
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"--inventory {label}: ansible-inventory printed no mapping of "
+                          "groups: check the file with `ansible-inventory --list`")
+    meta = data.get("_meta")
+    hostvars = meta.get("hostvars") if isinstance(meta, Mapping) else None
+    hostvars = hostvars if isinstance(hostvars, Mapping) else {}
     names: list[str] = []
     for group in GROUPS:
         for name in _group_hosts(data, group):
@@ -120,7 +125,8 @@ def hosts_from_inventory(data: Mapping, label: str) -> list[Host]:
     if not _group_hosts(data, "workers"):
         raise ConfigError(f"--inventory {label} has no [workers] hosts: list the nodes "
                           "that train under [workers]")
-    hosts = [_host(name, hostvars.get(name, {}), label) for name in names]
+    hosts = [_host(name, hostvars.get(name) if isinstance(hostvars.get(name), Mapping)
+                   else {}, label) for name in names]
     seen: dict[tuple[str, int | None], str] = {}
     for host in hosts:
         key = (host.address, host.port)
@@ -141,13 +147,24 @@ def _group_hosts(data: Mapping, group: str) -> list[str]:
         if name in visited:
             continue
         visited.add(name)
-        entry = data.get(name, {}) or {}
-        out += [h for h in entry.get("hosts", []) if h not in out]
-        stack += entry.get("children", [])
+        entry = data.get(name)
+        if not isinstance(entry, Mapping):
+            continue
+        # Names are text in what ansible-inventory prints; anything else is not a host.
+        out += [h for h in _names(entry.get("hosts")) if h not in out]
+        stack += _names(entry.get("children"))
     return out
 
 
+def _names(value) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
 def _host(name: str, hv: Mapping, label: str) -> Host:
+    # The name names the node's folders (its spool, its files fetched home): not a path.
+    if name in ("", ".", "..") or any(c in name for c in "/\\\0"):
+        raise ConfigError(f"--inventory {label}: host name {name!r} cannot name a node's "
+                          "folder: rename the host (letters, digits, '.', '-', '_')")
     address = str(hv.get("ansible_host") or "").strip()
     if not address:
         raise ConfigError(f"--inventory {label}: host {name} has no ansible_host: give its "
@@ -155,12 +172,25 @@ def _host(name: str, hv: Mapping, label: str) -> Host:
     ssh_args: list[str] = []
     for key in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
         if hv.get(key):
-            ssh_args += shlex.split(str(hv[key]))
+            try:
+                ssh_args += shlex.split(str(hv[key]))
+            except ValueError as exc:  # an unbalanced quote
+                raise ConfigError(f"--inventory {label}: host {name}: {key} cannot be "
+                                  f"split ({exc}): fix its quoting") from None
     port = hv.get("ansible_port") or hv.get("ansible_ssh_port")
+    try:
+        port = int(port) if port else None
+    except (TypeError, ValueError):
+        port = 0
+    if port is not None and not 0 < port < 65536:
+        raise ConfigError(f"--inventory {label}: host {name}: ansible_port "
+                          f"{hv.get('ansible_port') or hv.get('ansible_ssh_port')!r} is not "
+                          "a port: give a number from 1 to 65535")
+    user = hv.get("ansible_user") or hv.get("ansible_ssh_user")
+    key_file = hv.get("ansible_ssh_private_key_file")
     return Host(
-        name=name, address=address, port=int(port) if port else None,
-        user=hv.get("ansible_user") or hv.get("ansible_ssh_user"),
-        key_file=hv.get("ansible_ssh_private_key_file"), ssh_args=tuple(ssh_args),
+        name=name, address=address, port=port, user=str(user) if user else None,
+        key_file=str(key_file) if key_file else None, ssh_args=tuple(ssh_args),
         python=_python(hv),
         workdir=str(hv.get("edgeprof_workdir") or DEFAULT_WORKDIR),
         data_dir=str(hv["edgeprof_data_dir"]) if hv.get("edgeprof_data_dir") else None,
