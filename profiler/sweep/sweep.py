@@ -16,15 +16,16 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from tqdm import tqdm
 
 from ..metrics import TRAFFIC_FILE
 from ..cell import CELL_FORMAT, CellConfig
 from ..cluster import ClusterSettings, cluster_settings
+from ..cluster.base import Cluster
 from ..engines import get_engine
-from ..engines.base import TrainOptions
+from ..engines.base import Engine, TrainOptions
 from ..cluster.prices import PriceSpec
 from ..errors import ConfigError
 from .folder import next_attempt, prepare_sweep_dir
@@ -32,11 +33,15 @@ from ..inputs import UserFile, stage
 from .interrupts import StopRequest
 from .monitoring import summary_columns
 from .needs import grid_needs
+from .cell_run import CellRequest
 from .cost import cost_columns
 from .train_points import spool_cell_points
-from .runner import run_cell
+from .runner import run_attempt
 from .store import ResultsStore
 from .timeouts import cell_timeout_s
+
+if TYPE_CHECKING:
+    from ..metrics.ship import LiveShipper
 
 log = logging.getLogger(__name__)
 
@@ -123,51 +128,66 @@ def _run_sweep(settings: SweepSettings, stop: StopRequest, progress: bool,
     with settings.cluster.open(grid_needs(settings.cells)) as cluster:
         if on_start is not None:
             on_start(sweep_dir)
-        records = _run_cells(settings, cluster, engines, sweep_id, sweep_dir, options,
-                             store, done, previous, stop, progress, on_record)
+        records = _run_cells(SweepRun(settings, cluster, engines, sweep_id, sweep_dir,
+                                      options, store, done, previous, stop,
+                                      progress=progress, on_record=on_record))
     # The grid's cells found done; the folder may hold others (a resume with a smaller grid).
     skipped = sum(cell.cell_id in done for cell in settings.cells)
     return SweepOutcome(sweep_id, sweep_dir, records, skipped=skipped)
 
 
-def _run_cells(settings: SweepSettings, cluster, engines: dict, sweep_id: str,
-               sweep_dir: Path, options: TrainOptions, store: ResultsStore, done: set,
-               previous: dict, stop: StopRequest, progress: bool,
-               on_record: Callable[[dict], None] | None) -> list[dict]:
-    """Every cell in grid order on ``cluster``: the finished ones' records as they are,
-    the others run; the live shipper (``--influx-*``) runs beside them."""
-    shipper = None
+@dataclass
+class SweepRun:
+    """What the cells of one run of a sweep share: the context of its loop."""
+
+    settings: SweepSettings
+    cluster: Cluster  # opened for the sweep
+    engines: dict[str, Engine]  # by name, the grid's
+    sweep_id: str
+    sweep_dir: Path
+    options: TrainOptions
+    store: ResultsStore
+    done: set[str]  # the cells finished by an earlier run (--resume)
+    previous: dict[str, dict]  # their records, by cell id
+    stop: StopRequest
+    progress: bool = True  # the progress bar
+    on_record: Callable[[dict], None] | None = None
+    shipper: LiveShipper | None = None  # --influx-*: started by _run_cells
+
+
+def _run_cells(run: SweepRun) -> list[dict]:
+    """Every cell in grid order on ``run.cluster``: the finished ones' records as they
+    are, the others run; the live shipper (``--influx-*``) runs beside them."""
     records: list[dict] = []
-    bar = tqdm(total=len(settings.cells), unit="cell", disable=not progress)
+    bar = tqdm(total=len(run.settings.cells), unit="cell", disable=not run.progress)
     try:
-        shipper = _start_shipper(sweep_dir, settings.ship_target)
-        for cell in settings.cells:
-            stop.raise_if_requested()
-            if cell.cell_id in done:
-                records.append(previous[cell.cell_id])
+        run.shipper = _start_shipper(run.sweep_dir, run.settings.ship_target)
+        for cell in run.settings.cells:
+            run.stop.raise_if_requested()
+            if cell.cell_id in run.done:
+                records.append(run.previous[cell.cell_id])
                 bar.update(1)
                 continue
             bar.set_description(cell.label)
             bar.set_postfix_str(f"epoch 0/{cell.epochs}")
 
-            def on_epoch(done: int, epochs=cell.epochs) -> None:
+            def on_epoch(done: int, epochs: int = cell.epochs) -> None:
                 bar.set_postfix_str(f"epoch {done}/{epochs}")
 
-            record = _run_one(cell, cluster, engines[cell.engine], sweep_dir, options,
-                              sweep_id, settings, store, on_epoch, stop, shipper)
+            record = _run_one(run, cell, on_epoch)
             records.append(record)
-            if on_record:
-                on_record(record)
+            if run.on_record:
+                run.on_record(record)
             bar.set_postfix_str(f"last: {record['status']}")
             bar.update(1)
-        stop.raise_if_requested()
+        run.stop.raise_if_requested()
     finally:
         bar.close()
-        if shipper is not None:
+        if run.shipper is not None:
             # A stopped sweep must exit promptly; what is not delivered stays in the
             # spools for `edgeprof ship`.
-            shipper.stop(timeout_s=SHIPPER_STOP_S_INTERRUPTED if stop.requested
-                         else SHIPPER_STOP_S)
+            run.shipper.stop(timeout_s=SHIPPER_STOP_S_INTERRUPTED if run.stop.requested
+                             else SHIPPER_STOP_S)
     return records
 
 
@@ -175,44 +195,44 @@ SHIPPER_STOP_S = 30.0
 SHIPPER_STOP_S_INTERRUPTED = 3.0
 
 
-def _run_one(cell, cluster, engine, sweep_dir, options, sweep_id, settings, store,
-             on_epoch, stop, shipper) -> dict:
+def _run_one(run: SweepRun, cell: CellConfig, on_epoch: Callable[[int], None]) -> dict:
     """Run one attempt of ``cell`` and store its record, whatever happens to it."""
-    attempt = next_attempt(sweep_dir / "cells" / cell.cell_id)
-    cell_dir = sweep_dir / "cells" / cell.cell_id / f"attempt-{attempt}"
-    timeout_s = cell_timeout_s(cell, settings.timeout_s, settings.val_samples)
-    if shipper is not None:
-        shipper.watch(cell_dir)
+    settings, engine = run.settings, run.engines[cell.engine]
+    attempt = next_attempt(run.sweep_dir / "cells" / cell.cell_id)
+    cell_dir = run.sweep_dir / "cells" / cell.cell_id / f"attempt-{attempt}"
+    if run.shipper is not None:
+        run.shipper.watch(cell_dir)
     record = None
     try:
-        record = run_cell(cell, cluster, engine, cell_dir, options, sweep_id=sweep_id,
-                          timeout_s=timeout_s, monitor_interval_s=settings.interval_s,
-                          on_epoch=on_epoch, stop=stop, attempt=attempt,
-                          traffic_file=sweep_dir / TRAFFIC_FILE,
-                          max_speedup=settings.cluster.max_speedup)
+        record = run_attempt(CellRequest(
+            cell, cell_dir, run.cluster, engine, run.options, run.sweep_id, attempt=attempt,
+            timeout_s=cell_timeout_s(cell, settings.timeout_s, settings.val_samples),
+            monitor_interval_s=settings.interval_s, on_epoch=on_epoch, stop=run.stop,
+            traffic_file=run.sweep_dir / TRAFFIC_FILE,
+            max_speedup=settings.cluster.max_speedup))
     except Exception as exc:  # noqa: BLE001 - one cell's failure must not end the sweep
         log.warning("cell %s failed outside its processes: %s", cell.label, exc)
-        record = {**asdict(cell), "cell_id": cell.cell_id, "sweep_id": sweep_id,
-                  "cluster": cluster.name, "attempt": attempt, "status": "failed",
+        record = {**asdict(cell), "cell_id": cell.cell_id, "sweep_id": run.sweep_id,
+                  "cluster": run.cluster.name, "attempt": attempt, "status": "failed",
                   "reason": f"could not run the cell: {type(exc).__name__}: {exc}"[:500]}
     finally:
         if record is not None and settings.price is not None:
-            # The nodes the cell ran on, as run_cell placed them: the first it needs.
+            # The nodes the cell ran on, as the runner placed them: the first it needs.
             record.update(cost_columns(record, settings.price,
-                                       cluster.nodes()[:engine.nodes_needed(cell)]))
+                                       run.cluster.nodes()[:engine.nodes_needed(cell)]))
         if record is not None:
             try:
                 # Progress and outcome as points for Grafana, shipped with the cell's spools.
-                spool_cell_points(cell_dir, cell, record, sweep_id)
+                spool_cell_points(cell_dir, cell, record, run.sweep_id)
             except OSError as exc:
                 log.warning("cell %s: training points not spooled: %s", cell.label, exc)
-        if shipper is not None:
-            shipper.finish(cell_dir)
-    store.append(record)
+        if run.shipper is not None:
+            run.shipper.finish(cell_dir)
+    run.store.append(record)
     return record
 
 
-def _start_shipper(sweep_dir: Path, target):
+def _start_shipper(sweep_dir: Path, target: object | None) -> LiveShipper | None:
     if target is None:
         return None
     from ..metrics.ship import LiveShipper
