@@ -37,17 +37,17 @@ def build_record(run: CellRun, events: CellEvents, status: str, reason: str) -> 
               "reason": reason, "launched_at": run.t_launch, "reaped_at": run.t_reaped,
               "timeout_s": req.timeout_s, "speedup": run.speedup,
               **events.columns(run.t_launch), **breakdown}
-    run.straggler.finish(record, run.nodes)
+    run.straggler.finish(record, run.nodes)  # may add to the reason
     # Divergence does not change the status (the run was measured like any other) but
     # must never pass unseen: its reason leads the record's.
     divergence_reason = record.pop("divergence")
     if divergence_reason:
-        record["reason"] = join_reasons(divergence_reason, reason)
-    _add_summary(run, events, record, reason)
+        record["reason"] = join_reasons(divergence_reason, record["reason"])
+    _add_summary(run, events, record)
     return record
 
 
-def _add_summary(run: CellRun, events: CellEvents, record: dict, reason: str) -> None:
+def _add_summary(run: CellRun, events: CellEvents, record: dict) -> None:
     """The monitor's resource columns, over the training window.
 
     A cell that did not end well (oom, timeout, failed) is summarized from its first
@@ -63,4 +63,4 @@ def _add_summary(run: CellRun, events: CellEvents, record: dict, reason: str) ->
         record.update(run.monitor.summary(worker_nodes, *window,
                                           work=cell_work(events, run.speedup)))
     except Exception as exc:  # noqa: BLE001 - a broken spool must not lose the result
-        record["reason"] = join_reasons(reason, f"no metrics summary: {exc}")
+        record["reason"] = join_reasons(record["reason"], f"no metrics summary: {exc}")

@@ -10,7 +10,11 @@ import pytest
 from profiler.cell import CellConfig
 from profiler.cluster.local import LocalCluster
 from profiler.engines.base import Engine, ProcessSpec, TrainOptions
+from profiler.sweep.cell_run import CellRequest, Launched
+from profiler.sweep.events import CellEvents
 from profiler.sweep.interrupts import StopRequest
+from profiler.sweep.launch import place
+from profiler.sweep.record import build_record
 from profiler.sweep.runner import run_cell
 
 pytestmark = pytest.mark.timeout(60)
@@ -36,14 +40,17 @@ class ShellEngine(Engine):
                 ProcessSpec("worker", 0, nodes[0], ["sh", "-c", self.roles["worker"]])]
 
 
+def _alive_children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE}
+
+
 def _run(tmp_path, engine: Engine, **kw) -> dict:
+    before = _alive_children()
     record = run_cell(CellConfig(), LocalCluster(2), engine, tmp_path / "attempt-1",
                       TrainOptions(), sweep_id="t", monitor_interval_s=None, **kw)
     # Every process of the cell reaped: none of its shells is left.
-    left = [p for p in psutil.process_iter(["cmdline"])
-            if (p.info["cmdline"] or [])[:2] == ["sh", "-c"]
-            and p.info["cmdline"][2] in engine.roles.values()]
-    assert left == []
+    assert _alive_children() - before == set()
     return record
 
 
@@ -83,3 +90,27 @@ def test_a_stop_requested_ends_the_cell_as_interrupted(tmp_path):
     record = _run(tmp_path, ShellEngine("sleep 30"), stop=stop)
     assert record["status"] == "failed" and record["reason"] == stop.reason
     assert not (tmp_path / "attempt-1" / "logs").exists()  # nothing was started
+
+
+def test_every_reason_is_kept_in_the_record(tmp_path):
+    """A divergence, a straggler that could not be applied and a broken spool: the
+    record names all three, divergence first (none overwrites another)."""
+    class Diverged(CellEvents):
+        def columns(self, t_launch: float) -> dict:
+            return {"divergence": "loss diverged at epoch 2"}
+
+    class BrokenMonitor:
+        def summary(self, *args, **kw) -> dict:
+            raise OSError("spool torn")
+
+    engine = ShellEngine("exit 0")
+    run = place(CellRequest(CellConfig(), tmp_path, LocalCluster(2), engine, TrainOptions(),
+                            "t", monitor_interval_s=None))
+    run.straggler.problem = "could not slow local0: no cgroup"
+    run.monitor = BrokenMonitor()
+    run.launched = [Launched(engine.plan(CellConfig(), run.nodes, tmp_path, TrainOptions())[1],
+                             proc=None)]
+    record = build_record(run, Diverged(), "ok", "")
+    assert record["status"] == "failed"  # its times are not what its straggler says
+    assert record["reason"] == ("loss diverged at epoch 2; straggler: could not slow local0: "
+                                "no cgroup; no metrics summary: spool torn")
