@@ -10,7 +10,8 @@ here, so only TLS is checked on that path).
 Shown: a sweep's spool shipped through it, verified against ``--influx-ca``, with the
 credentials from a 0600 file; an unknown CA and a wrong password each refused with one
 line at the start (the sweep writes nothing); ``--influx-insecure`` ships, warns once
-and is recorded in sweep.json; the agents' account cannot read what it wrote.
+and is recorded in sweep.json; the agents' account cannot read what it wrote; an agent
+shipping live (as on a Pi) is refused in one line with another CA and ships with its own.
 """
 
 from __future__ import annotations
@@ -188,3 +189,33 @@ def _vm_values(server, ca: Path) -> list:
                          verify=str(ca), timeout=30)
     lines = resp.text.splitlines()
     return json.loads(lines[0])["values"] if lines else []
+
+
+def _agent(spool: Path, *influx: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "profiler.agent", "--node", "n1", "--interval", "0.2",
+         "--spool", str(spool), "--interfaces", "lo", "--tag", "sweep=tls-agent", *influx],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_agent_ships_live_over_verified_tls(tmp_path, influxdb, pki):
+    """The agent shipping directly (a Pi's systemd service): refused in one line with
+    another CA before it samples; with the right CA its points arrive while it runs."""
+    token = _secret_file(tmp_path / "credentials", ":".join(AGENT))
+    influx = ["--influx-url", influxdb.url, "--influx-db", "edgeprof",
+              "--influx-token-file", str(token)]
+    refused = _agent(tmp_path / "refused", *influx, "--influx-ca", str(pki / "other-ca.pem"))
+    _, stderr = refused.communicate(timeout=60)
+    assert refused.returncode == 2 and len(stderr.strip().splitlines()) == 1, stderr
+    assert "--influx-ca" in stderr and not (tmp_path / "refused").exists()
+    agent = _agent(tmp_path / "spool", *influx, "--influx-ca", str(pki / "ca.pem"))
+    try:
+        deadline = time.monotonic() + 60
+        while not _query(influxdb, "SELECT count(cpu_percent) FROM cpu WHERE sweep = "
+                         "'tls-agent'", ADMIN).json()["results"][0].get("series"):
+            assert agent.poll() is None and time.monotonic() < deadline, agent.stderr.read()
+            time.sleep(0.3)
+    finally:
+        agent.terminate()
+        _, stderr = agent.communicate(timeout=30)
+    assert agent.returncode == 0 and "WARNING" not in stderr, stderr
