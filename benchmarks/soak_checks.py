@@ -69,6 +69,34 @@ def expected(kinds: list[str]) -> tuple[str | None, str | None]:
     return "ok", r"^$"
 
 
+def worker_ends(folder: Path) -> list[float]:
+    """When each worker of an attempt wrote its end event (wall s); inf if it did not."""
+    ends = []
+    for path in folder.glob("events/worker-*.jsonl"):
+        t_end = float("inf")
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("event") == "end":
+                t_end = float(event["t"])
+        ends.append(t_end)
+    return ends
+
+
+def too_late(kind: str, folder: Path, faults: list[dict], sweep: str) -> bool:
+    """Whether a role fault of this attempt landed after every worker had ended (a
+    process that has written its end event and is exiting): then it changes nothing."""
+    if kind not in ("kill_worker", "kill_server", "kill_scheduler", "sigstop_worker"):
+        return False
+    walls = [f["wall"] for f in faults if f["kind"] == kind and f.get("sweep") == sweep
+             and folder.parent.name == f.get("cell_id")
+             and folder.name == f"attempt-{f.get('attempt')}"]
+    ends = worker_ends(folder)
+    return bool(walls and ends) and max(ends) <= min(walls)
+
+
 def check_records(sweeps: list[dict], faults: list[dict]) -> list[Check]:
     """One final record per planned cell; each attempt's record as its faults say;
     every sweep's grid completed (by ``--resume`` where its controller was stopped)."""
@@ -96,6 +124,8 @@ def check_records(sweeps: list[dict], faults: list[dict]) -> list[Check]:
                                  f"{[r['status'] for r in cell_recs]}")
             for rec in cell_recs:
                 kinds = by_attempt.get((sweep["name"], cell_id, rec["attempt"]), [])
+                folder = Path(sweep["out"]) / "cells" / cell_id / f"attempt-{rec['attempt']}"
+                kinds = [k for k in kinds if not too_late(k, folder, faults, sweep["name"])]
                 status, pattern = expected(kinds)
                 if status is None:
                     agree.append(f"{sweep['name']} {cell_id} attempt {rec['attempt']}: a "

@@ -82,13 +82,28 @@ class Attempt:
         return "first_step" in events and "end" not in events
 
     def pids(self, role: str) -> list[int]:
+        """The role's live processes, those of a worker still training first."""
         found = []
         for path in sorted((self.folder / "pids").glob("*.json")):
             try:
-                found += json.loads(path.read_text()).get(role, [])
+                pids = json.loads(path.read_text()).get(role, [])
             except (OSError, ValueError):
                 continue
-        return found
+            # A worker that wrote its end event is about to exit: hit it last.
+            ended = role == "worker" and "end" in self.events(self.rank_on(path.stem))
+            found += [(ended, pid) for pid in pids if _alive(pid)]
+        return [pid for _, pid in sorted(found, key=lambda item: item[0])]
+
+    def rank_on(self, node: str) -> int:
+        """The rank of the worker on ``node`` (its start event names its node)."""
+        for path in self.folder.glob("events/worker-*.jsonl"):
+            try:
+                start = json.loads(path.read_text().splitlines()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+            if start.get("node") == node:
+                return int(start["rank"])
+        return -1
 
     def agent(self, node: str) -> psutil.Process | None:
         spool = str(self.folder / "metrics" / node)
@@ -335,6 +350,13 @@ class FaultDriver:
             (spool / ".soak-filler").unlink(missing_ok=True)
         self.mounts.clear()
         return problems
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.Error:
+        return False
 
 
 def _cont(pid: int) -> dict:

@@ -42,7 +42,7 @@ def test_a_record_that_disagrees_with_its_faults_fails_the_check(tmp_path):
              "sync": "sync", "reason": "server-0 was killed by SIGKILL: ..."}]
     (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     sweep = {"name": "s", "out": str(out), "planned": 2, "runs": 1, "exit": 0}
-    faults = [{"kind": "kill_worker", "sweep": "s", "cell_id": "b", "attempt": 1}]
+    faults = [{"kind": "kill_worker", "sweep": "s", "cell_id": "b", "attempt": 1, "wall": 1.0}]
     checks = {c.name: c for c in soak_checks.check_records([sweep], faults)}
     agree = checks["status and reason agree with the faults"]
     assert not agree.ok and "kill_worker" in agree.problems[0]
@@ -66,6 +66,6 @@ def test_three_minutes_of_sweeps_under_random_faults_lose_and_leave_nothing(tmp_
     print(done.stdout[-4000:])
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     summary = json.loads((workdir / "summary.json").read_text())
-    assert sum(summary["faults"].values()) >= 8, summary
-    assert len(summary["faults"]) >= 5, summary  # many kinds, not one over and over
+    assert sum(summary["faults"].values()) >= 6, summary
+    assert len(summary["faults"]) >= 4, summary  # many kinds, not one over and over
     assert summary["points"]["delivered"] > 1000, summary
