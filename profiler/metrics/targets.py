@@ -339,6 +339,10 @@ class V1Writer:
         resp = self._session.post(self._url("/query"),
                                   params={"q": f'CREATE DATABASE "{self.target.db}"'},
                                   timeout=REQUEST_TIMEOUT_S, verify=self.target.verify)
+        if resp.status_code == 403:  # a write-only account, as the Ansible roles make
+            raise ConfigError(f"{self.target.label}: the database does not exist and this "
+                              "account may not create it: create it as InfluxDB's admin "
+                              f"(CREATE DATABASE \"{self.target.db}\"), or check --influx-db")
         if resp.status_code >= 300:
             _classify(resp.status_code, resp.text[:200], self.target)
         log.info("created database %s on %s", self.target.db, self.target.url)

@@ -108,9 +108,14 @@ def test_ship_verified_with_the_ca_and_a_write_only_account(tmp_path, influxdb, 
     assert result.exit_code == 0, result.output
     assert "shipped 50 points" in result.output
     assert _count(influxdb, "tls-ok") == 50
-    # The agents' account writes, and only writes: reading is refused.
+    # The agents' account writes, and only writes: reading is refused, and so is making
+    # a database it was not given (one line, at the start).
     resp = _query(influxdb, "SELECT * FROM cpu", AGENT)
     assert resp.status_code == 403 and "requires READ" in resp.text, resp.text
+    result = _ship(tmp_path / "sweep", influxdb.url, "--influx-db", "other",
+                   "--influx-token-file", str(token), "--influx-ca", str(pki / "ca.pem"))
+    assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
+    assert "may not create it" in result.output, result.output
 
 
 @pytest.mark.parametrize("case", ["unknown-ca", "other-ca", "wrong-password", "no-password"])
