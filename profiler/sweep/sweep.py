@@ -162,6 +162,10 @@ def _run_cells(run: SweepRun) -> list[dict]:
     bar = tqdm(total=len(run.settings.cells), unit="cell", disable=not run.progress)
     try:
         run.shipper = _start_shipper(run.sweep_dir, run.settings.ship_target)
+        if run.shipper is not None and run.settings.resume:
+            # What an earlier run left undelivered (killed, or its server down): its
+            # cells are never watched again, so without this only `edgeprof ship` would.
+            run.shipper.finish(run.sweep_dir / "cells")
         for cell in run.settings.cells:
             run.stop.raise_if_requested()
             if cell.cell_id in run.done:

@@ -90,3 +90,44 @@ def test_server_down_for_the_whole_sweep_then_ship_delivers_exactly_once(tmp_pat
         assert _stored(url, rows[0]["sweep_id"]) == spooled
     finally:
         server.stop()
+
+
+def test_resume_delivers_what_a_killed_run_left_in_its_spools(tmp_path):
+    """Found by the chaos soak (benchmarks/soak.py): a controller killed with SIGKILL
+    leaves points its live shipper had not delivered (here: the server was down), and
+    the resumed sweep's shipper watched only the cells it ran, so those points reached
+    InfluxDB only if the user ran ``edgeprof ship``. Now ``--resume`` delivers them:
+    after the resumed run, with no ``ship``, the server holds every spooled point."""
+    need_binary("influxd")
+    server = LocalServer("influxdb1", tmp_path / "influxdb").start()
+    url = server.url
+    server.stop()  # down while the first run spools
+    out = tmp_path / "sweep"
+    args = [sys.executable, "-m", "profiler.cli", "sweep", "--model", "lenet-mlp",
+            "--devices", "1", "--batch", "64,8", "--max-samples", "4096",
+            "--val-samples", "64", "--interval", "0.5", "--out", str(out),
+            "--influx-url", url, "--influx-db", "edgeprof"]
+    try:
+        first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + SWEEP_TIMEOUT_S
+        # Killed while its second cell trains: the first cell is done and spooled.
+        while time.monotonic() < deadline and not (
+                (out / "results.jsonl").exists()
+                and list(out.glob("cells/*/attempt-1/metrics/*/seg-*.lp"))
+                and len(list(out.glob("cells/*/attempt-1"))) == 2):
+            assert first.poll() is None, "the sweep ended before it could be killed"
+            time.sleep(0.1)
+        time.sleep(2.0)
+        first.kill()
+        first.wait()
+        server.start()  # same port, same (empty) data
+        resumed = subprocess.run([*args, "--resume"], capture_output=True, text=True,
+                                 timeout=SWEEP_TIMEOUT_S)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        rows = list(csv.DictReader(open(out / "results.csv")))
+        assert len(rows) == 2 and {row["status"] for row in rows} == {"ok"}, rows
+        spooled = _spooled(out)
+        assert sum(spooled.values()) > 100
+        assert _stored(url, rows[0]["sweep_id"]) == spooled
+    finally:
+        server.stop()
