@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-# The controller's name of the node a process runs on (profiler.sweep.runner sets it):
+# The controller's name of the node a process runs on (profiler.sweep.launch sets it):
 # the start event carries it, so a cell's results name nodes, not only ranks.
 NODE_ENV = "EDGEPROF_NODE"
 
