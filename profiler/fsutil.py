@@ -31,3 +31,18 @@ def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None
         except FileNotFoundError:
             pass
         raise
+
+
+def remove_stale_temps(path: Path) -> int:
+    """Remove what a writer killed mid-``atomic_write_text`` left beside ``path`` (its
+    ``.<name>.*.tmp``); only for a caller that holds the one writer's lock. Returns how
+    many were removed."""
+    path = Path(path)
+    removed = 0
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        try:
+            stale.unlink()
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed

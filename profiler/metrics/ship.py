@@ -41,7 +41,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from ..errors import ClusterError
-from ..fsutil import atomic_write_text
+from ..fsutil import atomic_write_text, remove_stale_temps
 from . import TRAFFIC_FILE, spool_reader
 from .backoff import Backoff
 from .spool_reader import Position
@@ -123,6 +123,8 @@ def _drain_spool(spool_dir: Path, target: InfluxTarget, writer, *, batch_points:
     with _locked(spool_dir, target, wait) as held:
         if not held:
             return DrainResult(busy=True)
+        # A shipper killed while saving its position left its temporary file behind.
+        remove_stale_temps(_state_path(spool_dir, target))
         state = _load_state(spool_dir, target)
         # Reading and re-tagging the next batch (Python work) overlaps with the server
         # taking this one (a socket wait): about 1.3x the points/s of doing them in turn.

@@ -69,3 +69,39 @@ def test_three_minutes_of_sweeps_under_random_faults_lose_and_leave_nothing(tmp_
     assert sum(summary["faults"].values()) >= 6, summary
     assert len(summary["faults"]) >= 4, summary  # many kinds, not one over and over
     assert summary["points"]["delivered"] > 1000, summary
+
+
+class _Server:
+    """Takes every batch (what ``ship._drain`` asks of a writer)."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def write(self, lines):
+        self.lines += lines
+
+
+def test_a_shipper_killed_while_saving_its_position_leaves_no_temp_file(tmp_path):
+    """Found by the soak: a controller killed (SIGKILL) while its live shipper replaced
+    ``ship-<target>.json`` left ``.ship-<target>.json.XXXX.tmp`` in the spool for good.
+    The next drain of that spool (under the shipping lock, so no writer is alive)
+    removes it, and ships from the saved position as before."""
+    from profiler.agent import lineproto
+    from profiler.agent.spool import SpoolWriter
+    from profiler.metrics.ship import _state_path, drain_spool
+    from profiler.metrics.targets import InfluxTarget
+
+    spool = tmp_path / "spool"
+    writer = SpoolWriter(spool, {"node": "n1"})
+    writer.append([lineproto.encode("cpu", {}, {"cpu_percent": 1.0}, 1000 + i)
+                   for i in range(5)])
+    writer.close()
+    target = InfluxTarget(url="http://127.0.0.1:9", db="edgeprof")
+    stale = _state_path(spool, target).with_name(
+        f".{_state_path(spool, target).name}.k1ll3d.tmp")
+    stale.write_text('{"segment": 1, "off')  # torn mid-write
+    server = _Server()
+    assert drain_spool(spool, target, server) == 5
+    assert not stale.exists()
+    assert [p.name for p in spool.iterdir() if p.name.endswith(".tmp")] == []
+    assert drain_spool(spool, target, server) == 0 and len(server.lines) == 5
