@@ -159,10 +159,10 @@ def run_sweep(run: SweepRun, driver: FaultDriver, rss: list[dict], deadline: flo
             return
 
 
-def ship_leftovers(sweeps: list[SweepRun], url: str) -> int:
-    """``edgeprof ship`` each sweep: what a killed controller's shipper left behind."""
+def ship_leftovers(sweeps: list[SweepRun], url: str) -> dict[str, int]:
+    """``edgeprof ship`` each sweep, as a user told so would: points it sent, by sweep."""
     import re
-    total = 0
+    sent = {}
     for run in sweeps:
         done = subprocess.run([*EDGEPROF, "ship", str(run.out), "--influx-url", url,
                                "--influx-db", DB], cwd=ROOT, capture_output=True, text=True,
@@ -170,8 +170,24 @@ def ship_leftovers(sweeps: list[SweepRun], url: str) -> int:
         found = re.search(r"shipped (\d+) points", done.stdout)
         if done.returncode or not found:
             raise SystemExit(f"edgeprof ship {run.out} failed: {done.stderr[-1000:]}")
-        total += int(found.group(1))
-    return total
+        sent[run.name] = int(found.group(1))
+    return sent
+
+
+def check_leftover_points(sweeps: list[SweepRun], shipped: dict[str, int]) -> Check:
+    """Points a sweep left for ``edgeprof ship`` only where its last run said so (its
+    server was away as it ended: the shipper does not hold the exit for it)."""
+    problems = []
+    for run in sweeps:
+        log = (run.out.parent / f"{run.name}.run{run.runs}.log").read_text(errors="replace")
+        if shipped.get(run.name) and "run edgeprof ship" not in log:
+            problems.append(f"{run.name}: {shipped[run.name]} points left undelivered, "
+                            "and its last run did not say to run edgeprof ship")
+    total = sum(shipped.values())
+    told = sum(1 for n in shipped.values() if n)
+    return Check("undelivered points announced", not problems,
+                 f"{total} points left for edgeprof ship by {told} sweeps, each told so",
+                 problems)
 
 
 def tmp_entries() -> set[str]:
@@ -266,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         sweeps, rss, mount_problems = run_sweeps(args, workdir, influx, driver)
         if influx.proc is None:
             influx.start()
-        shipped_after = ship_leftovers(sweeps, influx.url)
+        shipped_by_sweep = ship_leftovers(sweeps, influx.url)
+        shipped_after = sum(shipped_by_sweep.values())
         sweep_dicts = [{"name": r.name, "out": str(r.out), "planned": r.planned,
                         "runs": r.runs, "exit": r.exit, "sweep_id": r.sweep_id}
                        for r in sweeps]
@@ -274,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         checks = soak_checks.check_records(sweep_dicts, faults)
         points_check, totals = soak_checks.check_points(sweep_dicts, influx.url, DB)
         checks.append(points_check)
+        checks.append(check_leftover_points(sweeps, shipped_by_sweep))
         checks.append(soak_checks.check_memory(rss, args.rss_bound_mb, args.rss_growth_mb))
     finally:
         influx.stop()
