@@ -190,9 +190,14 @@ def check_leftover_points(sweeps: list[SweepRun], shipped: dict[str, int]) -> Ch
                  problems)
 
 
+# What a sweep can make under /tmp (SSH control sockets, the profile check's scratch);
+# not every edgeprof-* there: other users of this machine (tests, calibration) make some.
+SWEEP_TMP_PREFIXES = ("edgeprof-ssh-", "edgeprof-profile-check-")
+
+
 def tmp_entries() -> set[str]:
-    return {p.name for p in Path(tempfile.gettempdir()).glob("edgeprof*")
-            if not p.name.endswith(".lock")}
+    return {p.name for p in Path(tempfile.gettempdir()).glob("edgeprof-*")
+            if p.name.startswith(SWEEP_TMP_PREFIXES)}
 
 
 def check_leftovers(workdir: Path, tmp_before: set[str], emulated: bool) -> Check:
