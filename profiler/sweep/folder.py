@@ -55,6 +55,7 @@ def check_sweep_dir(settings: SweepFolderSettings) -> dict | None:
                               "the folder that sweep wrote, e.g. --out runs/<sweep_id>")
         meta = read_sweep_meta(Path(out))
         check_resume(meta, settings)
+        _check_links_inside(Path(out))
         return meta
     if out is not None:
         out = Path(out)
@@ -166,6 +167,18 @@ RESUME_OPTIONS = {"cluster": "--cluster", "data_dir": "--data-dir", "threads": "
 
 def _shown(value) -> str:
     return "(none)" if value is None else str(value)
+
+
+def _check_links_inside(out: Path) -> None:
+    """Refuse a folder whose results or cells are links leading out of it: a resumed
+    sweep appends to ``results.jsonl`` and writes new attempts under ``cells/``."""
+    root = out.resolve()
+    cells = out / "cells"
+    for path in (out / "results.jsonl", cells, *cells.glob("*"), *cells.glob("*/attempt-*")):
+        if path.is_symlink() and not path.resolve().is_relative_to(root):
+            raise ConfigError(f"--resume: {path} is a link to {path.resolve()}, outside "
+                              f"the sweep folder, where the sweep would write: copy it into "
+                              "the folder, or start a new sweep with another --out")
 
 
 def next_attempt(cell_root: Path) -> int:

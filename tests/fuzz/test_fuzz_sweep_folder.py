@@ -141,3 +141,39 @@ def _traceback(done) -> str:
 
 def teardown_module() -> None:
     print(f"\nfuzz cases: {json.dumps(CASES)}")
+
+
+@settings(FUZZ, max_examples=30)
+@given(st.sampled_from(["results.jsonl", "cells", "cells/CELL", "cells/CELL/attempt-1",
+                        "cells/CELL/attempt-2"]),
+       st.sampled_from(["a folder outside", "a file outside", "nowhere", "inside"]))
+@example("cells", "a folder outside").via("cells/ a link out of the sweep folder")
+@example("results.jsonl", "a file outside").via("results.jsonl a link out of the folder")
+def test_resume_never_writes_through_a_link_out_of_the_sweep_folder(where, target):
+    """``--resume`` appends to results.jsonl and makes cells/<id>/attempt-<N>: with a
+    link planted in the folder, it refuses, or those paths stay inside it."""
+    CASES["resume"] += 1
+    from profiler.sweep.sweep import SweepSettings
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        sweep = _folder(root, line_of(META).encode(), (line_of(RECORD) + "\n").encode())
+        (root / "outside").mkdir()
+        (root / "outside.txt").write_text("")
+        (sweep / "inside").mkdir()
+        link = sweep / where.replace("CELL", CELL.cell_id)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.exists():
+            link.unlink()
+        link.symlink_to({"a folder outside": root / "outside",
+                         "a file outside": root / "outside.txt",
+                         "nowhere": root / "missing", "inside": sweep / "inside"}[target])
+        try:
+            check_sweep_dir(SweepSettings(cells=[CELL], out_dir=sweep, resume=True))
+        except EdgeprofError as exc:
+            assert "\n" not in str(exc)
+            return
+        attempt = next_attempt(sweep / "cells" / CELL.cell_id)
+        inside = sweep.resolve()
+        for path in (sweep / "results.jsonl",
+                     sweep / "cells" / CELL.cell_id / f"attempt-{attempt}"):
+            assert path.resolve().is_relative_to(inside), (path, path.resolve())
