@@ -56,6 +56,11 @@ def load_sweep(path: Path) -> Sweep:
     if not isinstance(settings, dict):
         raise ConfigError(f"{settings_file} is not a sweep's settings (not a JSON object): "
                           "is the folder a complete copy of the sweep?")
+    for key, kind in (("identity", dict), ("extra", dict), ("versions", dict),
+                      ("cells", list), ("created", (int, float))):
+        if settings.get(key) is not None and not isinstance(settings[key], kind):
+            raise ConfigError(f"{settings_file}: its {key} is {type(settings[key]).__name__}, "
+                              "not what the sweep writes: is the folder a complete copy?")
     latest = ResultsStore(path).latest()
     if not latest:
         raise ConfigError(f"{path} has no finished cell yet (results.jsonl is empty): "
@@ -76,11 +81,12 @@ def load_sweep(path: Path) -> Sweep:
 def _grid_ids(settings: dict) -> list[str]:
     from ..cell import CellConfig
     ids = []
-    for cell in settings.get("cells") or []:
+    cells = settings.get("cells")
+    for cell in cells if isinstance(cells, list) else []:
         try:
             ids.append(CellConfig(**cell).cell_id)
-        except TypeError:
-            continue  # a cell of an older format: keep the records' own order
+        except (TypeError, ValueError):
+            continue  # a cell of an older format (or damaged): keep the records' order
     return ids
 
 

@@ -85,6 +85,9 @@ def _folder(root: Path, meta: bytes, results: bytes) -> Path:
                                             "samples_per_s": 10 ** 400}) + "\n").encode())
          ).via("numbers of the wrong type, NaN and huge")
 @example((line_of([1, 2]).encode(), (line_of(RECORD) + "\n").encode())).via("sweep.json a list")
+@example((b'{"cells": true}\n', (line_of(RECORD) + "\n").encode())).via("cells not a list")
+@example((line_of(META).encode(), (line_of({k: v for k, v in RECORD.items() if k != "devices"})
+                                   + "\n").encode())).via("a record without devices")
 def test_report_refuses_or_reads_a_hostile_sweep_folder(folder):
     CASES["report"] += 1
     from profiler.cli import cli
