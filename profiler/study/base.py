@@ -65,6 +65,9 @@ class Study:
     examples: tuple[str, ...] = ()  # command lines shown under Example:
     options: tuple[StudyOption, ...] = ()
     profile: str | None = None  # the node profile calibrated to the study's boards
+    # Fewest steps per worker (an epoch) a ratio's cells must train to be judged; below
+    # it a row is "too few steps" (report.ratios.per_repeat). 0: every row is judged.
+    min_steps: int = 0
 
     def parse(self, given: dict) -> dict:
         """The study's options as ``grid`` reads them, from the CLI's text; raise

@@ -48,6 +48,10 @@ def _common_options(study) -> list[click.Option]:
         click.Option(["--out"], default=None, type=click.Path(path_type=Path),
                      help="Sweep folder [default: runs/<sweep_id>]."),
         click.Option(["--price"], default=None, help=PRICE_HELP),
+        click.Option(["--repeats"], default=None, type=click.IntRange(min=1),
+                     help="Run every cell this many times, interleaved; each ratio shows "
+                          "its median and range and is judged on the median [default: 1, "
+                          "or with --resume the sweep's own]."),
         click.Option(["--resume"], is_flag=True, help="Continue the study in --out."),
         click.Option(["--estimate", "estimate_only"], is_flag=True,
                      help="Print the cells, data and estimated time, and run nothing."),
@@ -103,7 +107,8 @@ def study() -> None:
 
 
 def _run(study, own: dict, *, scale, cluster_name, engine, profile_check, profile_tolerance,
-         data_dir, timeout, out, price, resume, estimate_only, **cluster_options) -> None:
+         data_dir, timeout, out, price, resume, estimate_only, repeats=None,
+         **cluster_options) -> None:
     from ..errors import ConfigError
     from ..sweep.preflight import preflight
     from .plan import StudySettings, plan, run
@@ -117,7 +122,8 @@ def _run(study, own: dict, *, scale, cluster_name, engine, profile_check, profil
         scale=scale, options=own, cluster=cluster_name, cluster_options=cluster_options,
         engine=engine, profile_check=profile_check, profile_tolerance=profile_tolerance,
         data_dir=data_dir, out_dir=out, resume=resume,
-        timeout_s=timeout, price=price_spec(price) if price is not None else None)
+        timeout_s=timeout, price=price_spec(price) if price is not None else None,
+        repeats=repeats)
     study_plan = plan(study, settings)
     preflight(study_plan.sweep)
     click.echo(study_plan.describe(), err=True)
@@ -147,6 +153,7 @@ def _said(study, outcome) -> None:
     counts = summary(section.ratios if section else [])
     statuses = status_counts(outcome.records)
     click.echo(f"cells: {', '.join(f'{n} {s}' for s, n in statuses.items())}")
-    click.echo(f"the study's ratios: {counts['within']} of {counts['judged']} judged within "
-               f"their band ({counts['not_comparable']} not comparable: other data; "
-               f"{counts['missing']} without a finished cell)")
+    click.echo(f"the study's ratios: {counts['within']} within their band, "
+               f"{counts['outside']} outside, {counts['too_few_steps']} too few steps, "
+               f"{counts['not_comparable']} not comparable (other data); "
+               f"{counts['missing']} without a finished cell")

@@ -10,7 +10,7 @@ whose study section the study writes (``Study.section``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -41,6 +41,8 @@ class StudySettings:
     interval_s: float | None = 1.0
     ship_target: object | None = None
     price: object | None = None  # --price: profiler.cluster.prices.PriceSpec
+    # Runs of every cell (--repeats), interleaved; None: 1, or on --resume the sweep's own.
+    repeats: int | None = None
 
 
 @dataclass
@@ -87,6 +89,8 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
             pass
     grid = study.grid(settings.scale, study.parse(settings.options), settings.engine,
                       available)
+    repeats = _repeats(settings)
+    grid.cells = repeated(grid.cells, repeats)
     options = dict(settings.cluster_options)
     if get_provider(settings.cluster).speed == "profile" and options.get("profile") is None:
         options["profile"] = study.profile  # nodes of a profile: the study's
@@ -100,8 +104,10 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
         data_dir=settings.data_dir, timeout_s=settings.timeout_s, resume=settings.resume,
         interval_s=settings.interval_s, val_samples=grid.val_samples,
         ship_target=settings.ship_target, price=settings.price,
-        extra={"study": study.name, "scale": settings.scale, **grid.recorded})
-    notes = []
+        extra={"study": study.name, "scale": settings.scale, **grid.recorded,
+               **({"repeats": repeats} if repeats > 1 else {})})
+    notes = [f"each cell runs {repeats} times, interleaved (all cells, then all again); "
+             "each ratio is judged on its median over the repeats"] if repeats > 1 else []
     check = settings.profile_check if profile else "off"
     if check != "off" and profile in catalog.mixes:
         notes.append(f"{profile} is a mix of profiles: not checked on this host (check "
@@ -111,6 +117,31 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
                      f"off by more than {settings.profile_tolerance:.0%}; a minute, a few "
                      "more if it re-calibrates)")
     return StudyPlan(study, sweep, grid, seconds, notes, check, settings.profile_tolerance)
+
+
+def repeated(cells: list, repeats: int) -> list:
+    """Every cell ``repeats`` times, interleaved (all cells once, then all again): the
+    host's drift over the run hits every configuration alike, not its last repeats."""
+    return [replace(c, repeat=k) for k in range(repeats) for c in cells]
+
+
+def _repeats(settings: StudySettings) -> int:
+    """--repeats as given, else 1; on --resume the sweep's own (sweep.json), and a
+    different count is refused: the recorded one says how its ratios are grouped."""
+    from ..errors import ConfigError
+    from ..sweep.folder import read_sweep_meta
+
+    given = settings.repeats
+    if given is not None and given < 1:
+        raise ConfigError(f"--repeats {given} must be 1 or more")
+    recorded = None
+    if settings.resume and settings.out_dir and (Path(settings.out_dir) / "sweep.json").exists():
+        recorded = (read_sweep_meta(settings.out_dir).get("extra") or {}).get("repeats", 1)
+    if given is not None and recorded is not None and given != recorded:
+        raise ConfigError(f"--resume: --repeats {given} differs from the sweep's {recorded}: "
+                          f"resume with --repeats {recorded}, or start a new sweep with "
+                          "another --out")
+    return given or recorded or 1
 
 
 def run(study_plan: StudyPlan, *, progress: bool = True,
