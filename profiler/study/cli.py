@@ -23,6 +23,11 @@ def _common_options(study) -> list[click.Option]:
         click.Option(["--scale"], default=1.0, show_default=True, type=float,
                      help="Fraction of the study's data each cell trains on (its time "
                           "scales with it); every cell keeps at least 3 steps per worker."),
+        click.Option(["--budget"], default=None, metavar="DURATION",
+                     help="A time for the whole study (30m, 1h, 90s, 45 = seconds) instead "
+                          "of --scale: the scale of each part (and, on the emulated "
+                          "cluster, time dilation unless --speedup is given) chosen from "
+                          "the estimate; the plan says what was left out to fit."),
         click.Option(["--cluster", "cluster_name"], default="emulated", show_default=True,
                      help=providers_help() + "."),
         # Each provider's own options (ProviderOption), from the registry.
@@ -107,9 +112,16 @@ def study() -> None:
 
 
 def _run(study, own: dict, *, scale, cluster_name, engine, profile_check, profile_tolerance,
-         data_dir, timeout, out, price, resume, estimate_only, repeats=None,
+         data_dir, timeout, out, price, resume, estimate_only, repeats=None, budget=None,
          **cluster_options) -> None:
     from ..errors import ConfigError
+    from .budget import parse_duration_s
+
+    given = _given_on_command_line()
+    if budget is not None and "scale" in given:
+        raise ConfigError("--budget chooses the scale: give --budget or --scale, not both")
+    if budget is not None and "speedup" not in given:
+        cluster_options.pop("speedup", None)  # --budget chooses it (plan.py)
     from ..sweep.preflight import preflight
     from .plan import StudySettings, plan, run
 
@@ -123,7 +135,8 @@ def _run(study, own: dict, *, scale, cluster_name, engine, profile_check, profil
         engine=engine, profile_check=profile_check, profile_tolerance=profile_tolerance,
         data_dir=data_dir, out_dir=out, resume=resume,
         timeout_s=timeout, price=price_spec(price) if price is not None else None,
-        repeats=repeats)
+        repeats=repeats,
+        budget_s=parse_duration_s(budget) if budget is not None else None)
     study_plan = plan(study, settings)
     preflight(study_plan.sweep)
     click.echo(study_plan.describe(), err=True)
@@ -142,6 +155,17 @@ def _run(study, own: dict, *, scale, cluster_name, engine, profile_check, profil
         sys.exit(getattr(exc, "exit_status", 130))
     _said(study, outcome)
     click.echo(f"report: {report_path}")
+
+
+def _given_on_command_line() -> set[str]:
+    """The parameters typed (not defaulted): --budget takes --scale and --speedup only
+    from the user, never their defaults."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return set()
+    return {name for name in ctx.params
+            if ctx.get_parameter_source(name) not in (click.core.ParameterSource.DEFAULT,
+                                                      None)}
 
 
 def _said(study, outcome) -> None:

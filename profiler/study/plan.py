@@ -16,7 +16,8 @@ from typing import Callable
 
 from ..cell import DEFAULT_ENGINE
 from ..errors import DataError
-from . import estimate
+from ..cluster.profiles import MAX_SPEEDUP
+from . import budget, estimate
 from .base import Study
 
 
@@ -43,6 +44,8 @@ class StudySettings:
     price: object | None = None  # --price: profiler.cluster.prices.PriceSpec
     # Runs of every cell (--repeats), interleaved; None: 1, or on --resume the sweep's own.
     repeats: int | None = None
+    # --budget, seconds: the scale per part chosen to fit (budget.py); None: ``scale``.
+    budget_s: float | None = None
 
 
 @dataclass
@@ -87,24 +90,36 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
             available.add(name)
         except DataError:
             pass
-    grid = study.grid(settings.scale, study.parse(settings.options), settings.engine,
-                      available)
     repeats = _repeats(settings)
-    grid.cells = repeated(grid.cells, repeats)
     options = dict(settings.cluster_options)
     if get_provider(settings.cluster).speed == "profile" and options.get("profile") is None:
         options["profile"] = study.profile  # nodes of a profile: the study's
+        if settings.budget_s is not None and options.get("speedup") is None:
+            options["speedup"] = MAX_SPEEDUP  # --budget: dilated as far as each cell can
     cluster = cluster_settings(settings.cluster, **options)
     profile = cluster.node_profile
     catalog = load_catalog()
-    seconds = estimate.grid_s(study, grid.cells, cluster.speed, profile, catalog,
-                              grid.val_samples, cluster.max_speedup)
+
+    def grid_s(grid) -> float:
+        return estimate.grid_s(study, repeated(grid.cells, repeats), cluster.speed, profile,
+                               catalog, grid.val_samples, cluster.max_speedup)
+
+    parsed, scale = study.parse(settings.options), settings.scale
+    if settings.budget_s is None:
+        grid = study.grid(scale, parsed, settings.engine, available)
+    else:
+        checked = profile and settings.profile_check != "off" and profile not in catalog.mixes
+        grid, _, scale = budget.grid_within(study, parsed, settings.engine, available,
+                                            settings.budget_s, grid_s,
+                                            budget.CHECK_S if checked else 0.0)
+    seconds = grid_s(grid)
+    grid.cells = repeated(grid.cells, repeats)
     sweep = SweepSettings(
         cells=grid.cells, out_dir=settings.out_dir, cluster=cluster,
         data_dir=settings.data_dir, timeout_s=settings.timeout_s, resume=settings.resume,
         interval_s=settings.interval_s, val_samples=grid.val_samples,
         ship_target=settings.ship_target, price=settings.price,
-        extra={"study": study.name, "scale": settings.scale, **grid.recorded,
+        extra={"study": study.name, "scale": scale, **grid.recorded,
                **({"repeats": repeats} if repeats > 1 else {})})
     notes = [f"each cell runs {repeats} times, interleaved (all cells, then all again); "
              "each ratio is judged on its median over the repeats"] if repeats > 1 else []

@@ -28,6 +28,7 @@ class Park2019(Study):
     # The grid's floor is the judged minimum too: a cell below it (an older sweep, a
     # sweep set beside the study) is "too few steps". The spread benchmark sets it.
     min_steps = g.MIN_STEPS
+    parts_option = "parts"  # --budget chooses a scale per part (study/budget.py)
     options = (
         StudyOption("parts", "all", PARTS_HELP),
         StudyOption("devices", "1,2,3,4,5,6,7,8,9,10",
@@ -61,9 +62,7 @@ class Park2019(Study):
         datasets = g.choose_datasets({e.model for e in found}, samples,
                                      {name: True for name in available})
         notes = []
-        floored = sorted({f"{m}{'-' + str(layers) if layers else ''} x {batch}"
-                          for (m, layers, batch, _), n in samples.items()
-                          if n > round(g.FULL_TRAIN[m] * scale)})
+        floored = g.floored(found, samples, scale)
         if floored:
             notes.append(f"raised to {g.MIN_STEPS} steps per worker on some device counts "
                          f"(so more samples than the scale): {', '.join(floored)}")
