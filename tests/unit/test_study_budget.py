@@ -1,0 +1,85 @@
+"""``edgeprof study NAME --budget``: the scale per part chosen from the estimate
+(profiler/study/budget.py), and the command's plan."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from profiler.cli import cli
+from profiler.errors import ConfigError
+from profiler.study.budget import SCALES, choose, parse_duration_s
+
+# A fake estimate: each part's seconds at scale 1, linear in the scale, plus a fixed
+# minimum (start-up, the floor of steps).
+FULL_S = {"cheap": 600.0, "dear": 6000.0, "huge": 60000.0}
+
+
+def _part_s(part, scale):
+    return 30.0 + FULL_S[part] * scale
+
+
+def test_durations_read_as_seconds_and_bad_ones_are_refused():
+    assert parse_duration_s("30m") == 1800
+    assert parse_duration_s("1h") == 3600
+    assert parse_duration_s("1h30m") == 5400
+    assert parse_duration_s("90s") == 90
+    assert parse_duration_s("45") == 45
+    for bad in ("", "soon", "30x", "0", "1h30", "-5m"):
+        with pytest.raises(ConfigError, match="--budget"):
+            parse_duration_s(bad)
+
+
+def test_a_budget_that_fits_everything_runs_every_part_at_scale_1():
+    choice = choose(["cheap", "dear"], _part_s, budget_s=7200)
+    assert choice.scale() == {"cheap": 1.0, "dear": 1.0} and not choice.left_out
+
+
+def test_a_smaller_budget_stops_the_dear_part_and_lets_the_cheap_one_climb_on():
+    choice = choose(["cheap", "dear"], _part_s, budget_s=1800)
+    # Round robin: both to 0.2 (150 + 1230 s); dear to 0.5 would not fit (3030 s), cheap
+    # to 0.5 does (330 s), to 1 it would not (630 + 1230 > 1800).
+    assert choice.scale() == {"cheap": 0.5, "dear": 0.2}
+    assert sum(p.estimate_s for p in choice.kept) <= 1800
+    assert "cheap 0.5 (6 min), dear 0.2 (20 min)" in choice.notes()[0]
+
+
+def test_a_part_that_cannot_fit_at_its_minimum_is_left_out_and_said():
+    def part_s(part, scale):  # "huge" needs 2 h at its minimum steps
+        return 7200.0 + FULL_S[part] * scale if part == "huge" else _part_s(part, scale)
+
+    choice = choose(["huge", "cheap"], part_s, budget_s=1800, reserved_s=240)
+    assert [p.part for p in choice.left_out] == ["huge"]
+    assert choice.scale() == {"cheap": 1.0}
+    assert choice.recorded() == {"budget_s": 1800, "budget_left_out": ["huge"]}
+    notes = choice.notes()
+    assert "4 min of it kept for the profile check" in notes[0]
+    assert notes[1] == "left out to fit: huge (at least 2 h 00 min)"
+
+
+def test_a_rung_without_data_stops_that_part():
+    choice = choose(["cheap"], lambda p, s: None if s > 0.05 else _part_s(p, s), 7200)
+    assert choice.scale() == {"cheap": 0.05}
+
+
+def test_a_budget_too_small_for_anything_is_one_line():
+    with pytest.raises(ConfigError) as raised:
+        choose(["cheap", "dear"], _part_s, budget_s=20)
+    assert "\n" not in str(raised.value) and "give at least 30 s" in str(raised.value)
+    assert SCALES[-1] < 0.001  # the floor: below every cell's minimum steps
+
+
+def test_the_command_prints_the_chosen_scales_and_refuses_bad_budgets():
+    """``--estimate`` on the local cluster runs nothing (and needs no root)."""
+    runner = CliRunner()
+    result = runner.invoke(cli, ["study", "park2019", "--budget", "30m", "--estimate",
+                                 "--cluster", "local", "--devices", "1,2"])
+    assert result.exit_code == 0, result.output
+    assert "--budget 30 min: chosen from the estimate, table1 " in result.output
+    for args, says in ((["--budget", "30m", "--scale", "0.01"], "not both"),
+                       (["--budget", "soon"], "give a duration"),
+                       (["--budget", "5s"], "give at least")):
+        result = runner.invoke(cli, ["study", "park2019", "--estimate", "--cluster", "local",
+                                     *args])
+        assert result.exit_code == 2 and says in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1
