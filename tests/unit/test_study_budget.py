@@ -83,3 +83,30 @@ def test_the_command_prints_the_chosen_scales_and_refuses_bad_budgets():
                                      *args])
         assert result.exit_code == 2 and says in result.output, result.output
         assert len(result.output.strip().splitlines()) == 1
+
+
+def test_the_spread_benchmarks_rule_gives_the_fewest_steps_that_hold_from_there_on():
+    """benchmarks/bench_ratio_spread.py: max - min within a fifth of the band's width
+    (0.09 of the median for 1.25), from the fewest steps on."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_ratio_spread.py"
+    spec = importlib.util.spec_from_file_location("bench_ratio_spread", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def record(per_sample_s, steps):
+        return {"robust_s_per_sample": per_sample_s, "syncs_per_worker": steps,
+                "epoch_s": [1.0], "status": "ok"}
+
+    def row(steps, n_device_s):
+        pairs = [(record(s, steps), record(1.0, steps)) for s in n_device_s]
+        return bench.spread_row("lenet-mlp", 0.01, pairs)
+
+    rows = [row(4, [2.0, 2.5, 3.0]), row(9, [2.0, 2.1, 2.3]), row(18, [2.0, 2.05, 2.1]),
+            row(36, [2.0, 2.02, 2.04])]
+    assert [r["well_inside"] for r in rows] == [False, False, True, True]
+    assert rows[2]["median"] == 2.05 and abs(rows[2]["spread"] - 0.1 / 2.05) < 1e-9
+    assert bench.fewest_steps(rows) == 18
+    assert bench.fewest_steps(rows[:2]) is None
