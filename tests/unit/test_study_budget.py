@@ -110,3 +110,18 @@ def test_the_spread_benchmarks_rule_gives_the_fewest_steps_that_hold_from_there_
     assert rows[2]["median"] == 2.05 and abs(rows[2]["spread"] - 0.1 / 2.05) < 1e-9
     assert bench.fewest_steps(rows) == 18
     assert bench.fewest_steps(rows[:2]) is None
+
+
+def test_the_reports_environment_names_the_scale_of_every_part(tmp_path):
+    from types import SimpleNamespace
+
+    from profiler.report.build import environment
+
+    sweep = SimpleNamespace(
+        identity={"cluster": "emulated"}, records=[], sweep_id="s", path=tmp_path,
+        settings={"versions": {}, "extra": {
+            "study": "park2019", "scale": {"table1": 0.1, "figure6": 0.02},
+            "method": "scripts", "budget_s": 1800.0, "budget_left_out": ["figure5"]}})
+    assert environment(sweep)["study"] == (
+        "park2019 at scale table1 0.1, figure6 0.02 of its data, chosen for --budget "
+        "1800 s, method scripts")
