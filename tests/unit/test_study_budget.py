@@ -125,3 +125,24 @@ def test_the_reports_environment_names_the_scale_of_every_part(tmp_path):
     assert environment(sweep)["study"] == (
         "park2019 at scale table1 0.1, figure6 0.02 of its data, chosen for --budget "
         "1800 s, method scripts")
+
+
+def test_a_study_without_parts_gets_one_scale():
+    from profiler.cell import CellConfig
+    from profiler.study import Grid, Study, StudySettings, plan
+
+    class Whole(Study):
+        name = "whole"
+
+        def grid(self, scale, options, engine, available):
+            assert isinstance(scale, float)
+            samples = max(192, round(60000 * scale))
+            return Grid([CellConfig(model="lenet-mlp", layers=None, batch=64, devices=d,
+                                    max_samples=samples, dataset="synthetic")
+                         for d in (1, 2)], val_samples=200)
+
+    small = plan(Whole(), StudySettings(cluster="local", budget_s=60))
+    big = plan(Whole(), StudySettings(cluster="local", budget_s=3600))
+    assert small.sweep.extra["scale"] < big.sweep.extra["scale"] == 1.0
+    assert small.estimate_s <= 60 and small.sweep.extra["budget_left_out"] == []
+    assert "chosen from the estimate, scale " in small.describe()
