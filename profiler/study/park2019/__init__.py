@@ -62,7 +62,7 @@ class Park2019(Study):
         datasets = g.choose_datasets({e.model for e in found}, samples,
                                      {name: True for name in available})
         notes = []
-        floored = g.floored(found, samples, scale)
+        floored = g.floored(found, scale, how)
         if floored:
             notes.append(f"raised to {g.MIN_STEPS} steps per worker on some device counts "
                          f"(so more samples than the scale): {', '.join(floored)}")

@@ -184,14 +184,14 @@ def train_samples(found: list[Experiment], scale: float | dict[str, float],
     return samples
 
 
-def floored(found: list[Experiment], samples: dict[tuple, int],
-            scale: float | dict[str, float]) -> list[str]:
+def floored(found: list[Experiment], scale: float | dict[str, float],
+            how: Method = METHOD["scripts"]) -> list[str]:
     """The configurations raised to ``MIN_STEPS`` steps per worker on some device count
     (more samples than their part's scale), as ``resnet-32 x 32``."""
     return sorted({f"{e.model}{'-' + str(e.layers) if e.layers else ''} x {e.batch}"
                    for e in found for d in e.devices
-                   if samples[(*e.key, d)] > round(FULL_TRAIN[e.model]
-                                                  * part_scale(scale, e.part))})
+                   if parts(how.partition(e.model), d) * e.batch * MIN_STEPS
+                   > round(FULL_TRAIN[e.model] * part_scale(scale, e.part))})
 
 
 def val_samples(scale: float | dict[str, float], datasets: dict[str, str]) -> int:
