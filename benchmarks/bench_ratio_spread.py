@@ -23,8 +23,12 @@ holds it too; the study's minimum is the largest of the models' (None: no scale 
 was enough; run larger scales).
 
     sudo .venv/bin/python benchmarks/bench_ratio_spread.py --out spread.json
-        # emulated pi3b-park2019 (re-calibrated on this host first), devices 4,
-        # scales 0.005,0.01,0.02, 5 repeats
+        # emulated pi3b-park2019, devices 4, scales 0.005,0.01,0.02, 5 repeats
+
+On the emulated cluster run it on a profile that holds on this host (``sudo edgeprof
+study park2019 --profile-check recalibrate`` re-calibrates it first): a quota off by a
+factor moves the ratio's median, not its spread. Before it runs it prints the study's
+estimate of its time (``study/estimate.py``).
     .venv/bin/python benchmarks/bench_ratio_spread.py --cluster local --models lenet-mlp \\
         --scales 0.005,0.01 --repeats 2 --devices 2          # a minute: does it work
 
@@ -48,7 +52,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from profiler.cluster import cluster_settings  # noqa: E402
+from profiler.cluster.profiles import load_catalog  # noqa: E402
 from profiler.report.ratios import per_sample_s, steps_per_worker  # noqa: E402
+from profiler.study import STUDIES, estimate  # noqa: E402
 from profiler.study.park2019 import grid as g  # noqa: E402
 from profiler.study.park2019.ratios import TABLE  # noqa: E402
 from profiler.study.plan import repeated  # noqa: E402
@@ -133,9 +139,15 @@ def main() -> None:
         cluster = cluster_settings("emulated", profile=args.profile, speedup=args.speedup)
     else:
         cluster = cluster_settings("local")
+    runs = repeated(cells, args.repeats)
+    study = STUDIES["park2019"]
+    expected_s = estimate.grid_s(study, runs, cluster.speed, cluster.node_profile,
+                                 load_catalog(), VAL_SAMPLES, cluster.max_speedup)
+    print(f"{len(runs)} cells on the {cluster.label}, estimated {estimate.shown(expected_s)}",
+          file=sys.stderr, flush=True)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-ratio-spread-") as tmp:
-        settings = SweepSettings(cells=repeated(cells, args.repeats), cluster=cluster,
+        settings = SweepSettings(cells=runs, cluster=cluster,
                                  out_dir=Path(tmp) / "sweep", interval_s=None,
                                  val_samples=VAL_SAMPLES)
         outcome = run_sweep(settings, progress=sys.stderr.isatty())
