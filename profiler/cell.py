@@ -27,7 +27,7 @@ CELL_FORMAT = 4  # 3: data_partition; 4: straggler
 # at the default keeps the cell_id it had, so that sweeps run before them still resume.
 OPTIONAL_FIELDS = {"model_digest": "", "data_digest": "", "script_args": "", "params": (),
                    "microbatches": None, "schedule": None, "replicas": None, "split": None,
-                   "task": None}
+                   "task": None, "repeat": 0}
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,9 @@ class CellConfig:
     replicas: int | None = None
     split: str | None = None
     task: str | None = None  # train, or infer (a pipeline streaming the test set)
+    # The run of the same configuration, 0-based (a study's --repeats): repeat k > 0
+    # is a cell of its own, repeat 0 keeps the cell_id cells had before repeats.
+    repeat: int = 0
 
     def __post_init__(self):
         # Read back from JSON (sweep.json, results) the pairs are lists.
@@ -99,14 +102,18 @@ class CellConfig:
         params = "".join(f" {name}={value}" for name, value in self.params)
         # A pipeline's shape tells its cells apart: ``torch-pipe S2 M4 1f1b``.
         engine = engine_label(asdict(self))
+        # Repeats of one configuration (--repeats): ``... r2`` is its second run.
+        repeat = f" r{self.repeat + 1}" if self.repeat else ""
         return (f"{self.model}{depth} b{self.batch} d{self.devices} {self.sync} {engine}"
-                f"{params}")
+                f"{params}{repeat}")
 
     def tags(self) -> dict[str, str]:
         """The configuration as metric tags (strings, no empty values); each --param is
         a tag of its own (``param_columns``)."""
         return {**{f.name: str(getattr(self, f.name)) for f in fields(self)
-                   if f.name != "params" and getattr(self, f.name) not in (None, "")},
+                   if f.name != "params" and getattr(self, f.name) not in (None, "")
+                   # a first run's points carry no repeat tag, as before repeats
+                   and not (f.name == "repeat" and not self.repeat)},
                 **param_columns(self.params)}
 
 

@@ -123,7 +123,12 @@ def environment(sweep: Sweep) -> dict:
     records = sweep.records
     created = sweep.settings.get("created")
     extra = sweep.settings.get("extra") or {}
-    study = ({"study": f"{extra['study']} at scale {extra.get('scale', 1):g} of its data"
+    scale = extra.get("scale", 1)  # --budget: one per part
+    scale = (", ".join(f"{part} {s:g}" for part, s in scale.items())
+             if isinstance(scale, dict) else f"{scale:g}")
+    budget = (f", chosen for --budget {extra['budget_s']:g} s" if extra.get("budget_s")
+              else "")
+    study = ({"study": f"{extra['study']} at scale {scale} of its data{budget}"
                        + (f", method {extra['method']}" if extra.get("method") else "")}
              if extra.get("study") else {})
     if extra.get("profile_check") is not None:

@@ -182,9 +182,8 @@ def _pipeline(records: list[dict], config_of, figure: Figure | None) -> dict | N
 
 
 def _verdict(ratio: Ratio) -> tuple[str, str]:
-    if ratio.within is None:
-        return "", "not comparable" if not ratio.comparable else "no cell"
-    return ("in", "within") if ratio.within else ("out", "outside")
+    """The row's verdict and its cell's class (within and outside are coloured)."""
+    return {"within": "in", "outside": "out"}.get(ratio.verdict, ""), ratio.verdict
 
 
 def _study(section: StudySection) -> dict:
@@ -192,6 +191,9 @@ def _study(section: StudySection) -> dict:
     numbers beside matching cells, its figures."""
     return {"title": section.title, "intro": section.intro, "bands": section.bands,
             "ratios": _ratio_rows(section.ratios), "counts": summary(section.ratios),
+            # With --repeats: ours is a median over the repeats, shown with its range.
+            "repeats": max((len(r.values) for r in section.ratios), default=1),
+            "min_steps": section.min_steps,
             "hardware": section.hardware, "no_match": section.no_match,
             "matches": [_match_row(m) for m in section.matches],
             "figures": section.figures}
@@ -207,8 +209,11 @@ def _ratio_rows(rows: list[Ratio]) -> list[dict]:
         else:
             study, ours = number(r.study), number(r.ours)
             quotient = number(r.ours / r.study if r.ours is not None and r.study else None)
+        low_high = r.spread
         shown.append({"source": r.source, "measure": r.measure, "config": r.config,
                       "study": study, "ours": ours, "quotient": quotient,
+                      "range": (f"{number(low_high[0])}–{number(low_high[1])}"
+                                if low_high and len(r.values) > 1 else ours),
                       "band": f"{r.band:g}", "klass": klass, "verdict": verdict,
                       "note": r.note})
     return shown

@@ -16,11 +16,20 @@ a few steps as they did not on a study's hundreds). Records without it fall back
 first epoch's figure (``steady_s_per_sample``), then on ``epoch_s[0] / train_samples``.
 On a dilated emulated cluster (``--speedup``) times are multiplied, and network rates
 divided, by each cell's own ``speedup``: the board's time, what the cell stands for.
+
+Repeats (``edgeprof study NAME --repeats R``): a study's ratios are computed once per
+repeat, from repeat k's cells together (``per_repeat``), and merged into one row whose
+``ours`` is the median of the repeats' values and whose ``values`` give the range; the
+verdict is judged on the median. A row whose cells trained fewer steps per worker in an
+epoch than the study's minimum (``steps_per_worker``, ``Study.min_steps``) is "too few
+steps": its number moves with the noise, so it is neither within nor outside.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from statistics import median
+from typing import Callable
 
 from ..cell import DEFAULT_ENGINE
 from ..sweep import board_time
@@ -32,29 +41,120 @@ class Ratio:
     measure: str  # e.g. "time 4 / 1 devices"
     config: str  # the cells compared
     study: float | None
-    ours: float | None
+    ours: float | None  # with repeats, the median of ``values``
     band: float  # within when ours / study lies in [1 / band, band]
     comparable: bool = True
     note: str = ""
+    # The records the ratio was computed from: their steps decide "too few steps".
+    cells: tuple = field(default=(), repr=False, compare=False)
+    values: tuple = ()  # ours, one per repeat that had it (empty: a single run's ``ours``)
+    too_few_steps: bool = False  # a cell trained fewer steps than the study's minimum
 
     @property
     def within(self) -> bool | None:
-        """Inside the band; None when it cannot be judged (missing cell, not comparable)."""
-        if not self.comparable or self.ours is None or not self.study:
+        """Inside the band; None when it cannot be judged (missing cell, not comparable,
+        too few steps)."""
+        if not self.comparable or self.too_few_steps or self.ours is None or not self.study:
             return None
         if isinstance(self.study, bool):
             return self.ours == self.study
         quotient = self.ours / self.study
         return 1 / self.band <= quotient <= self.band
 
+    @property
+    def verdict(self) -> str:
+        """within, outside, too few steps, not comparable or no cell."""
+        if not self.comparable:
+            return "not comparable"
+        if self.ours is None or not self.study:
+            return "no cell"
+        if self.too_few_steps:
+            return "too few steps"
+        return "within" if self.within else "outside"
+
+    @property
+    def spread(self) -> tuple[float, float] | None:
+        """(lowest, highest) of ours over the repeats; a single run's value twice."""
+        numbers = [v for v in (self.values or (self.ours,))
+                   if v is not None and not isinstance(v, bool)]
+        return (min(numbers), max(numbers)) if numbers else None
+
 
 def summary(rows: list[Ratio]) -> dict:
-    """How many rows were judged, and how many fell inside their band."""
-    judged = [r for r in rows if r.within is not None]
-    return {"rows": len(rows), "judged": len(judged),
-            "within": sum(1 for r in judged if r.within),
-            "not_comparable": sum(1 for r in rows if not r.comparable),
-            "missing": sum(1 for r in rows if r.comparable and r.ours is None)}
+    """How many rows were judged, within and outside their band, and why the others were
+    not: too few steps, not comparable (other data), missing (no finished cell)."""
+    verdicts = [r.verdict for r in rows]
+    within, outside = verdicts.count("within"), verdicts.count("outside")
+    return {"rows": len(rows), "judged": within + outside, "within": within,
+            "outside": outside, "too_few_steps": verdicts.count("too few steps"),
+            "not_comparable": verdicts.count("not comparable"),
+            "missing": verdicts.count("no cell")}
+
+
+def steps_per_worker(r: dict | None) -> float | None:
+    """Steps each worker trained in an epoch: the recorded count (``syncs_per_worker``,
+    the workers' mean over every epoch run) over the epochs run; else the training
+    samples cut into each worker's batches (a shard each, or the whole set replicated)."""
+    if not r:
+        return None
+    epochs = len(r.get("epoch_s") or ()) or r.get("epochs") or 1
+    if r.get("syncs_per_worker") is not None:
+        return float(r["syncs_per_worker"]) / epochs
+    samples, batch = r.get("train_samples"), r.get("batch")
+    if not samples or not batch:
+        return None
+    parts = (r.get("devices") or 1) if r.get("data_partition", "shard") == "shard" else 1
+    return float(int(samples) // parts // int(batch))
+
+
+def judge_steps(rows: list[Ratio], min_steps: int) -> list[Ratio]:
+    """Each row marked "too few steps" when one of its finished cells trained fewer steps
+    per worker (an epoch) than ``min_steps``; a cell that did not finish (out of memory)
+    trained none, and a row about that is judged as it is."""
+    marked = []
+    for row in rows:
+        steps = [steps_per_worker(r) for r in row.cells if r and r.get("status", "ok") == "ok"]
+        few = any(s is not None and s < min_steps for s in steps)
+        marked.append(replace(row, too_few_steps=row.too_few_steps or few))
+    return marked
+
+
+def by_repeat(records: list[dict]) -> dict[int, list[dict]]:
+    """Records grouped by their repeat (0 for a record written before repeats)."""
+    groups: dict[int, list[dict]] = {}
+    for r in records:
+        groups.setdefault(int(r.get("repeat") or 0), []).append(r)
+    return dict(sorted(groups.items()))
+
+
+def per_repeat(records: list[dict], rows_of: Callable[[list[dict]], list[Ratio]],
+               min_steps: int = 0) -> list[Ratio]:
+    """A study's ratios (``rows_of``: its rows from one run's records) computed on each
+    repeat's records and merged by (source, measure, config): ours is the median over the
+    repeats that have it, ``values`` all of them; a row is not comparable when one
+    repeat's is not, "too few steps" when one repeat's cells trained fewer than
+    ``min_steps``. One repeat: its rows as they are (their ``values`` one each)."""
+    merged: dict[tuple, list[Ratio]] = {}
+    for group in by_repeat(records).values():
+        for row in judge_steps(rows_of(group), min_steps):
+            merged.setdefault((row.source, row.measure, row.config), []).append(row)
+    return [_merge(rows) for rows in merged.values()]
+
+
+def _merge(rows: list[Ratio]) -> Ratio:
+    first = rows[0]
+    values = tuple(r.ours for r in rows if r.ours is not None)
+    if not values:
+        ours = None
+    elif isinstance(first.study, bool):
+        ours = all(values)  # e.g. out of memory: in every repeat
+    else:
+        ours = median(values)
+    odd = next((r for r in rows if not r.comparable), None)
+    return replace(first, ours=ours, values=values,
+                   comparable=odd is None, note=(odd or first).note,
+                   cells=tuple(c for r in rows for c in r.cells),
+                   too_few_steps=any(r.too_few_steps for r in rows))
 
 
 class Cells:

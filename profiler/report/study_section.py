@@ -3,7 +3,8 @@
 The report knows no study by name. The CLI asks the study registry (``profiler.study``)
 for the study that made the sweep (``sweep.json``'s ``extra.study``, or the one given
 to ``edgeprof report --study``), and that study turns the sweep's records into a
-``StudySection``: its ratios with their verdicts (``ratios.Ratio``), optionally its
+``StudySection``: its ratios with their verdicts (``ratios.Ratio``: within, outside,
+too few steps, not comparable; with repeats a median and a range), optionally its
 published numbers beside each matching cell (``Match``) and figures. The page renders
 any study's section the same way (``html.py``, ``page.html.j2``).
 """
@@ -48,3 +49,6 @@ class StudySection:
     hardware: str = ""
     no_match: str = ""
     figures: list["Figure"] = field(default_factory=list)
+    # The study's fewest steps per worker a judged ratio's cells train (Study.min_steps),
+    # said beside the "too few steps" count; 0: none.
+    min_steps: int = 0

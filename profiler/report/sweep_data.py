@@ -128,5 +128,6 @@ def config_label(r: dict) -> str:
     depth = f"-{r['layers']}" if r.get("layers") else ""
     # A script's --param values tell its cells apart (``train.py b32 x2 ... seed=1``).
     params = "".join(f" {name}={value}" for name, value in r.get("params") or ())
+    repeat = f" r{r['repeat'] + 1}" if r.get("repeat") else ""  # a study's --repeats
     return (f"{r['model']}{depth} b{r['batch']} x{r['devices']} {r['sync']} {r['engine']}"
-            f"{params}")
+            f"{params}{repeat}")

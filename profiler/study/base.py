@@ -65,6 +65,12 @@ class Study:
     examples: tuple[str, ...] = ()  # command lines shown under Example:
     options: tuple[StudyOption, ...] = ()
     profile: str | None = None  # the node profile calibrated to the study's boards
+    # Fewest steps per worker (an epoch) a ratio's cells must train to be judged; below
+    # it a row is "too few steps" (report.ratios.per_repeat). 0: every row is judged.
+    min_steps: int = 0
+    # The study's own option that selects its parts (a tuple of names once parsed):
+    # --budget chooses a scale per part (study/budget.py). None: one part, the whole.
+    parts_option: str | None = None
 
     def parse(self, given: dict) -> dict:
         """The study's options as ``grid`` reads them, from the CLI's text; raise
@@ -73,7 +79,8 @@ class Study:
 
     def grid(self, scale: float, options: dict, engine: str, available: set[str]) -> Grid:
         """The cells at ``scale`` (the fraction of the study's data each cell trains
-        on) for ``engine``; ``available``: the datasets present on this machine."""
+        on; with ``parts_option``, --budget gives one per part: ``{part: fraction}``) for
+        ``engine``; ``available``: the datasets present on this machine."""
         raise NotImplementedError
 
     def section(self, records: list[dict]) -> "StudySection | None":

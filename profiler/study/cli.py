@@ -23,6 +23,11 @@ def _common_options(study) -> list[click.Option]:
         click.Option(["--scale"], default=1.0, show_default=True, type=float,
                      help="Fraction of the study's data each cell trains on (its time "
                           "scales with it); every cell keeps at least 3 steps per worker."),
+        click.Option(["--budget"], default=None, metavar="DURATION",
+                     help="A time for the whole study (30m, 1h, 90s, 45 = seconds) instead "
+                          "of --scale: the scale of each part (and, on the emulated "
+                          "cluster, time dilation unless --speedup is given) chosen from "
+                          "the estimate; the plan says what was left out to fit."),
         click.Option(["--cluster", "cluster_name"], default="emulated", show_default=True,
                      help=providers_help() + "."),
         # Each provider's own options (ProviderOption), from the registry.
@@ -48,6 +53,10 @@ def _common_options(study) -> list[click.Option]:
         click.Option(["--out"], default=None, type=click.Path(path_type=Path),
                      help="Sweep folder [default: runs/<sweep_id>]."),
         click.Option(["--price"], default=None, help=PRICE_HELP),
+        click.Option(["--repeats"], default=None, type=click.IntRange(min=1),
+                     help="Run every cell this many times, interleaved; each ratio shows "
+                          "its median and range and is judged on the median [default: 1, "
+                          "or with --resume the sweep's own]."),
         click.Option(["--resume"], is_flag=True, help="Continue the study in --out."),
         click.Option(["--estimate", "estimate_only"], is_flag=True,
                      help="Print the cells, data and estimated time, and run nothing."),
@@ -103,8 +112,16 @@ def study() -> None:
 
 
 def _run(study, own: dict, *, scale, cluster_name, engine, profile_check, profile_tolerance,
-         data_dir, timeout, out, price, resume, estimate_only, **cluster_options) -> None:
+         data_dir, timeout, out, price, resume, estimate_only, repeats=None, budget=None,
+         **cluster_options) -> None:
     from ..errors import ConfigError
+    from .budget import parse_duration_s
+
+    given = _given_on_command_line()
+    if budget is not None and "scale" in given:
+        raise ConfigError("--budget chooses the scale: give --budget or --scale, not both")
+    if budget is not None and "speedup" not in given:
+        cluster_options.pop("speedup", None)  # --budget chooses it (plan.py)
     from ..sweep.preflight import preflight
     from .plan import StudySettings, plan, run
 
@@ -117,7 +134,9 @@ def _run(study, own: dict, *, scale, cluster_name, engine, profile_check, profil
         scale=scale, options=own, cluster=cluster_name, cluster_options=cluster_options,
         engine=engine, profile_check=profile_check, profile_tolerance=profile_tolerance,
         data_dir=data_dir, out_dir=out, resume=resume,
-        timeout_s=timeout, price=price_spec(price) if price is not None else None)
+        timeout_s=timeout, price=price_spec(price) if price is not None else None,
+        repeats=repeats,
+        budget_s=parse_duration_s(budget) if budget is not None else None)
     study_plan = plan(study, settings)
     preflight(study_plan.sweep)
     click.echo(study_plan.describe(), err=True)
@@ -138,6 +157,17 @@ def _run(study, own: dict, *, scale, cluster_name, engine, profile_check, profil
     click.echo(f"report: {report_path}")
 
 
+def _given_on_command_line() -> set[str]:
+    """The parameters typed (not defaulted): --budget takes --scale and --speedup only
+    from the user, never their defaults."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return set()
+    return {name for name in ctx.params
+            if ctx.get_parameter_source(name) not in (click.core.ParameterSource.DEFAULT,
+                                                      None)}
+
+
 def _said(study, outcome) -> None:
     """The cells' statuses and how many of the study's ratios fell within their band."""
     from ..report.ratios import summary
@@ -147,6 +177,7 @@ def _said(study, outcome) -> None:
     counts = summary(section.ratios if section else [])
     statuses = status_counts(outcome.records)
     click.echo(f"cells: {', '.join(f'{n} {s}' for s, n in statuses.items())}")
-    click.echo(f"the study's ratios: {counts['within']} of {counts['judged']} judged within "
-               f"their band ({counts['not_comparable']} not comparable: other data; "
-               f"{counts['missing']} without a finished cell)")
+    click.echo(f"the study's ratios: {counts['within']} within their band, "
+               f"{counts['outside']} outside, {counts['too_few_steps']} too few steps, "
+               f"{counts['not_comparable']} not comparable (other data); "
+               f"{counts['missing']} without a finished cell")

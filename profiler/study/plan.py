@@ -10,13 +10,14 @@ whose study section the study writes (``Study.section``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from ..cell import DEFAULT_ENGINE
 from ..errors import DataError
-from . import estimate
+from ..cluster.profiles import MAX_SPEEDUP
+from . import budget, estimate
 from .base import Study
 
 
@@ -41,6 +42,10 @@ class StudySettings:
     interval_s: float | None = 1.0
     ship_target: object | None = None
     price: object | None = None  # --price: profiler.cluster.prices.PriceSpec
+    # Runs of every cell (--repeats), interleaved; None: 1, or on --resume the sweep's own.
+    repeats: int | None = None
+    # --budget, seconds: the scale per part chosen to fit (budget.py); None: ``scale``.
+    budget_s: float | None = None
 
 
 @dataclass
@@ -85,23 +90,39 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
             available.add(name)
         except DataError:
             pass
-    grid = study.grid(settings.scale, study.parse(settings.options), settings.engine,
-                      available)
+    repeats = _repeats(settings)
     options = dict(settings.cluster_options)
     if get_provider(settings.cluster).speed == "profile" and options.get("profile") is None:
         options["profile"] = study.profile  # nodes of a profile: the study's
+        if settings.budget_s is not None and options.get("speedup") is None:
+            options["speedup"] = MAX_SPEEDUP  # --budget: dilated as far as each cell can
     cluster = cluster_settings(settings.cluster, **options)
     profile = cluster.node_profile
     catalog = load_catalog()
-    seconds = estimate.grid_s(study, grid.cells, cluster.speed, profile, catalog,
-                              grid.val_samples, cluster.max_speedup)
+
+    def grid_s(grid) -> float:
+        return estimate.grid_s(study, repeated(grid.cells, repeats), cluster.speed, profile,
+                               catalog, grid.val_samples, cluster.max_speedup)
+
+    parsed, scale = study.parse(settings.options), settings.scale
+    if settings.budget_s is None:
+        grid = study.grid(scale, parsed, settings.engine, available)
+    else:
+        checked = profile and settings.profile_check != "off" and profile not in catalog.mixes
+        grid, _, scale = budget.grid_within(study, parsed, settings.engine, available,
+                                            settings.budget_s, grid_s,
+                                            budget.CHECK_S if checked else 0.0)
+    seconds = grid_s(grid)
+    grid.cells = repeated(grid.cells, repeats)
     sweep = SweepSettings(
         cells=grid.cells, out_dir=settings.out_dir, cluster=cluster,
         data_dir=settings.data_dir, timeout_s=settings.timeout_s, resume=settings.resume,
         interval_s=settings.interval_s, val_samples=grid.val_samples,
         ship_target=settings.ship_target, price=settings.price,
-        extra={"study": study.name, "scale": settings.scale, **grid.recorded})
-    notes = []
+        extra={"study": study.name, "scale": scale, **grid.recorded,
+               **({"repeats": repeats} if repeats > 1 else {})})
+    notes = [f"each cell runs {repeats} times, interleaved (all cells, then all again); "
+             "each ratio is judged on its median over the repeats"] if repeats > 1 else []
     check = settings.profile_check if profile else "off"
     if check != "off" and profile in catalog.mixes:
         notes.append(f"{profile} is a mix of profiles: not checked on this host (check "
@@ -111,6 +132,31 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
                      f"off by more than {settings.profile_tolerance:.0%}; a minute, a few "
                      "more if it re-calibrates)")
     return StudyPlan(study, sweep, grid, seconds, notes, check, settings.profile_tolerance)
+
+
+def repeated(cells: list, repeats: int) -> list:
+    """Every cell ``repeats`` times, interleaved (all cells once, then all again): the
+    host's drift over the run hits every configuration alike, not its last repeats."""
+    return [replace(c, repeat=k) for k in range(repeats) for c in cells]
+
+
+def _repeats(settings: StudySettings) -> int:
+    """--repeats as given, else 1; on --resume the sweep's own (sweep.json), and a
+    different count is refused: the recorded one says how its ratios are grouped."""
+    from ..errors import ConfigError
+    from ..sweep.folder import read_sweep_meta
+
+    given = settings.repeats
+    if given is not None and given < 1:
+        raise ConfigError(f"--repeats {given} must be 1 or more")
+    recorded = None
+    if settings.resume and settings.out_dir and (Path(settings.out_dir) / "sweep.json").exists():
+        recorded = (read_sweep_meta(settings.out_dir).get("extra") or {}).get("repeats", 1)
+    if given is not None and recorded is not None and given != recorded:
+        raise ConfigError(f"--resume: --repeats {given} differs from the sweep's {recorded}: "
+                          f"resume with --repeats {recorded}, or start a new sweep with "
+                          "another --out")
+    return given or recorded or 1
 
 
 def run(study_plan: StudyPlan, *, progress: bool = True,

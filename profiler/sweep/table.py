@@ -52,6 +52,10 @@ def format_table(records: list[dict]) -> str:
     if any(rec.get("straggler", "none") != "none" for rec in records):
         # Which node was slowed, and how: "n4 0.5@30" (only in sweeps that slow one).
         columns.insert(STATUS, ("straggler", "straggler", "{}"))
+    if any(rec.get("repeat") for rec in records):
+        # Which run of its configuration (a study's --repeats), 1-based.
+        columns.insert(STATUS, ("repeat", "repeat_shown", "{}"))
+        records = [{**rec, "repeat_shown": (rec.get("repeat") or 0) + 1} for rec in records]
     # A script's --param values, one column each (the cells differ by nothing else).
     names = dict.fromkeys(column for rec in records for column in param_columns(rec.get("params")))
     columns[STATUS:STATUS] = [(name.removeprefix(PARAM_COLUMN_PREFIX), name, "{}")

@@ -25,6 +25,10 @@ class Park2019(Study):
                 "sudo edgeprof study park2019 --parts table1,table2 --devices 1,2,4,8 "
                 "--estimate")
     profile = "pi3b-park2019"
+    # The grid's floor is the judged minimum too: a cell below it (an older sweep, a
+    # sweep set beside the study) is "too few steps". The spread benchmark sets it.
+    min_steps = g.MIN_STEPS
+    parts_option = "parts"  # --budget chooses a scale per part (study/budget.py)
     options = (
         StudyOption("parts", "all", PARTS_HELP),
         StudyOption("devices", "1,2,3,4,5,6,7,8,9,10",
@@ -58,9 +62,7 @@ class Park2019(Study):
         datasets = g.choose_datasets({e.model for e in found}, samples,
                                      {name: True for name in available})
         notes = []
-        floored = sorted({f"{m}{'-' + str(layers) if layers else ''} x {batch}"
-                          for (m, layers, batch, _), n in samples.items()
-                          if n > round(g.FULL_TRAIN[m] * scale)})
+        floored = g.floored(found, scale, how)
         if floored:
             notes.append(f"raised to {g.MIN_STEPS} steps per worker on some device counts "
                          f"(so more samples than the scale): {', '.join(floored)}")
@@ -108,7 +110,8 @@ class Park2019(Study):
             bands="Bands: x/÷1.25 for the study's tables (its own single runs wander that "
                   "much), x/÷1.5 for values its text gives approximately, x/÷1.1 for "
                   "accuracy, on the study's data only (docs/study.md).",
-            ratios=reproduce(records), matches=matches(records),
+            ratios=reproduce(records, min_steps=self.min_steps), matches=matches(records),
+            min_steps=self.min_steps,
             hardware=f"Park, Lee & Kim (2019): {HARDWARE}, MNIST and CIFAR-10",
             no_match="No cell matches a configuration the study reports (e.g. LeNet batch "
                      "64 sync on 1-10 devices, ResNet 32/80/110 x batch 32/64/128).")

@@ -30,7 +30,10 @@ data, but never less than ``MIN_STEPS`` steps per worker (else a cell would time
 more than its first step): a cell of many devices may so get more samples than one of
 few. Every comparison is a ratio of times per sample between cells
 (``ratios.py``), which does not depend on how many samples each trained;
-accuracies are compared only between cells that trained on as many.
+accuracies are compared only between cells that trained on as many. ``scale`` may
+also be one fraction per part (``{"table1": 0.2, "figure5": 0.005}``: ``--budget``
+chooses them, ``study/budget.py``); a cell two parts share trains the larger of their
+samples, and the validation set follows the smallest fraction.
 """
 
 from __future__ import annotations
@@ -154,26 +157,49 @@ def experiments(parts: tuple[str, ...] = PARTS,
     return [e for e in found if e.devices]
 
 
-def train_samples(found: list[Experiment], scale: float,
+def part_scale(scale: float | dict[str, float], part: str) -> float:
+    """The fraction of the study's data ``part``'s cells train on."""
+    return scale[part] if isinstance(scale, dict) else scale
+
+
+def _check_scale(scale: float | dict[str, float]) -> None:
+    for value in (scale.values() if isinstance(scale, dict) else (scale,)):
+        if not 0 < value <= 1:
+            raise ConfigError(f"--scale {value:g}: give the fraction of the study's data to "
+                              "train on, from 0 (exclusive) to 1, e.g. 0.05")
+
+
+def train_samples(found: list[Experiment], scale: float | dict[str, float],
                   how: Method = METHOD["scripts"]) -> dict[tuple, int]:
     """Training samples per (model, layers, batch, devices); see the module doc. A
     replicated cell's workers each train all of them, a sharded cell's share them."""
-    if not 0 < scale <= 1:
-        raise ConfigError(f"--scale {scale:g}: give the fraction of the study's data to "
-                          "train on, from 0 (exclusive) to 1, e.g. 0.05")
+    _check_scale(scale)
     samples: dict[tuple, int] = {}
     for e in found:
         for devices in e.devices:
             floor = parts(how.partition(e.model), devices) * e.batch * MIN_STEPS
-            samples[(*e.key, devices)] = max(round(FULL_TRAIN[e.model] * scale), floor)
+            wanted = max(round(FULL_TRAIN[e.model] * part_scale(scale, e.part)), floor)
+            key = (*e.key, devices)
+            samples[key] = max(samples.get(key, 0), wanted)  # shared: the larger part's
     return samples
 
 
-def val_samples(scale: float, datasets: dict[str, str]) -> int:
-    """The validation set: the study's 10,000 scaled, at least ``MIN_VAL``, at most what
-    the smallest test set used has."""
+def floored(found: list[Experiment], scale: float | dict[str, float],
+            how: Method = METHOD["scripts"]) -> list[str]:
+    """The configurations raised to ``MIN_STEPS`` steps per worker on some device count
+    (more samples than their part's scale), as ``resnet-32 x 32``."""
+    return sorted({f"{e.model}{'-' + str(e.layers) if e.layers else ''} x {e.batch}"
+                   for e in found for d in e.devices
+                   if parts(how.partition(e.model), d) * e.batch * MIN_STEPS
+                   > round(FULL_TRAIN[e.model] * part_scale(scale, e.part))})
+
+
+def val_samples(scale: float | dict[str, float], datasets: dict[str, str]) -> int:
+    """The validation set: the study's 10,000 scaled (by the smallest part's fraction),
+    at least ``MIN_VAL``, at most what the smallest test set used has."""
     smallest = min(catalog.SPECS[name].test_samples for name in datasets.values())
-    return min(smallest, max(MIN_VAL, round(FULL_VAL * scale)))
+    least = min(scale.values()) if isinstance(scale, dict) else scale
+    return min(smallest, max(MIN_VAL, round(FULL_VAL * least)))
 
 
 def choose_datasets(models: set[str], samples: dict[tuple, int],

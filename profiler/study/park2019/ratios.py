@@ -9,6 +9,10 @@ time compares cells whose data was cut differently. Table 4 uses the cumulative 
 of the first k epochs of one cell, epoch 1 at its steady rate (the same one-off set-up
 left out).
 
+With ``--repeats``, every ratio is computed on each repeat's cells and judged on its
+median (``report.ratios.per_repeat``); a row whose cells trained fewer than
+``grid.MIN_STEPS`` steps per worker an epoch is "too few steps", not judged.
+
 Bands (``ours / study`` must lie within [1/band, band]):
 
 - ``TABLE`` (1.25) for ratios of numbers the study prints in its tables. The study ran
@@ -26,15 +30,24 @@ from __future__ import annotations
 
 from ...report.ratios import Cells as _Cells, Ratio
 from ...report.ratios import accuracy as _accuracy, div as _div, measure as _measure
-from ...report.ratios import per_sample_s as _per_sample_s
+from ...report.ratios import per_repeat as _per_repeat, per_sample_s as _per_sample_s
+from .grid import MIN_STEPS
 from .reference import STUDY_DATA, load_reference, study_cnn
 
 TABLE, TEXT, ACCURACY = 1.25, 1.5, 1.1
 
 
-def reproduce(records: list[dict], reference: dict | None = None) -> list[Ratio]:
-    """Every comparison the sweep's cells allow, in the study's order."""
+def reproduce(records: list[dict], reference: dict | None = None,
+              min_steps: int = MIN_STEPS) -> list[Ratio]:
+    """Every comparison the sweep's cells allow, in the study's order: with repeats, each
+    computed on every repeat's cells and shown as its median and range; a row whose
+    cells trained fewer than ``min_steps`` steps per worker is "too few steps"."""
     ref = reference or load_reference()
+    return _per_repeat(records, lambda group: _once(group, ref), min_steps)
+
+
+def _once(records: list[dict], ref: dict) -> list[Ratio]:
+    """Every comparison one run's (one repeat's) cells allow."""
     cells = _Cells(records)
     rows: list[Ratio] = []
     rows += _device_table(cells, "Table 1", "lenet-mlp", ref["table1_lenet_mlp"])
@@ -71,7 +84,7 @@ def _accuracy_ratio(source, measure, config, study, a, b, epoch_a=1, epoch_b=1) 
                                    f"{b.get('train_samples')} samples")
     return Ratio(source, measure, config, study,
                  _div(_accuracy(a, epoch_a), _accuracy(b, epoch_b)), ACCURACY,
-                 comparable, note)
+                 comparable, note, cells=(a, b))
 
 
 def _device_table(cells: _Cells, source: str, model: str, table: dict) -> list[Ratio]:
@@ -86,7 +99,7 @@ def _device_table(cells: _Cells, source: str, model: str, table: dict) -> list[R
             continue
         config = f"{model} b64 sync, {d} / 1 devices"
         rows.append(Ratio(source, "time", config, elapsed / table["elapsed_s"][0],
-                          _div(_per_sample_s(r), _per_sample_s(base)), TABLE))
+                          _div(_per_sample_s(r), _per_sample_s(base)), TABLE, cells=(r, base)))
         rows.append(_accuracy_ratio(source, "accuracy", config, acc / table["val_accuracy"][0],
                                     r, base))
     return rows
@@ -103,7 +116,8 @@ def _figure3(cells: _Cells, ref: dict, cnn: str) -> list[Ratio]:
         lenet = fig["lenet"]
         rows.append(Ratio("Figure 3", "time sync / async", f"{cnn} b64, 10 devices",
                           sync_s / (sync_s - lenet["sync_minus_async_elapsed_s"]),
-                          _div(_per_sample_s(sync), _per_sample_s(asyn)), TEXT))
+                          _div(_per_sample_s(sync), _per_sample_s(asyn)), TEXT,
+                          cells=(sync, asyn)))
         rows.append(_accuracy_ratio("Figure 3", "accuracy sync / async",
                                     f"{cnn} b64, 10 devices",
                                     lenet["sync_over_async_accuracy"], sync, asyn))
@@ -113,7 +127,8 @@ def _figure3(cells: _Cells, ref: dict, cnn: str) -> list[Ratio]:
         resnet = fig["resnet_32x32"]
         rows.append(Ratio("Figure 3", "time sync / async", "ResNet-32 x 32, 10 devices", 1.0,
                           _div(_per_sample_s(sync), _per_sample_s(asyn)), TEXT,
-                          note=f"both about {resnet['elapsed_s_both']} s in the study"))
+                          note=f"both about {resnet['elapsed_s_both']} s in the study",
+                          cells=(sync, asyn)))
         rows.append(_accuracy_ratio("Figure 3", "accuracy sync / async",
                                     "ResNet-32 x 32, 10 devices",
                                     resnet["sync_over_async_accuracy"], sync, asyn))
@@ -143,7 +158,7 @@ def _resources(source: str, config: str, a: dict | None, b: dict | None,
         if study is None:
             continue
         rows.append(Ratio(source, measure, config, study,
-                          _div(_measure(a, column), _measure(b, column)), band))
+                          _div(_measure(a, column), _measure(b, column)), band, cells=(a, b)))
     return rows
 
 
@@ -168,12 +183,14 @@ def _figure5(cells: _Cells, ref: dict) -> list[Ratio]:
         if one or ten:
             rows.append(Ratio("Figure 5", "time 10 / 1 devices", f"ResNet-{layers} x 32",
                               fig[key]["min_elapsed_s"] / fig[key]["max_elapsed_s"],
-                              _div(_per_sample_s(ten), _per_sample_s(one)), TEXT))
+                              _div(_per_sample_s(ten), _per_sample_s(one)), TEXT,
+                              cells=(ten, one)))
         if layers != 32 and (one or base1):
             rows.append(Ratio("Figure 5", "time by depth, 1 device",
                               f"ResNet-{layers} / ResNet-32, batch 32",
                               fig[key]["max_elapsed_s"] / fig["32x32"]["max_elapsed_s"],
-                              _div(_per_sample_s(one), _per_sample_s(base1)), TEXT))
+                              _div(_per_sample_s(one), _per_sample_s(base1)), TEXT,
+                              cells=(one, base1)))
             ten32 = cells.get("resnet", 32, 10, layers=32, epochs=1)
             rows.append(_accuracy_ratio("Figure 5", "accuracy by depth, 10 devices",
                                         f"ResNet-{layers} / ResNet-32, batch 32",
@@ -185,7 +202,8 @@ def _figure5(cells: _Cells, ref: dict) -> list[Ratio]:
             rows.append(Ratio("Figure 5", "time by batch, 1 device",
                               f"ResNet-32, batch {batch} / 32", 1.0,
                               _div(_per_sample_s(one), _per_sample_s(base1)), TEXT,
-                              note="the study: batch size does not affect training time"))
+                              note="the study: batch size does not affect training time",
+                              cells=(one, base1)))
     # "110 x 128 cannot be trained": every device count of it must run out of memory.
     too_big = [r for r in cells.records if r.get("model") == "resnet"
                and r.get("layers") == 110 and r.get("batch") == 128]
@@ -245,7 +263,8 @@ def _figure7(cells: _Cells, ref: dict) -> list[Ratio]:
     rows = _resources("Figure 7", config, big, base, fig["cpu_percent"] / fig6["cpu_percent"],
                       fig["memory_mb"] / fig6["memory_mb"]["devices_10"], TEXT, net=network)
     rows.append(Ratio("Figure 7", "time", config, fig["elapsed_vs_32x32"],
-                      _div(_per_sample_s(big), _per_sample_s(base)), TEXT))
+                      _div(_per_sample_s(big), _per_sample_s(base)), TEXT,
+                      cells=(big, base)))
     return rows
 
 
@@ -278,7 +297,8 @@ def _table4(cells: _Cells, ref: dict) -> list[Ratio]:
             else None
         config = f"ResNet-32 x 32, 10 devices, epoch {epoch} / 1"
         rows.append(Ratio("Table 4", "cumulative time", config,
-                          table["elapsed_s"][i] / table["elapsed_s"][0], ours, TABLE))
+                          table["elapsed_s"][i] / table["elapsed_s"][0], ours, TABLE,
+                          cells=(r,)))
         rows.append(_accuracy_ratio("Table 4", "accuracy", config,
                                     table["val_accuracy"][i] / table["val_accuracy"][0], r, r,
                                     epoch_a=epoch, epoch_b=1))
