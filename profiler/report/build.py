@@ -75,6 +75,11 @@ def build_report(sweep_dir: Path, out: Path | None = None, *,
     from .html import number
     energy_fig = energy.figure(sweep.records)  # None: no cell with energy
     study = study_section(sweep.records) if study_section else None
+    if study is not None:
+        from .ratio_figure import ratio_figure
+        drawn_ratios = ratio_figure(study.ratios)  # None: no ratio with a number
+        if drawn_ratios is not None:
+            study.figures.insert(0, drawn_ratios)
     page = render(title=f"edgeprof sweep {sweep.sweep_id}", environment=environment(sweep),
                   records=sweep.records, config_of=config_label, figures=drawn,
                   cell_figures=cell_figures, study=study, traces=_trace_links(sweep, out),

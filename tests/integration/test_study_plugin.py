@@ -118,4 +118,7 @@ def test_a_registered_study_is_planned_run_judged_and_reported(toy, tmp_path):
     assert low < high and f"<td>{number(low)}–{number(high)}</td>" in row
     assert "Beside the study" not in page  # the toy publishes no per-cell numbers
     assert "<figure id=\"fig-toy-ratio\">" in page
+    # Any study's ratios are drawn against their bands, the repeats' range with them.
+    assert "<figure id=\"fig-study-ratios\">" in page and "its 2 repeats" in page
+    assert (out / "report-figures" / "fig-study-ratios.png").read_bytes().startswith(b"\x89PNG")
     assert (out / "report-figures" / "fig-toy-ratio.png").read_bytes().startswith(b"\x89PNG")
