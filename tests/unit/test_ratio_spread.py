@@ -96,7 +96,7 @@ def test_a_study_without_repeats_or_steps_keeps_its_rows():
 def test_the_report_shows_the_median_range_and_verdict():
     records = [_lenet(1, 10.0, k) for k in range(2)] + [_lenet(4, s, k)
                                                           for k, s in enumerate((20.0, 30.0))]
-    section = StudySection("Reproducing", "intro", "bands", ratios=reproduce(records),
+    section = StudySection("Reproducing", "intro", "bands", ratios=reproduce(records, min_steps=3),
                            min_steps=3)
     shown = _study(section)
     row = next(r for r in shown["ratios"] if (r["source"], r["measure"], r["config"]) == TIME_4_1)

@@ -86,8 +86,8 @@ def test_the_command_prints_the_chosen_scales_and_refuses_bad_budgets():
 
 
 def test_the_spread_benchmarks_rule_gives_the_fewest_steps_that_hold_from_there_on():
-    """benchmarks/bench_ratio_spread.py: max - min within a fifth of the band's width
-    (0.09 of the median for 1.25), from the fewest steps on."""
+    """benchmarks/bench_ratio_spread.py: a coefficient of variation within a tenth of the
+    band's width (0.045 for 1.25), from the fewest steps on."""
     import importlib.util
     from pathlib import Path
 
@@ -107,6 +107,7 @@ def test_the_spread_benchmarks_rule_gives_the_fewest_steps_that_hold_from_there_
     rows = [row(4, [2.0, 2.5, 3.0]), row(9, [2.0, 2.1, 2.3]), row(18, [2.0, 2.05, 2.1]),
             row(36, [2.0, 2.02, 2.04])]
     assert [r["well_inside"] for r in rows] == [False, False, True, True]
+    assert 0.045 < rows[1]["cv"] < 0.075 and rows[2]["cv"] < 0.045  # 0.072, 0.024
     assert rows[2]["median"] == 2.05 and abs(rows[2]["spread"] - 0.1 / 2.05) < 1e-9
     assert bench.fewest_steps(rows) == 18
     assert bench.fewest_steps(rows[:2]) is None
