@@ -20,9 +20,9 @@ variation is at most a tenth of the band's width around its median: ``cv <= (ban
 / band) / 10`` (0.045 for 1.25): the median of three repeats then moves by about 3%
 (0.67 cv) from run to run, so a row 5% or more inside or outside its band keeps its
 verdict. (The range, ``max - min``, is printed too, but the range of five draws is
-itself a noisy number: it is not the rule.) The fewest steps per worker for a model is the smallest
-steps of a row that holds the rule while every row of that model with more steps
-holds it too; the study's minimum is the largest of the models' (None: no scale run
+itself a noisy number: it is not the rule.) The fewest steps per worker for a model is
+the smallest steps of a row that holds the rule while every row of that model with
+more steps holds it too; the study's minimum is the largest of the models' (None: no scale run
 was enough; run larger scales).
 
     sudo .venv/bin/python benchmarks/bench_ratio_spread.py --out spread.json

@@ -34,7 +34,7 @@ def ratio_figure(rows: list[Ratio]) -> Figure | None:
     for y, r in enumerate(shown):
         ax.plot([1 / r.band, r.band], [y, y], color="0.85", linewidth=7,
                 solid_capstyle="butt", zorder=1)
-        low, high = r.spread or (r.ours, r.ours)
+        low, high = r.spread  # a single run's: (ours, ours)
         colour = COLOURS[r.verdict]
         if high > low:
             ax.plot([low / r.study, high / r.study], [y, y], color=colour, linewidth=1.5,

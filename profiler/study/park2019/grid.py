@@ -173,6 +173,18 @@ def _check_scale(scale: float | dict[str, float]) -> None:
                               "train on, from 0 (exclusive) to 1, e.g. 0.05")
 
 
+def _floor(e: Experiment, devices: int, how: Method) -> int:
+    """The fewest samples that give each worker ``MIN_STEPS`` steps, at most what the set
+    every host has (synthetic) holds: a cell it cannot give them trains what it can and
+    is judged "too few steps" (report/ratios.py)."""
+    return min(parts(how.partition(e.model), devices) * e.batch * MIN_STEPS,
+               catalog.SPECS["synthetic"].train_samples)
+
+
+def _scaled(e: Experiment, scale: float | dict[str, float]) -> int:
+    return round(FULL_TRAIN[e.model] * part_scale(scale, e.part))
+
+
 def train_samples(found: list[Experiment], scale: float | dict[str, float],
                   how: Method = METHOD["scripts"]) -> dict[tuple, int]:
     """Training samples per (model, layers, batch, devices); see the module doc. A
@@ -181,11 +193,7 @@ def train_samples(found: list[Experiment], scale: float | dict[str, float],
     samples: dict[tuple, int] = {}
     for e in found:
         for devices in e.devices:
-            # At most what the set every host has holds: a cell it cannot give
-            # MIN_STEPS trains what it can and is judged "too few steps" (ratios.py).
-            floor = min(parts(how.partition(e.model), devices) * e.batch * MIN_STEPS,
-                        catalog.SPECS["synthetic"].train_samples)
-            wanted = max(round(FULL_TRAIN[e.model] * part_scale(scale, e.part)), floor)
+            wanted = max(_scaled(e, scale), _floor(e, devices, how))
             key = (*e.key, devices)
             samples[key] = max(samples.get(key, 0), wanted)  # shared: the larger part's
     return samples
@@ -197,8 +205,7 @@ def floored(found: list[Experiment], scale: float | dict[str, float],
     (more samples than their part's scale), as ``resnet-32 x 32``."""
     return sorted({f"{e.model}{'-' + str(e.layers) if e.layers else ''} x {e.batch}"
                    for e in found for d in e.devices
-                   if parts(how.partition(e.model), d) * e.batch * MIN_STEPS
-                   > round(FULL_TRAIN[e.model] * part_scale(scale, e.part))})
+                   if _floor(e, d, how) > _scaled(e, scale)})
 
 
 def val_samples(scale: float | dict[str, float], datasets: dict[str, str]) -> int:
