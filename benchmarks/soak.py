@@ -89,7 +89,7 @@ class SweepRun:
         self.runs += 1
         with open(self.out.parent / f"{self.name}.run{self.runs}.log", "w") as log:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+                                         env=sweep_env(self.out.parent))
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -190,13 +190,25 @@ def check_leftover_points(sweeps: list[SweepRun], shipped: dict[str, int]) -> Ch
                  problems)
 
 
-# What a sweep can make under /tmp (SSH control sockets, the profile check's scratch);
-# not every edgeprof-* there: other users of this machine (tests, calibration) make some.
+# What a sweep can make in its temp folder (SSH control sockets, the profile check's
+# scratch). The soak's sweeps get a temp folder of their own (``TMPDIR``, ``sweep_env``):
+# other users of this machine (the test suite's other workers, calibration) make such
+# entries in /tmp meanwhile. (SSH's sockets stay in /tmp, for their path's length; the
+# soak runs no inventory sweep.)
 SWEEP_TMP_PREFIXES = ("edgeprof-ssh-", "edgeprof-profile-check-")
 
 
-def tmp_entries() -> set[str]:
-    return {p.name for p in Path(tempfile.gettempdir()).glob("edgeprof-*")
+def sweep_tmp(workdir: Path) -> Path:
+    return workdir / "tmp"
+
+
+def sweep_env(workdir: Path) -> dict[str, str]:
+    """The environment of every sweep the soak starts."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(sweep_tmp(workdir))}
+
+
+def tmp_entries(workdir: Path) -> set[str]:
+    return {p.name for p in sweep_tmp(workdir).glob("edgeprof-*")
             if p.name.startswith(SWEEP_TMP_PREFIXES)}
 
 
@@ -222,8 +234,8 @@ def check_leftovers(workdir: Path, tmp_before: set[str], emulated: bool) -> Chec
             problems.append(f"mount {line.split()[1]}")
     for path in workdir.glob("sweep-*/**/*.tmp"):  # torn atomic writes, spool segments
         problems.append(f"temp file {path.relative_to(workdir)}")
-    for name in sorted(tmp_entries() - tmp_before):
-        problems.append(f"temp {tempfile.gettempdir()}/{name}")
+    for name in sorted(tmp_entries(workdir) - tmp_before):
+        problems.append(f"temp {sweep_tmp(workdir)}/{name}")
     return Check("nothing of edgeprof's left", not problems,
                  f"{len(problems)} leftovers", problems)
 
@@ -276,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="soak-", dir="/tmp"))
     workdir.mkdir(parents=True, exist_ok=True)
-    tmp_before = tmp_entries()
+    sweep_tmp(workdir).mkdir(exist_ok=True)
+    tmp_before = tmp_entries(workdir)
     influx = LocalServer("influxdb1", workdir / "influxdb").start()
     try:
         if args.cluster == "emulated":

@@ -19,15 +19,24 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
+# Each pytest-xdist worker has an emulated cluster of its own (worker gwN: instance N+1,
+# profiler/cluster/instance.py: its own namespaces, subnet, cgroups and state), so that
+# the modules that use one run side by side. Set before anything imports the cluster's
+# modules (they read it once), and inherited by every process a test starts.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER.startswith("gw") and _WORKER[2:].isdigit():
+    os.environ["EDGEPROF_CLUSTER_INSTANCE"] = str(int(_WORKER[2:]) + 1)
+    os.environ.pop("EDGEPROF_RUN_DIR", None)  # one state folder per instance
 
-# A test module that touches what there is one of on this machine, the emulated cluster
+
+# A test module that touches what there is one of per worker, its emulated cluster
 # (its network namespaces, cgroups and state file), runs as root (``need_root``, or the
 # fixtures below that call it) and names the cluster. Root alone is not enough: the agent's
 # tests make cgroups and filesystems of their own, and the bad-input tests name the
 # cluster only in commands that must be refused before anything runs.
 _NEEDS_ROOT = re.compile(r"\b(need_root|sshd_nodes|emulated_nodes)\(")
 _NAMES_THE_CLUSTER = re.compile(r"\bemulated\b|netns|sshd")
-MACHINE_WIDE_GROUP = "emulated"
+CLUSTER_GROUP = "emulated"  # + the module: one unit of work each
 
 
 @lru_cache(maxsize=None)
@@ -92,11 +101,12 @@ def _on_the_machine(rootpath: Path, nodeid: str) -> bool:
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """Under pytest-xdist (setup.cfg: ``-n 2 --dist loadgroup``), every test of a module
-    that touches the machine-wide emulated cluster is one unit of work: one worker runs
-    them one after another, in file order (a module's cluster fixture, and its last test
-    that replaces the cluster, stay as they are), while the other worker runs the rest.
-    Read from the module's source, so a new test file needs no marker.
+    """Under pytest-xdist (setup.cfg: ``-n 2 --dist loadgroup``), the tests of a module
+    that touch the emulated cluster are one unit of work: one worker runs them one after
+    another, in file order (a module's cluster fixture, and its last test that replaces
+    the cluster, stay as they are), on that worker's own cluster (above), while other
+    workers run other modules, on theirs, and the rest. Read from the module's source, so
+    a new test file needs no marker.
 
     A scheduler, not ``xdist_group`` markers: xdist 3.8 marks a group by renaming the
     test's nodeid, which pytest 9.2 no longer lets it do (the groups were silently lost).
@@ -105,13 +115,13 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadGroupScheduling
 
-    class MachineWideGroup(LoadGroupScheduling):
+    class ClusterModules(LoadGroupScheduling):
         def _split_scope(self, nodeid: str) -> str:
             if _on_the_machine(config.rootpath, nodeid):
-                return MACHINE_WIDE_GROUP
+                return f"{CLUSTER_GROUP}:{nodeid.partition('::')[0]}"
             return super()._split_scope(nodeid)
 
-    return MachineWideGroup(config, log)
+    return ClusterModules(config, log)
 
 
 def need(what: str, ok: bool) -> None:

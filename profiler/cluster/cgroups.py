@@ -1,6 +1,7 @@
 """Per-node cgroups of the emulated cluster: a CPU quota and a memory limit, v1 or v2.
 
-Every node gets ``<controller root>/edgeprof/<node>`` in each controller it needs:
+Every node gets ``<controller root>/edgeprof/<node>`` (``edgeprof<k>`` for instance k,
+see ``instance``) in each controller it needs:
 cgroup v1 ``cpu`` (the CFS quota), ``cpuacct`` (CPU time, often the same directory as
 ``cpu``) and ``memory``; cgroup v2 one unified directory for all three. The groups sit
 at the root of each hierarchy, as a container runtime's do, not under the caller's own
@@ -24,8 +25,9 @@ from pathlib import Path
 
 from ..cgroupfs import read_keyed
 from ..errors import ClusterError
+from . import instance
 
-BASE_NAME = "edgeprof"
+BASE_NAME = instance.NAME  # "edgeprof", or "edgeprof<k>" for instance k
 MIN_CFS_PERIOD_US = 1000  # the kernel's limits: a period from 1 ms to 1 s,
 MAX_CFS_PERIOD_US = 1_000_000
 MIN_QUOTA_US = 1000  # and a quota of at least 1 ms

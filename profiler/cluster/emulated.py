@@ -51,7 +51,7 @@ from workloads.node_limits import JOIN_CPU_CGROUP_ENV
 
 from ..errors import ClusterError, ConfigError
 from ..fsutil import atomic_write_text
-from . import cgroups, netns
+from . import cgroups, instance, netns
 from .base import (Cluster, ClusterSettings, GridNeeds, MemoryPressure, Node, NodeScope,
                    ProviderOption, popen_in_group)
 from .netns import TBF_LATENCY_MS
@@ -59,7 +59,7 @@ from .netns import TBF_LATENCY_MS
 if TYPE_CHECKING:
     from .profiles import Profile
 
-STATE_DIR = Path(os.environ.get("EDGEPROF_RUN_DIR", "/run/edgeprof"))
+STATE_DIR = Path(instance.RUN_DIR)
 STATE_FILE = STATE_DIR / "cluster.json"
 LOCK_FILE = STATE_DIR / "cluster.lock"
 DEFAULT_PROFILE = "pi3b"
@@ -225,6 +225,7 @@ def _node_cgroup(node: Node) -> cgroups.NodeCgroup:
 
 def check_host() -> cgroups.CgroupLayout:
     """Raise one line if this host cannot run the emulated cluster; return its cgroup layout."""
+    instance.check()
     if os.geteuid() != 0:
         raise ClusterError("the emulated cluster needs root (network namespaces, tc, cgroups): "
                            "run with sudo, or use --cluster local")

@@ -10,7 +10,9 @@ and the shaping of bursts would not be those of a real 1500-byte Ethernet.
 
 Addresses: the private subnet ``10.213.0.0/24`` lives only on the bridge; node ``i`` is
 ``10.213.0.(i+1)`` and the host's end of the bridge is ``10.213.0.254`` (what a node uses
-to reach a service on the host). Nothing is routed or forwarded anywhere else.
+to reach a service on the host). Nothing is routed or forwarded anywhere else. These are
+instance 0's; another emulated cluster on the same host (``EDGEPROF_CLUSTER_INSTANCE=k``,
+see ``instance``) has ``edgeprof<k>-...`` and ``10.213.<k>.0/24``.
 """
 
 from __future__ import annotations
@@ -22,10 +24,13 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import ClusterError
+from . import instance
 
-PREFIX = "edgeprof"
+# Instance 0's names are those below; another instance's carry its number
+# (``instance``: ``edgeprof1-n0``, ``10.213.1.0/24``).
+PREFIX = instance.NAME
 BRIDGE = f"{PREFIX}-br0"
-SUBNET_PREFIX = "10.213.0"
+SUBNET_PREFIX = instance.SUBNET_PREFIX
 SUBNET_BITS = 24
 HOST_ADDRESS = f"{SUBNET_PREFIX}.254"
 NODE_IFACE = "eth0"

@@ -130,8 +130,9 @@ def test_unreachable_host(one_node, tmp_path):
                                      host_vars={n: {"edgeprof_python": sys.executable}
                                                 for n in ("n0", "n1")})
     # n1's address is replaced by one on the bridge that no node answers.
-    inventory.write_text(inventory.read_text().replace("ansible_host=10.213.0.2",
-                                                       "ansible_host=10.213.0.200"))
+    address = sshd.nodes[1].address
+    inventory.write_text(inventory.read_text().replace(
+        f"ansible_host={address}", f"ansible_host={address.rsplit('.', 1)[0]}.200"))
     _assert_one_line(_sweep(inventory, tmp_path / "out"), "host n1", "unreachable over SSH",
                      out=tmp_path / "out")
 

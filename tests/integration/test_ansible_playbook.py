@@ -7,10 +7,10 @@ hosts); the second run must change nothing. Then a sweep runs over SSH on the
 virtual environments the playbook built, and a change to the controller's code (no
 version bump) is deployed by a third run of the trainer role.
 
-- The firewall is on, for a subnet (10.213.0.0/29) that holds the nodes but not this
-  host's end of the bridge (10.213.0.254, the controller): every node, monitor included,
-  must then refuse the controller on a high port and still accept another node, and
-  still accept SSH.
+- The firewall is on, for a subnet (10.213.k.0/29, k the worker's cluster instance) that
+  holds the nodes but not this host's end of the bridge (10.213.k.254, the controller):
+  every node, monitor included, must then refuse the controller on a high port and
+  still accept another node, and still accept SSH.
 - InfluxDB (Debian's influxdb, authentication and HTTPS on) runs inside the monitor's
   namespace, started by the test on that node's port 8086 with the certificate the test
   gives the playbook (edgeprof_influx_tls_*_src: a CA made by the test, as a lab with
@@ -62,6 +62,7 @@ from pathlib import Path
 
 import pytest
 
+from profiler.cluster import netns
 from profiler.cluster.base import kill_group, popen_in_group
 from tests.support.servers import influxd_config
 from tests.conftest import ROOT, need_binary, sshd_nodes
@@ -75,10 +76,12 @@ FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")  # Debian's dataset-fash
 # them. InfluxDB's admin password is not given: the monitor role makes it on the host.
 SECRETS = {"edgeprof_grafana_admin_password": "grafana-Secret-2",
            "edgeprof_influx_credentials": "agent:agent-Se'c\\ret-3"}
-SUBNET = "10.213.0.0/29"          # n0-n2 (.1-.3), not the bridge's host end (.254)
+# This worker's emulated cluster (tests/conftest.py): 10.213.<k>.0/24.
+NET = netns.SUBNET_PREFIX
+SUBNET = f"{NET}.0/29"            # n0-n2 (.1-.3), not the bridge's host end (.254)
 SUBNET6 = "fd00:213::/64"
 HIGH_PORT = 29876
-MONITOR_ADDRESS = "10.213.0.3"    # n2
+MONITOR_ADDRESS = f"{NET}.3"      # n2
 
 
 def _pki(folder: Path) -> dict[str, Path]:
@@ -297,7 +300,7 @@ def test_second_run_changes_nothing(provisioned):
 def test_nodes_are_ready_and_secrets_stay_in_0600_files(provisioned):
     work = provisioned["work"]
     hosts = (work / "hosts").read_text()
-    assert "10.213.0.1 n0" in hosts and "10.213.0.2 n1" in hosts
+    assert f"{NET}.1 n0" in hosts and f"{NET}.2 n1" in hosts
     for node in ("n0", "n1"):
         token = work / node / "etc" / "influx-credentials"
         assert stat.S_IMODE(token.stat().st_mode) == 0o600
@@ -380,14 +383,14 @@ def test_firewall_closes_high_ports_to_all_but_the_cluster(provisioned):
             restore = _in_netns(node, [f"{tool}-restore", "--test"], input=text)
             assert restore.returncode == 0, restore.stderr
     # Behaviour: a server on a high port of the master answers a worker, not this host
-    # (10.213.0.254, outside the subnet), while SSH still answers this host.
+    # (10.213.k.254, outside the subnet), while SSH still answers this host.
     server = subprocess.Popen(
         ["nsenter", f"--net=/run/netns/{nodes[0].scope.netns}", "--", sys.executable,
          "-c", "import socket, time\ns = socket.create_server(('0.0.0.0', %d))\n"
          "time.sleep(30)\n" % HIGH_PORT])
     try:
-        reach = ("import socket, sys\nsocket.create_connection(('10.213.0.1', %d), timeout=3)"
-                 % HIGH_PORT)
+        reach = ("import socket, sys\nsocket.create_connection(('%s', %d), timeout=3)"
+                 % (nodes[0].address, HIGH_PORT))
         deadline = time.monotonic() + 10
         while (done := _in_netns(nodes[1], [sys.executable, "-c", reach])).returncode:
             assert time.monotonic() < deadline, done.stderr

@@ -119,10 +119,12 @@ def _transfer_mbit(cluster, tmp_path, senders, receiver, payload_bytes) -> float
 def test_nodes_carry_their_scope(emulated):
     nodes = emulated.nodes()
     assert [n.name for n in nodes] == ["n0", "n1", "n2"]
-    assert [n.address for n in nodes] == ["10.213.0.1", "10.213.0.2", "10.213.0.3"]
+    # This worker's instance (tests/conftest.py): 10.213.<k>.x, edgeprof<k>-n0.
+    from profiler.cluster import instance
+    assert [n.address for n in nodes] == [f"{instance.SUBNET_PREFIX}.{i}" for i in (1, 2, 3)]
     for node in nodes:
         assert node.cpu_cores == CPU_CORES and node.memory_mb == MEMORY_MB
-        assert node.scope.netns == f"edgeprof-{node.name}"
+        assert node.scope.netns == f"{instance.NAME}-{node.name}"
         assert node.scope.interfaces == ("eth0",)
         for key in ("cgroup_cpu", "cgroup_memory"):
             assert Path(getattr(node.scope, key)).is_dir()
@@ -223,8 +225,10 @@ def test_training_roles_join_the_cpu_quota_after_start_up(emulated, tmp_path):
     hierarchy of its own (cgroup v2, or v1 with cpu co-mounted), the worker is held
     from its first instruction too, and there is nothing to join."""
     node = emulated.nodes()[1]
+    from profiler.cluster import cgroups
     from profiler.cluster.emulated import _node_cgroup
     group = _node_cgroup(node)
+    node_group = f"/{cgroups.BASE_NAME}/{node.name}"  # as /proc/self/cgroup names it
     late = group.can_join_cpu_later()
     code = textwrap.dedent("""
         import sys, time
@@ -256,15 +260,15 @@ def test_training_roles_join_the_cpu_quota_after_start_up(emulated, tmp_path):
             # far more than 0.3 cores, but on a loaded one a process no quota holds gets
             # its share of the host, which CI saw at 0.21 cores.)
             path = before.split()[0]
-            assert path != "/edgeprof/n1"
-            root = Path(str(group.cpu_dir).removesuffix("/edgeprof/n1"))
+            assert path != node_group
+            root = Path(str(group.cpu_dir).removesuffix(node_group))
             assert _cfs_quotas_us(root, path) == {-1}, (path, before)
             assert joined == "True"
         else:
-            assert before.split()[0] == "/edgeprof/n1"
+            assert before.split()[0] == node_group
             assert float(before.split()[1]) <= CPU_CORES * 1.15, before
             assert joined == "False"
-        assert after.split()[0] == "/edgeprof/n1"
+        assert after.split()[0] == node_group
         assert float(after.split()[1]) <= CPU_CORES * 1.15
         assert other.pid in group.pids()  # memory and accounting from the start
     finally:
@@ -361,7 +365,8 @@ def _leftovers() -> list[str]:
     from profiler.cluster.emulated import STATE_FILE
     layout = cgroups.detect_layout()
     found = netns.list_netns() + netns.list_links()
-    found += [str(r / "edgeprof") for r in layout.roots() if (r / "edgeprof").exists()]
+    found += [str(r / cgroups.BASE_NAME) for r in layout.roots()
+              if (r / cgroups.BASE_NAME).exists()]
     return found + ([str(STATE_FILE)] if STATE_FILE.exists() else [])
 
 
