@@ -199,6 +199,16 @@ def _study(section: StudySection) -> dict:
             "figures": section.figures}
 
 
+def _range(r: Ratio, ours: str) -> str:
+    """The repeats' lowest to highest; "all <value>" when they agree to the digits shown
+    (accuracy with one seed is the same every repeat)."""
+    low_high = r.spread
+    if not low_high or len(r.values) < 2:
+        return ours
+    low, high = (number(v) for v in low_high)
+    return f"all {low}" if low == high else f"{low}–{high}"
+
+
 def _ratio_rows(rows: list[Ratio]) -> list[dict]:
     """The study's findings as ratios, ours beside theirs (``ratios.py`` says how)."""
     shown = []
@@ -209,11 +219,9 @@ def _ratio_rows(rows: list[Ratio]) -> list[dict]:
         else:
             study, ours = number(r.study), number(r.ours)
             quotient = number(r.ours / r.study if r.ours is not None and r.study else None)
-        low_high = r.spread
         shown.append({"source": r.source, "measure": r.measure, "config": r.config,
                       "study": study, "ours": ours, "quotient": quotient,
-                      "range": (f"{number(low_high[0])}–{number(low_high[1])}"
-                                if low_high and len(r.values) > 1 else ours),
+                      "range": _range(r, ours),
                       "band": f"{r.band:g}", "klass": klass, "verdict": verdict,
                       "note": r.note})
     return shown

@@ -394,6 +394,6 @@ def test_down_after_a_crash_leaves_nothing(emulated, tmp_path):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    assert any(item.startswith("netns edgeprof-n0") for item in removed)
+    assert any(item.startswith(f"netns {node.scope.netns}") for item in removed)
     assert _leftovers() == []
     assert em.down() == []

@@ -115,7 +115,7 @@ def test_a_registered_study_is_planned_run_judged_and_reported(toy, tmp_path):
     assert "<th>ours (median)</th><th>range</th>" in page and "Every cell ran 2 times" in page
     section = STUDIES["toy"].section(records)
     low, high = section.ratios[0].spread
-    assert low < high and f"<td>{number(low)}–{number(high)}</td>" in row
+    assert low < high and f"<td class='nw'>{number(low)}–{number(high)}</td>" in row
     assert "Beside the study" not in page  # the toy publishes no per-cell numbers
     assert "<figure id=\"fig-toy-ratio\">" in page
     # Any study's ratios are drawn against their bands, the repeats' range with them.

@@ -14,7 +14,7 @@ import pytest
 
 from profiler.cell import CellConfig
 from profiler.errors import ConfigError
-from profiler.report.html import _study
+from profiler.report.html import _ratio_rows, _study
 from profiler.report.ratios import Ratio, per_repeat, steps_per_worker, summary
 from profiler.report.study_section import StudySection
 from profiler.study import STUDIES
@@ -103,6 +103,13 @@ def test_the_report_shows_the_median_range_and_verdict():
     assert shown["repeats"] == 2 and shown["min_steps"] == 3
     assert row["ours"] == "2.500" and row["range"] == "2.000–3.000"
     assert (row["klass"], row["verdict"]) == ("in", "within")
+
+
+def test_repeats_that_agree_show_one_value():
+    # Accuracy with one seed: every repeat the same number.
+    same = Ratio("Toy", "accuracy", "c", 0.9, 0.931, 1.1, values=(0.931, 0.931, 0.931))
+    row = _ratio_rows([same])[0]
+    assert row["range"] == "all 0.931" and row["ours"] == "0.931"
 
 
 def test_repeats_are_interleaved_and_the_first_keeps_its_cell_id():
