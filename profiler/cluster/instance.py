@@ -36,7 +36,7 @@ def _number(text: str) -> int | None:
     text = text.strip()
     if not text:
         return 0
-    if not text.isdigit() or int(text) > MAX_INSTANCE:
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_INSTANCE:  # not "²"
         return None
     return int(text)
 

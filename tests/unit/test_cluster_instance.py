@@ -51,7 +51,7 @@ def test_another_instance_shares_no_name_and_fits_the_interface_limit():
     assert max(len(names["bridge"]), len(names["veth"])) <= 15
 
 
-@pytest.mark.parametrize("value", ["10", "x", "-1", "1.5"])
+@pytest.mark.parametrize("value", ["10", "x", "-1", "1.5", "²"])
 def test_a_value_that_names_no_instance_is_refused_in_one_line(value):
     done = subprocess.run([sys.executable, "-m", "profiler.cli", "cluster", "down"],
                           cwd=ROOT, env=_env(value), capture_output=True, text=True)
