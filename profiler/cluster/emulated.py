@@ -417,12 +417,16 @@ def _down(layout: cgroups.CgroupLayout) -> list[str]:
 
 def status_lines(info: dict) -> list[str]:
     """``status()`` for people: the cluster, then a line per node (or why none is up)."""
+    # Instance 0 is the cluster every earlier release made: named only when it is not.
+    number = info.get("instance")
     if not info["up"]:
-        return [f"no cluster up ({info['reason']})"] + (
+        where = f" on instance {number}" if number else ""
+        return [f"no cluster up{where} ({info['reason']})"] + (
             ["leftovers (remove with `edgeprof cluster down`): " + ", ".join(info["leftovers"])]
             if info["leftovers"] else [])
     lines = [
-        f"emulated cluster: {len(info['nodes'])} x {info['profile']}, cgroup "
+        f"emulated cluster{f' (instance {number})' if number else ''}: "
+        f"{len(info['nodes'])} x {info['profile']}, cgroup "
         f"v{info['cgroup_version']}, host {info['host_address']}, CPU quotas x"
         f"{info['cpu_scale']} of the profiles' ({info['host_cores']:g} host cores)",
         f"{'node':<5} {'address':<12} {'profile':<8} {'Mbit':>6} {'cores':>6} "
@@ -446,7 +450,8 @@ def status() -> dict:
         cluster = attach()
     except ClusterError as exc:
         leftovers = netns.list_netns() + netns.list_links()
-        return {"up": False, "reason": str(exc), "leftovers": leftovers}
+        return {"up": False, "instance": instance.NUMBER, "reason": str(exc),
+                "leftovers": leftovers}
     state = cluster.state
     nodes = []
     for node, recorded in zip(cluster.nodes(), state["nodes"]):
@@ -461,7 +466,8 @@ def status() -> dict:
                       "cpu_used_s": round(group.cpu_usage_s(), 2),
                       "mem_used_mb": round(group.memory_used_mb(), 1),
                       "oom_kills": group.oom_kills(), **counters})
-    return {"up": True, "profile": state["profile"], "host_cores": state["host_cores"],
+    return {"up": True, "instance": instance.NUMBER, "profile": state["profile"],
+            "host_cores": state["host_cores"],
             "cpu_scale": state["cpu_scale"], "cgroup_version": state["cgroup_version"],
             "host_address": state["host_address"], "nodes": nodes}
 

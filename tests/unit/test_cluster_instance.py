@@ -56,3 +56,16 @@ def test_a_value_that_names_no_instance_is_refused_in_one_line(value):
     done = subprocess.run([sys.executable, "-m", "profiler.cli", "cluster", "down"],
                           cwd=ROOT, env=_env(value), capture_output=True, text=True)
     assert_one_line(done, "EDGEPROF_CLUSTER_INSTANCE", "0 to 9")
+
+
+def test_status_names_the_instance_unless_it_is_0():
+    from profiler.cluster.emulated import status_lines
+    down = {"up": False, "reason": "no state file", "leftovers": []}
+    assert status_lines({**down, "instance": 0}) == ["no cluster up (no state file)"]
+    assert status_lines({**down, "instance": 3}) == [
+        "no cluster up on instance 3 (no state file)"]
+    up = {"up": True, "profile": "pi3b", "cgroup_version": 1, "host_address": "10.213.3.254",
+          "cpu_scale": 1.0, "host_cores": 2.0, "nodes": []}
+    assert status_lines({**up, "instance": 0})[0].startswith("emulated cluster: 0 x pi3b")
+    assert status_lines({**up, "instance": 3})[0].startswith(
+        "emulated cluster (instance 3): 0 x pi3b")
