@@ -298,11 +298,11 @@ def test_real_node_slow_moves_the_cells_processes_and_sets_cpu_max(tmp_path):
         parent.wait()
     cpus = len(os.sched_getaffinity(0))
     quota = int(round(0.5 * min(cpus, 1) * STRAGGLER_PERIOD_US))
-    group = root / "edgeprof" / "c1-attempt-1-pi3"
+    group = root / "edgeprof-straggler" / "c1-attempt-1-pi3"
     assert (group / "cpu.max").read_text() == f"{quota} {STRAGGLER_PERIOD_US}"
     assert answer["cpu_max"] == f"{quota} {STRAGGLER_PERIOD_US}" and answer["cores"] == 0.5
     assert answer["moved"][0] == parent.pid and len(answer["moved"]) == 2  # and its child
-    for folder in (root, root / "edgeprof"):  # the cpu controller handed down
+    for folder in (root, root / "edgeprof-straggler"):  # the cpu controller handed down
         assert (folder / "cgroup.subtree_control").read_text() == "+cpu"
     restored = _run_on_node("restore", "c1-attempt-1-pi3", [], root)
     assert (group / "cpu.max").read_text() == f"max {STRAGGLER_PERIOD_US}"

@@ -15,8 +15,8 @@ training traffic, for Gloo and the agent), ``edgeprof_profile`` (a label for res
 ``node_profiles`` column).
 
 A straggler (``--straggler``, ``slow_node``) needs cgroup v2 on the node: the cell's
-processes there go into ``/sys/fs/cgroup/edgeprof/<cell>-<attempt>-<node>`` with
-``cpu.max``, written as root (``sudo -n`` unless the SSH user is root); hosts without
+processes there go into ``/sys/fs/cgroup/edgeprof-straggler/<cell>-<attempt>-<node>``
+with ``cpu.max``, written as root (``sudo -n`` unless the SSH user is root); hosts without
 cgroup v2's cpu controller are refused when the sweep checks them.
 """
 

@@ -1,9 +1,9 @@
 """A straggler on a real node (``--straggler``): the cell's processes there in a cgroup
 v2 group of their own whose ``cpu.max`` slows them.
 
-The processes go into ``/sys/fs/cgroup/edgeprof/<cell>-<attempt>-<node>``, written as
-root (``sudo -n`` unless the SSH user is root); hosts without cgroup v2's cpu controller
-are refused when the sweep checks them (``probe.check_hosts``).
+The processes go into ``/sys/fs/cgroup/edgeprof-straggler/<cell>-<attempt>-<node>``,
+written as root (``sudo -n`` unless the SSH user is root); hosts without cgroup v2's cpu
+controller are refused when the sweep checks them (``probe.check_hosts``).
 """
 
 from __future__ import annotations
@@ -20,9 +20,12 @@ from .hosts import last_line
 # A straggler on a real node (``slow_node``): run on the node as root (``sudo -n`` unless
 # the SSH user is root), standard library only. ``slow`` waits for the cell's processes
 # on the node to be registered in its pids file (``remote_exec``), then moves them and
-# their descendants into /sys/fs/cgroup/edgeprof/<group> with cpu.max set; ``restore``
-# lifts the limit and removes the empty groups. The root is an argument so that the
-# file handling can be tested against a directory laid out like cgroup v2.
+# their descendants into /sys/fs/cgroup/edgeprof-straggler/<group> with cpu.max set;
+# ``restore`` lifts the limit and removes the empty groups. Not under ``edgeprof``: on a
+# host that is also an emulated cluster's (cgroup v2), that is the cluster's parent, and
+# `edgeprof cluster down` would kill a straggler's processes with the nodes'. The root is
+# an argument so that the file handling can be tested against a directory laid out like
+# cgroup v2.
 # A 10 ms period: short enough that a slowed board is slow all the time rather than in
 # bursts of the kernel's default 100 ms (``cgroups.cfs_period_us`` says why that matters).
 STRAGGLER_PERIOD_US = 10_000
@@ -52,7 +55,7 @@ def write(path, text):
         f.write(text)
 
 
-base = os.path.join(root, 'edgeprof')
+base = os.path.join(root, 'edgeprof-straggler')
 group = os.path.join(base, name)
 if action == 'slow':
     if 'cpu' not in read(os.path.join(root, 'cgroup.controllers')).split():
