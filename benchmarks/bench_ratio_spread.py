@@ -36,12 +36,15 @@ estimate of its time (``study/estimate.py``).
         --scales 0.005,0.01 --repeats 2 --devices 2          # a minute: does it work
 
 Writes the table's rows, every repeat's ratio and the cells' statuses to ``--out``
-(JSON) beside the table.
+(JSON) beside the table; ``--keep DIR`` keeps the sweep itself (``DIR/sweep``: each
+cell's record, with its training time and per-step breakdown, which is where the
+causes in docs/study.md were read).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -116,6 +119,12 @@ def fewest_steps(rows: list[dict]) -> int | float | None:
     return fewest
 
 
+def _refuse(problem: str) -> None:
+    """Bad input: one line, exit status 2, nothing run."""
+    print(f"bench_ratio_spread: {problem}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cluster", default="emulated", choices=("emulated", "local"))
@@ -129,13 +138,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--engine", default="mxnet")
     parser.add_argument("--out", type=Path, default=None, help="JSON results")
+    parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                        help="run the sweep in DIR/sweep and keep it (records, logs, "
+                             "traces: the cells' own times), instead of a temporary folder")
     args = parser.parse_args()
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in models if m not in MODELS]
     scales = [float(s) for s in args.scales.split(",")]
     if unknown or args.devices < 2 or args.repeats < 2:
-        sys.exit(f"bench_ratio_spread: models from {', '.join(MODELS)}, --devices 2 or "
-                 "more, --repeats 2 or more")
+        _refuse(f"models from {', '.join(MODELS)}, --devices 2 or more, --repeats 2 or "
+                "more")
+    if args.keep and (args.keep / "sweep").exists():
+        _refuse(f"{args.keep / 'sweep'} already exists: give --keep a folder without a "
+                "sweep in it")
     # (model, scale) -> {devices: cell}; two scales may share a cell (both at the floor).
     pair_cells = {(m, sc): {c.devices: c for c in cells_at(m, args.devices, sc, args.engine)}
                   for m in models for sc in scales}
@@ -152,7 +167,9 @@ def main() -> None:
     print(f"{len(runs)} cells on the {cluster.label}, estimated {estimate.shown(expected_s)}",
           file=sys.stderr, flush=True)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="bench-ratio-spread-") as tmp:
+    folder = (contextlib.nullcontext(str(args.keep)) if args.keep
+              else tempfile.TemporaryDirectory(prefix="bench-ratio-spread-"))
+    with folder as tmp:
         settings = SweepSettings(cells=runs, cluster=cluster,
                                  out_dir=Path(tmp) / "sweep", interval_s=None,
                                  val_samples=VAL_SAMPLES)
