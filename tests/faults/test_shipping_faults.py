@@ -80,7 +80,10 @@ def test_server_down_for_the_whole_sweep_then_ship_delivers_exactly_once(tmp_pat
         assert "did not finish within" not in run.stderr
 
         spooled = _spooled(out)
-        assert sum(spooled.values()) > 100 and {"cpu", "mem", "net", "proc"} <= set(spooled)
+        # Every resource the agent samples, from both cells; how many points depends on
+        # how fast the host trained, so no total is asked for (see the test below).
+        assert {"cpu", "mem", "net", "proc"} <= set(spooled), spooled
+        assert all(_spooled(cell)["cpu"] >= 1 for cell in (out / "cells").iterdir()), spooled
 
         server.start()  # same port, same (empty) data
         first = _ship(out, url)
