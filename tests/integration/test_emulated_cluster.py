@@ -153,6 +153,7 @@ def test_nodes_reach_nothing_outside_their_subnet(emulated, tmp_path):
 
 def test_cpu_bound_processes_are_held_to_the_quota(emulated, tmp_path):
     node = emulated.nodes()[2]
+    from profiler.cgroupfs import read_keyed
     from profiler.cluster.emulated import _node_cgroup
     group = _node_cgroup(node)
     # Two busy processes: the quota is the node's, not each process's. Measured over a
@@ -166,15 +167,25 @@ def test_cpu_bound_processes_are_held_to_the_quota(emulated, tmp_path):
         while not all(log.exists() and "busy" in log.read_text() for log in logs):
             assert time.monotonic() < deadline, "the busy processes did not start"
             time.sleep(0.05)
+        stat_before = read_keyed(group.cpu_dir / "cpu.stat")
         used_before, start = group.cpu_usage_s(), time.monotonic()
         time.sleep(3.0)
         cores = (group.cpu_usage_s() - used_before) / (time.monotonic() - start)
+        stat_after = read_keyed(group.cpu_dir / "cpu.stat")
     finally:
         for proc in procs:
             proc.kill()
             proc.wait(timeout=10)
-    print(f"2 busy processes on a {CPU_CORES}-core node used {cores:.3f} cores")
-    assert abs(cores - CPU_CORES) <= 0.10 * CPU_CORES
+    periods, throttled = (stat_after[k] - stat_before[k] for k in ("nr_periods", "nr_throttled"))
+    print(f"2 busy processes on a {CPU_CORES}-core node used {cores:.3f} cores, "
+          f"throttled in {throttled} of {periods} periods")
+    # The quota is a ceiling: never above it. Below it the host decides: on a loaded
+    # two-core host (the other test worker training beside) the node got 0.269 cores of
+    # its 0.3, so the floor asked is that the quota, not the host, held the node in
+    # most periods (a node without the quota is never throttled), and that it ran.
+    assert cores <= 1.10 * CPU_CORES
+    assert throttled >= 0.5 * periods > 0
+    assert cores >= 0.5 * CPU_CORES
 
 
 def test_a_node_process_sees_its_own_interfaces_and_its_cgroup(emulated, tmp_path):
