@@ -22,6 +22,7 @@ results shows by how much).
 
 from __future__ import annotations
 
+import os
 import time
 
 from . import optim
@@ -30,6 +31,16 @@ from .worker import Worker
 
 KVSTORES = {"local": "local", "ps-sync": "dist_sync", "ps-async": "dist_async",
             "allreduce": "horovod"}
+# MXNet's engine when MXNET_ENGINE_TYPE is unset (src/engine/engine.cc).
+DEFAULT_ENGINE_TYPE = "ThreadedEnginePerDevice"
+
+
+def engine_type() -> str:
+    """The engine MXNet runs this process's work on: the environment's
+    ``MXNET_ENGINE_TYPE`` (the nodes inherit the controller's), else MXNet's default.
+    Recorded, because it moves what a small model's cell measures (docs/study.md: the
+    per-device pool's threads under a quota of a few hundredths of a core)."""
+    return os.environ.get("MXNET_ENGINE_TYPE", DEFAULT_ENGINE_TYPE)
 
 
 class MXNetWorker(Worker):
@@ -52,6 +63,9 @@ class MXNetWorker(Worker):
             from . import hvd
 
             self.rank, self.num_workers = hvd.init()
+
+    def start_fields(self) -> dict:
+        return {"mxnet_engine": engine_type()}
 
     def parameter_count(self) -> int:
         from . import gluon_models, models

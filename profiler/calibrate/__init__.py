@@ -251,8 +251,10 @@ class _Measurer:
         samples = max(self.steps * workload.batch,
                       int(math.ceil(expected_rate * self.train_s)))
         # A new name: the cluster is rebuilt with the candidate quota.
+        # The base's environment per model too: a quota is calibrated with it.
         candidate = Profile(name=f"calibrating-{self.count}", link_mbit=self.base.link_mbit,
-                            memory_mb=self.base.memory_mb, cpu_cores=round(quota, 5))
+                            memory_mb=self.base.memory_mb, cpu_cores=round(quota, 5),
+                            env_by_model=self.base.env_by_model)
         settings = SweepSettings(cells=[workload.cell(samples)],
                                  out_dir=self.work / f"cell-{self.count}",
                                  cluster=profiled_provider()(profile=candidate),

@@ -65,6 +65,8 @@ def write_profile(result: Calibration, path: Path | None = None) -> Path:
                  "link_mbit": base.link_mbit, "memory_mb": base.memory_mb,
                  "cpu_cores": round(result.quota_cores, 5),
                  **({"board_cores": base.board_cores} if base.board_cores else {}),
+                 **({"env_by_model": base.as_spec()["env_by_model"]}
+                    if base.env_by_model else {}),
                  **({"cpu_cores_dilated": {dilated_model: dilated}} if dilated else {}),
                  "board_rates": {dilated_model: result.board_rate.as_spec()},
                  "calibration": {"cpu_cores": measured}}

@@ -80,6 +80,9 @@ class EmulatedCluster(Cluster):
                             cpu_cores=n["cpu_cores"], memory_mb=n["memory_mb"],
                             scope=NodeScope.from_dict(n["scope"]))
                        for n in state["nodes"]]
+        # node name -> the environment its profile gives the current cell's model
+        # (``prepare``), added to every process started on it.
+        self._cell_env: dict[str, dict[str, str]] = {}
 
     @property
     def profile(self) -> str:
@@ -101,6 +104,10 @@ class EmulatedCluster(Cluster):
         # follows the network namespace either way. nsenter execs argv itself (no fork),
         # so the Popen pid is the process.
         wrapped = ["nsenter", f"--net={netns.NETNS_DIR / node.scope.netns}", "--", *argv]
+        # The profile's environment for the cell's model is what its quota was calibrated
+        # with: it overrides the controller's own (a user's MXNET_ENGINE_TYPE), and the
+        # engine's (rendezvous addresses) overrides it.
+        env = {**self._cell_env.get(node.name, {}), **env}
         preexec = None
         if confine:
             group = _node_cgroup(node)
@@ -136,6 +143,8 @@ class EmulatedCluster(Cluster):
                 options.setdefault(k, []).append(quota)
         speedup = dilation({k: q for k, q in options.items() if len(q) == len(used)},
                            self._state["host_cores"], max_speedup)
+        self._cell_env = {node.name: dict(rec.get("env_by_model", {}).get(cell.model, {}))
+                          for node, rec in used}
         changed = False
         for node, rec in used:
             quota = _node_quotas_at(rec, cell.model)[speedup]
@@ -312,6 +321,7 @@ def _up(layout: cgroups.CgroupLayout, nodes: int, profile: "str | Profile"
                 # Dilated quotas hold only while the host gives every node its own.
                 "cpu_cores_dilated": node_profile.cpu_cores_dilated if scale == 1 else {},
                 "board_cores": node_profile.board_cores,
+                "env_by_model": node_profile.env_by_model,
                 "memory_mb": node_profile.memory_mb, "link_mbit": link_mbit,
                 "scope": NodeScope(
                     interfaces=(netns.NODE_IFACE,), netns=netns.netns_name(name),

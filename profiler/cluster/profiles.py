@@ -110,6 +110,12 @@ class Profile:
                                                 compare=False)
     # The board's power model (None: none known, energy is then measured or unknown).
     power: PowerModel | None = field(default=None, hash=False, compare=False)
+    # The environment a model family's processes get on a node of this profile: part of
+    # what its quotas were calibrated with (MXNet's engine type for the LeNets: under a
+    # few hundredths of a core, MXNet's default per-device pool moved a LeNet cell's time
+    # by up to 1.3 x from one process to the next; docs/emulated.md).
+    env_by_model: dict[str, dict[str, str]] = field(default_factory=dict, hash=False,
+                                                    compare=False)
 
     def cpu_cores_for(self, model: str, speedup: float = 1.0) -> float | None:
         """The quota a node of this profile gets while it trains ``model``, k times as
@@ -136,6 +142,8 @@ class Profile:
             spec["board_rates"] = {m: r.as_spec() for m, r in self.board_rates.items()}
         if self.power:
             spec["power"] = self.power.as_spec()
+        if self.env_by_model:
+            spec["env_by_model"] = {m: dict(v) for m, v in self.env_by_model.items()}
         return spec
 
 
@@ -296,6 +304,14 @@ def _parse_profile(path: Path, name: str, spec) -> Profile:
         raise ConfigError(f"{path}: profile {name}: board_rates must map "
                           f"{', '.join(known)} to {{batch: B, samples_per_s: R}} (with "
                           f"layers: N for {', '.join(model_registry.with_depth())})")
+    env = spec.get("env_by_model") or {}
+    if not isinstance(env, dict) or not set(env) <= set(known) or not all(
+            isinstance(v, dict) and all(isinstance(k, str) and k.isidentifier()
+                                        and isinstance(x, str) for k, x in v.items())
+            for v in env.values()):
+        raise ConfigError(f"{path}: profile {name}: env_by_model must map "
+                          f"{', '.join(known)} to {{NAME: text}}, e.g. "
+                          "{lenet-mlp: {MXNET_ENGINE_TYPE: ThreadedEngine}} (quote numbers)")
     try:
         board_rates = {str(m): BoardRate(str(m), int(v["layers"]) if v.get("layers") else None,
                                          int(v["batch"]), float(v["samples_per_s"]))
@@ -309,7 +325,8 @@ def _parse_profile(path: Path, name: str, spec) -> Profile:
                           board_cores=(int(spec["board_cores"])
                                        if spec.get("board_cores") is not None else None),
                           board_rates=board_rates,
-                          power=_parse_power(path, name, spec.get("power")))
+                          power=_parse_power(path, name, spec.get("power")),
+                          env_by_model={str(m): dict(v) for m, v in env.items()})
     except (TypeError, ValueError, OverflowError) as exc:  # Overflow: int(.inf)
         raise ConfigError(f"{path}: profile {name}: link_mbit, memory_mb, cpu_cores, "
                           f"cpu_cores_by_model, cpu_cores_dilated, board_cores and "

@@ -24,7 +24,7 @@ CONFIG_COLUMNS = [f for f in CellConfig.__dataclass_fields__]
 RESULT_COLUMNS = [
     "status", "reason", "elapsed_s", "train_s", "first_step_s", "epoch_s", "val_accuracy",
     "val_accuracy_per_epoch", "accuracy_reported", "diverged", "train_loss_per_epoch",
-    "lr_applied",
+    "lr_applied", "mxnet_engine",
     "samples_per_s", "syncs_per_worker", "train_samples", "steady_s_per_sample",
     # The cell's rate over the run, slow moments left out (profiler.timeline.rate).
     "robust_s_per_sample", "robust_from", "robust_slow_blocks", "speedup",

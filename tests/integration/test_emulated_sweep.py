@@ -89,13 +89,18 @@ def test_sweep_on_4_pi3b_nodes_reports_each_nodes_own_traffic_and_cpu(no_cluster
 
 def test_a_cell_past_the_node_memory_is_oom_and_the_sweep_goes_on(no_cluster, tmp_path):
     profiles = tmp_path / "profiles.yaml"
-    # Room for MXNet and LeNet, not for ResNet-20 activations at batch 512.
+    # Room for MXNet and LeNet, not for ResNet-20 activations at batch 512. Each model
+    # family gets its profile's environment, over the controller's own.
     profiles.write_text("profiles:\n  smallpi: {link_mbit: 100, memory_mb: 400, "
-                        "cpu_cores: 0.5}\n")
+                        "cpu_cores: 0.5, env_by_model: {"
+                        "lenet-mlp: {MXNET_ENGINE_TYPE: ThreadedEngine}, "
+                        "resnet: {MXNET_ENGINE_TYPE: ThreadedEnginePerDevice}}}\n")
     records = _sweep(tmp_path / "out", "--profile", "smallpi", "--model", "resnet,lenet-mlp",
                      "--layers", "20", "--batch", "512", "--devices", "1",
                      "--max-samples", "1024", "--val-samples", "64",
-                     env={"EDGEPROF_PROFILES": str(profiles)})
+                     env={"EDGEPROF_PROFILES": str(profiles),
+                          "MXNET_ENGINE_TYPE": "NaiveEngine"})
     by_model = {r["model"]: r for r in records}
     assert by_model["resnet"]["status"] == "oom", by_model["resnet"]["reason"]
     assert by_model["lenet-mlp"]["status"] == "ok", by_model["lenet-mlp"]["reason"]
+    assert by_model["lenet-mlp"]["mxnet_engine"] == "ThreadedEngine"

@@ -66,16 +66,21 @@ def test_two_workers_train_above_chance(tmp_path, model, layers, sync):
     assert no_children_left() == []
 
 
-def test_one_device_uses_local_kvstore(tmp_path):
+def test_one_device_uses_local_kvstore(tmp_path, monkeypatch):
+    monkeypatch.delenv("MXNET_ENGINE_TYPE", raising=False)
     rec = _run(tmp_path, model="lenet-cnn", layers=None, devices=1)
     assert rec["status"] == "ok", rec["reason"]
     assert rec["syncs_per_worker"] == 20 and rec["val_accuracy"] is not None
+    assert rec["mxnet_engine"] == "ThreadedEnginePerDevice"  # MXNet's own default
 
 
-def test_colocated_placement_runs_a_server_per_worker(tmp_path):
+def test_colocated_placement_runs_a_server_per_worker(tmp_path, monkeypatch):
+    # The controller's MXNET_ENGINE_TYPE reaches every role, and the record says so.
+    monkeypatch.setenv("MXNET_ENGINE_TYPE", "ThreadedEngine")
     rec = _run(tmp_path, model="lenet-mlp", layers=None, devices=2, placement="colocated")
     assert rec["status"] == "ok", rec["reason"]
     assert (tmp_path / rec["cell_id"] / "logs" / "server-1.log").exists()
+    assert rec["mxnet_engine"] == "ThreadedEngine"
 
 
 def test_timeout_kills_every_process(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from profiler.cluster import cgroups
 from profiler.cluster.profiles import (PACKAGED_PROFILES, cpu_scale, load_catalog,
@@ -136,6 +137,30 @@ def test_bad_model_quotas_name_the_problem(tmp_path, by_model, message):
     path.write_text("profiles:\n  x: {link_mbit: 100, memory_mb: 1024, cpu_cores: 0.1, "
                     f"cpu_cores_by_model: {by_model}}}\n")
     with pytest.raises(ConfigError, match=message):
+        load_catalog([PACKAGED_PROFILES, path])
+
+
+def test_a_model_family_can_have_its_own_environment(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("profiles:\n  board: {link_mbit: 100, memory_mb: 1024, cpu_cores: 0.04,\n"
+                    "    env_by_model: {lenet-mlp: {MXNET_ENGINE_TYPE: ThreadedEngine}}}\n")
+    board = load_catalog([PACKAGED_PROFILES, path]).profiles["board"]
+    assert board.env_by_model == {"lenet-mlp": {"MXNET_ENGINE_TYPE": "ThreadedEngine"}}
+    # Written back as it was read (a re-calibrated profile keeps it).
+    again = tmp_path / "again.yaml"
+    again.write_text(yaml.safe_dump({"profiles": {"board": board.as_spec()}}))
+    assert load_catalog([PACKAGED_PROFILES, again]).profiles["board"] == board
+    assert load_catalog([again]).profiles["board"].env_by_model == board.env_by_model
+
+
+@pytest.mark.parametrize("env", [
+    "{vgg: {A: b}}", "{lenet-mlp: ThreadedEngine}", "{lenet-mlp: {A: 1}}",
+    "{lenet-mlp: {'A B': c}}"])
+def test_a_bad_model_environment_names_the_problem(tmp_path, env):
+    path = tmp_path / "bad.yaml"
+    path.write_text("profiles:\n  x: {link_mbit: 100, memory_mb: 1024, cpu_cores: 0.1, "
+                    f"env_by_model: {env}}}\n")
+    with pytest.raises(ConfigError, match=r"env_by_model must map .* \(quote numbers\)$"):
         load_catalog([PACKAGED_PROFILES, path])
 
 
