@@ -37,7 +37,8 @@ DEFAULT_ENGINE_TYPE = "ThreadedEnginePerDevice"
 
 def engine_type() -> str:
     """The engine MXNet runs this process's work on: the environment's
-    ``MXNET_ENGINE_TYPE`` (the nodes inherit the controller's), else MXNet's default.
+    ``MXNET_ENGINE_TYPE`` (the controller's, or on an emulated node the one its
+    profile's ``env_by_model`` gives the cell's model), else MXNet's default.
     Recorded, because it moves what a small model's cell measures (docs/study.md: the
     per-device pool's threads under a quota of a few hundredths of a core)."""
     return os.environ.get("MXNET_ENGINE_TYPE", DEFAULT_ENGINE_TYPE)
