@@ -50,7 +50,9 @@ def sweep(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("report") / "sweep"
     done = _edgeprof("sweep", "--model", "lenet-mlp", "--dataset", "mnist-5k", "--devices",
                      "1,2", "--sync", "sync,async", "--batch", str(BATCH), "--epochs", "2",
-                     "--max-samples", "600", "--interval", "0.5", "--out", str(out))
+                     # 896: seven steps of 64 a worker on two devices, the study's
+                     # fewest to judge a ratio (park2019 grid.MIN_STEPS)
+                     "--max-samples", "896", "--interval", "0.5", "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     # Real failed, diverged and timed-out cells, moved into the same sweep folder. Batch
     # 32, unlike the sweep's, so that none of them is taken for one of the study's rows.
