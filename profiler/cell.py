@@ -27,7 +27,7 @@ CELL_FORMAT = 4  # 3: data_partition; 4: straggler
 # at the default keeps the cell_id it had, so that sweeps run before them still resume.
 OPTIONAL_FIELDS = {"model_digest": "", "data_digest": "", "script_args": "", "params": (),
                    "microbatches": None, "schedule": None, "replicas": None, "split": None,
-                   "task": None, "repeat": 0}
+                   "task": None, "repeat": 0, "max_speedup": None}
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,11 @@ class CellConfig:
     # The run of the same configuration, 0-based (a study's --repeats): repeat k > 0
     # is a cell of its own, repeat 0 keeps the cell_id cells had before repeats.
     repeat: int = 0
+    # The most time dilation this cell may get (emulated cluster, --speedup), below the
+    # sweep's: a study dilates the cells one ratio compares alike (study/dilate.py), so
+    # that the error of one speedup's calibrated quota cancels in the ratio. None: the
+    # sweep's alone.
+    max_speedup: float | None = None
 
     def __post_init__(self):
         # Read back from JSON (sweep.json, results) the pairs are lists.

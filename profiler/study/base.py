@@ -16,7 +16,7 @@ default here, so a small study writes only ``name``, ``description``, ``grid`` a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Hashable
 
 from ..cell import CellConfig
 
@@ -101,6 +101,13 @@ class Study:
     def expected_oom(self, cell: CellConfig) -> bool:
         """Whether the study says the cell runs out of memory (it is estimated so)."""
         return False
+
+    def dilation_group(self, cell: CellConfig) -> Hashable | None:
+        """Cells of one group are dilated alike on the emulated cluster (the smallest
+        speedup any of them gets: study/dilate.py): those one ratio compares, so that a
+        speedup's calibrated quota, off by its own error, cancels in the ratio. None:
+        the cell gets the largest speedup it can, alone."""
+        return None
 
     def datasets_wanted(self) -> tuple[str, ...]:
         """The datasets ``grid`` may choose from when present (checked once)."""

@@ -31,10 +31,11 @@ from __future__ import annotations
 import os
 
 from ..cell import CellConfig
-from ..cluster.profiles import Catalog, dilation
+from ..cluster.profiles import Catalog
 from ..engines import get_engine
 from ..sweep.thrashing import THRASH_S
 from .base import Study
+from .dilate import alone
 
 STARTUP_S = 3.0
 PROCESS_CPU_S = 2.0  # MXNet's import per process
@@ -57,9 +58,8 @@ def node_rate(study: Study, cell: CellConfig, speed: str, profile: str | None,
         return rate / calibrated.cpu_cores_for(cell.model)  # a host core per node
     nodes = catalog.node_profiles(profile or study.profile,
                                   get_engine(cell.engine).nodes_needed(cell))
-    options = {k: [node.cpu_cores_for(cell.model, k) for node in nodes]
-               for k in {k for node in nodes for k in node.speedups(cell.model)}}
-    dilated = dilation(options, float(len(os.sched_getaffinity(0))), speedup)
+    dilated = alone(cell, profile or study.profile, catalog,
+                    min(speedup, cell.max_speedup or speedup))
     # A mix trains at its slowest node's pace (in sync: every worker waits for it).
     return rate * dilated * min(node.cpu_cores_for(cell.model) for node in nodes) / \
         calibrated.cpu_cores_for(cell.model)

@@ -19,6 +19,7 @@ from ..errors import DataError
 from ..cluster.profiles import MAX_SPEEDUP
 from . import budget, estimate
 from .base import Study
+from .dilate import dilated_alike
 
 
 @dataclass
@@ -100,9 +101,13 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
     profile = cluster.node_profile
     catalog = load_catalog()
 
+    def alike(cells: list) -> list:  # the cells one ratio compares, at one speedup
+        return dilated_alike(study, cells, cluster.speed, profile, catalog,
+                             cluster.max_speedup)
+
     def grid_s(grid) -> float:
-        return estimate.grid_s(study, repeated(grid.cells, repeats), cluster.speed, profile,
-                               catalog, grid.val_samples, cluster.max_speedup)
+        return estimate.grid_s(study, repeated(alike(grid.cells), repeats), cluster.speed,
+                               profile, catalog, grid.val_samples, cluster.max_speedup)
 
     parsed, scale = study.parse(settings.options), settings.scale
     if settings.budget_s is None:
@@ -112,6 +117,7 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
         grid, _, scale = budget.grid_within(study, parsed, settings.engine, available,
                                             settings.budget_s, grid_s,
                                             budget.CHECK_S if checked else 0.0)
+    grid.cells = alike(grid.cells)
     seconds = grid_s(grid)
     grid.cells = repeated(grid.cells, repeats)
     sweep = SweepSettings(

@@ -1,0 +1,47 @@
+"""One time dilation for the cells a study's ratio compares (``Study.dilation_group``).
+
+On the emulated cluster each cell gets the largest calibrated speedup k that fits the
+host (``profiles.dilation``): a one-device cell more than a ten-device one. Each k has
+its own calibrated quota, off by its own measurement's error, and a ratio of two cells
+at different k carries the quotas' error ratio: park2019's first budgeted runs put
+LeNet-MLP's ten-device cells (k = 2) at 1.17 x the board's rate and its one-device cell
+(k = 8) at 0.92 x, a ratio 0.79 x the truth, that no repeat shows (docs/study.md). So
+every cell of a group is capped (``CellConfig.max_speedup``) at the smallest k any of
+them would get alone: their quotas are one calibration's, and its error cancels. The
+small cells pay for it in time, which the estimate (and so ``--budget``) counts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from ..cell import CellConfig
+from ..cluster.profiles import Catalog, dilation
+from ..engines import get_engine
+from .base import Study
+
+
+def alone(cell: CellConfig, profile: str, catalog: Catalog, speedup: float) -> float:
+    """The speedup k the cell would get by itself on nodes of ``profile`` (what
+    ``EmulatedCluster.prepare`` chooses), up to ``speedup``."""
+    nodes = catalog.node_profiles(profile, get_engine(cell.engine).nodes_needed(cell))
+    options = {k: [node.cpu_cores_for(cell.model, k) for node in nodes]
+               for k in {k for node in nodes for k in node.speedups(cell.model)}}
+    return dilation(options, float(len(os.sched_getaffinity(0))), speedup)
+
+
+def dilated_alike(study: Study, cells: list[CellConfig], speed: str, profile: str | None,
+                  catalog: Catalog, speedup: float) -> list[CellConfig]:
+    """``cells`` with each of a dilation group capped at the group's smallest k; as they
+    are where nothing is dilated (another provider, no profile, ``speedup`` 1)."""
+    if speed != "profile" or not profile or speedup <= 1:
+        return cells
+    least: dict = {}
+    for cell in cells:
+        group = study.dilation_group(cell)
+        if group is not None:
+            k = alone(cell, profile, catalog, speedup)
+            least[group] = min(least.get(group, k), k)
+    return [replace(c, max_speedup=least[g]) if (g := study.dilation_group(c)) is not None
+            else c for c in cells]
