@@ -107,6 +107,26 @@ def steps_per_worker(r: dict | None) -> float | None:
     return float(int(samples) // parts // int(batch))
 
 
+# The fewest seconds of training (the host's clock) whose CPU share a ratio judges: the
+# agent samples CPU once a second and the window's first sample (the processes' start-up)
+# is skipped (metrics.reducers.CpuReducer), so a shorter cell is a mean of one to four
+# samples, each of one phase of a step. park2019's Figure 4 row, 10 / 1 devices, moved
+# 0.49-0.96 of the study's over the repeats of one run while its one-device cell trained
+# 2 s; memory, a level rather than a rate, held (1.47 and 1.51 in two runs).
+MIN_CPU_WINDOW_S = 5.0
+
+
+def too_short_for_cpu(*records: dict | None) -> str:
+    """Why a CPU ratio of these cells is not judged (a cell trained under
+    ``MIN_CPU_WINDOW_S``), or ""; a missing record or one without ``train_s`` passes."""
+    short = [r["train_s"] for r in records
+             if r and r.get("train_s") is not None and r["train_s"] < MIN_CPU_WINDOW_S]
+    if not short:
+        return ""
+    return (f"a cell trained {min(short):.1f} s, under the {MIN_CPU_WINDOW_S:.0f} s of "
+            "1 s CPU samples a share needs")
+
+
 def judge_steps(rows: list[Ratio], min_steps: int) -> list[Ratio]:
     """Each row marked "too few steps" when one of its finished cells trained fewer steps
     per worker (an epoch) than ``min_steps``; a cell that did not finish (out of memory)
@@ -151,8 +171,9 @@ def _merge(rows: list[Ratio]) -> Ratio:
     else:
         ours = median(values)
     odd = next((r for r in rows if not r.comparable), None)
+    short = next((r for r in rows if r.too_few_steps and r.note), None)  # says why
     return replace(first, ours=ours, values=values,
-                   comparable=odd is None, note=(odd or first).note,
+                   comparable=odd is None, note=(odd or short or first).note,
                    cells=tuple(c for r in rows for c in r.cells),
                    too_few_steps=any(r.too_few_steps for r in rows))
 

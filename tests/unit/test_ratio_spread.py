@@ -64,6 +64,32 @@ def test_cells_below_the_minimum_steps_are_too_few_steps_never_within():
     assert _rows(more)[TIME_4_1].verdict == "too few steps"
 
 
+def _cnn(devices: int, train_s: float, cpu: float, mem: float, repeat: int = 0) -> dict:
+    """An example LeNet cell of Figure 4 (10 / 1 devices, batch 64) with its resources."""
+    return {"model": "lenet-example", "layers": None, "batch": 64, "devices": devices,
+            "sync": "sync", "engine": "mxnet", "epochs": 1, "status": "ok",
+            "epoch_s": [train_s], "train_s": train_s, "train_samples": 6400,
+            "dataset": "mnist", "repeat": repeat, "syncs_per_worker": 10.0,
+            "cpu_percent_mean": cpu, "mem_used_mb_mean": mem,
+            "cell_id": f"cnn-{devices}-{repeat}"}
+
+
+def test_a_cpu_share_over_too_short_a_window_is_too_few_steps_memory_is_judged():
+    # The study (park2019.yaml): CPU 10 / 1 devices 14 % / 20 %, memory 330 / 300 MB.
+    cpu = ("Figure 4", "CPU", "lenet-example b64 sync, 10 / 1 devices")
+    mem = ("Figure 4", "memory", "lenet-example b64 sync, 10 / 1 devices")
+    short = _rows([_cnn(1, 2.0, 90.0, 300.0), _cnn(10, 20.0, 60.0, 370.0)])
+    assert short[cpu].verdict == "too few steps" and "2.0 s" in short[cpu].note
+    assert short[mem].verdict in ("within", "outside")  # a level: judged as before
+    long = _rows([_cnn(1, 6.0, 90.0, 300.0), _cnn(10, 20.0, 60.0, 370.0)])
+    assert long[cpu].verdict in ("within", "outside") and long[cpu].note == ""
+    # One short repeat of three: the merged row is not judged, and says why.
+    three = [_cnn(1, t, 90.0, 300.0, k) for k, t in enumerate((6.0, 3.0, 6.0))]
+    three += [_cnn(10, 20.0, 60.0, 370.0, k) for k in range(3)]
+    merged = _rows(three)[cpu]
+    assert merged.verdict == "too few steps" and "3.0 s" in merged.note
+
+
 def test_steps_per_worker_reads_the_recorded_count_else_the_samples():
     assert steps_per_worker({"syncs_per_worker": 15.0, "epoch_s": [1.0] * 5}) == 3
     shard = {"train_samples": 1280, "batch": 64, "devices": 4}

@@ -11,7 +11,8 @@ left out).
 
 With ``--repeats``, every ratio is computed on each repeat's cells and judged on its
 median (``report.ratios.per_repeat``); a row whose cells trained fewer than
-``grid.MIN_STEPS`` steps per worker an epoch is "too few steps", not judged.
+``grid.MIN_STEPS`` steps per worker an epoch is "too few steps", not judged, and so is a
+CPU row one of whose cells trained under ``report.ratios.MIN_CPU_WINDOW_S`` seconds.
 
 Bands (``ours / study`` must lie within [1/band, band]):
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 from ...report.ratios import Cells as _Cells, Ratio
 from ...report.ratios import accuracy as _accuracy, div as _div, measure as _measure
 from ...report.ratios import per_repeat as _per_repeat, per_sample_s as _per_sample_s
+from ...report.ratios import too_short_for_cpu
 from .grid import MIN_STEPS
 from .reference import STUDY_DATA, load_reference, study_cnn
 
@@ -157,8 +159,12 @@ def _resources(source: str, config: str, a: dict | None, b: dict | None,
                                     net if net_sent is None else net_sent)):
         if study is None:
             continue
+        # A CPU share over a few seconds is a few samples of a step's phases: "too few
+        # steps" (report.ratios.MIN_CPU_WINDOW_S); a memory level or a byte count is not.
+        short = too_short_for_cpu(a, b) if column == "cpu_percent_mean" else ""
         rows.append(Ratio(source, measure, config, study,
-                          _div(_measure(a, column), _measure(b, column)), band, cells=(a, b)))
+                          _div(_measure(a, column), _measure(b, column)), band, cells=(a, b),
+                          too_few_steps=bool(short), note=short))
     return rows
 
 
