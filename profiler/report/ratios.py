@@ -109,11 +109,12 @@ def steps_per_worker(r: dict | None) -> float | None:
 
 # The fewest seconds of training (the host's clock) whose CPU share a ratio judges: the
 # agent samples CPU once a second and the window's first sample (the processes' start-up)
-# is skipped (metrics.reducers.CpuReducer), so a shorter cell is a mean of one to four
-# samples, each of one phase of a step. park2019's Figure 4 row, 10 / 1 devices, moved
-# 0.49-0.96 of the study's over the repeats of one run while its one-device cell trained
-# 2 s; memory, a level rather than a rate, held (1.47 and 1.51 in two runs).
-MIN_CPU_WINDOW_S = 5.0
+# is skipped (metrics.reducers.CpuReducer), so a cell of under 3 s is a mean of one or
+# two samples, each of a phase of a step. park2019's Figure 4 row, 10 / 1 devices, moved
+# 0.49-0.96 of the study's over the three repeats of one run while its one-device cell
+# trained 2 s; at 3.8 s (three samples) it held 0.80-0.89. Memory, a level rather than
+# a rate, held at either (1.45-1.51 of the study's).
+MIN_CPU_WINDOW_S = 3.0
 
 
 def too_short_for_cpu(*records: dict | None) -> str:
@@ -123,8 +124,8 @@ def too_short_for_cpu(*records: dict | None) -> str:
              if r and r.get("train_s") is not None and r["train_s"] < MIN_CPU_WINDOW_S]
     if not short:
         return ""
-    return (f"a cell trained {min(short):.1f} s, under the {MIN_CPU_WINDOW_S:.0f} s of "
-            "1 s CPU samples a share needs")
+    return (f"a cell trained {min(short):.1f} s, under the {MIN_CPU_WINDOW_S:.0f} s a CPU "
+            "share of 1 s samples needs")
 
 
 def judge_steps(rows: list[Ratio], min_steps: int) -> list[Ratio]:

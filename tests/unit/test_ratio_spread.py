@@ -81,13 +81,13 @@ def test_a_cpu_share_over_too_short_a_window_is_too_few_steps_memory_is_judged()
     short = _rows([_cnn(1, 2.0, 90.0, 300.0), _cnn(10, 20.0, 60.0, 370.0)])
     assert short[cpu].verdict == "too few steps" and "2.0 s" in short[cpu].note
     assert short[mem].verdict in ("within", "outside")  # a level: judged as before
-    long = _rows([_cnn(1, 6.0, 90.0, 300.0), _cnn(10, 20.0, 60.0, 370.0)])
+    long = _rows([_cnn(1, 3.8, 90.0, 300.0), _cnn(10, 20.0, 60.0, 370.0)])
     assert long[cpu].verdict in ("within", "outside") and long[cpu].note == ""
     # One short repeat of three: the merged row is not judged, and says why.
-    three = [_cnn(1, t, 90.0, 300.0, k) for k, t in enumerate((6.0, 3.0, 6.0))]
+    three = [_cnn(1, t, 90.0, 300.0, k) for k, t in enumerate((6.0, 2.5, 6.0))]
     three += [_cnn(10, 20.0, 60.0, 370.0, k) for k in range(3)]
     merged = _rows(three)[cpu]
-    assert merged.verdict == "too few steps" and "3.0 s" in merged.note
+    assert merged.verdict == "too few steps" and "2.5 s" in merged.note
 
 
 def test_steps_per_worker_reads_the_recorded_count_else_the_samples():
