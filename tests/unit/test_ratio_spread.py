@@ -74,20 +74,23 @@ def _cnn(devices: int, train_s: float, cpu: float, mem: float, repeat: int = 0) 
             "cell_id": f"cnn-{devices}-{repeat}"}
 
 
-def test_a_cpu_share_over_too_short_a_window_is_too_few_steps_memory_is_judged():
+def test_a_time_or_cpu_share_over_too_short_a_window_is_too_few_steps_memory_is_judged():
     # The study (park2019.yaml): CPU 10 / 1 devices 14 % / 20 %, memory 330 / 300 MB.
     cpu = ("Figure 4", "CPU", "lenet-example b64 sync, 10 / 1 devices")
     mem = ("Figure 4", "memory", "lenet-example b64 sync, 10 / 1 devices")
+    time = ("Table 2", "time", "lenet-example b64 sync, 10 / 1 devices")
     short = _rows([_cnn(1, 2.0, 90.0, 300.0), _cnn(10, 20.0, 60.0, 370.0)])
-    assert short[cpu].verdict == "too few steps" and "2.0 s" in short[cpu].note
-    assert short[mem].verdict in ("within", "outside")  # a level: judged as before
-    long = _rows([_cnn(1, 3.8, 90.0, 300.0), _cnn(10, 20.0, 60.0, 370.0)])
-    assert long[cpu].verdict in ("within", "outside") and long[cpu].note == ""
+    for key in (cpu, time):
+        assert short[key].verdict == "too few steps" and "2.00 s" in short[key].note
+    assert short[mem].verdict in ("within", "outside")  # a level: judged however short
+    long = _rows([_cnn(1, 2.6, 90.0, 300.0), _cnn(10, 20.0, 60.0, 370.0)])
+    for key in (cpu, time):
+        assert long[key].verdict in ("within", "outside") and long[key].note == ""
     # One short repeat of three: the merged row is not judged, and says why.
-    three = [_cnn(1, t, 90.0, 300.0, k) for k, t in enumerate((6.0, 2.5, 6.0))]
+    three = [_cnn(1, t, 90.0, 300.0, k) for k, t in enumerate((6.0, 2.4, 6.0))]
     three += [_cnn(10, 20.0, 60.0, 370.0, k) for k in range(3)]
     merged = _rows(three)[cpu]
-    assert merged.verdict == "too few steps" and "2.5 s" in merged.note
+    assert merged.verdict == "too few steps" and "2.40 s" in merged.note
 
 
 def test_steps_per_worker_reads_the_recorded_count_else_the_samples():

@@ -12,7 +12,8 @@ left out).
 With ``--repeats``, every ratio is computed on each repeat's cells and judged on its
 median (``report.ratios.per_repeat``); a row whose cells trained fewer than
 ``grid.MIN_STEPS`` steps per worker an epoch is "too few steps", not judged, and so is a
-CPU row one of whose cells trained under ``report.ratios.MIN_CPU_WINDOW_S`` seconds.
+time or CPU row one of whose cells trained under ``report.ratios.MIN_WINDOW_S``
+seconds (``Ratio.timed``).
 
 Bands (``ours / study`` must lie within [1/band, band]):
 
@@ -32,7 +33,6 @@ from __future__ import annotations
 from ...report.ratios import Cells as _Cells, Ratio
 from ...report.ratios import accuracy as _accuracy, div as _div, measure as _measure
 from ...report.ratios import per_repeat as _per_repeat, per_sample_s as _per_sample_s
-from ...report.ratios import too_short_for_cpu
 from .grid import MIN_STEPS
 from .reference import STUDY_DATA, load_reference, study_cnn
 
@@ -101,7 +101,8 @@ def _device_table(cells: _Cells, source: str, model: str, table: dict) -> list[R
             continue
         config = f"{model} b64 sync, {d} / 1 devices"
         rows.append(Ratio(source, "time", config, elapsed / table["elapsed_s"][0],
-                          _div(_per_sample_s(r), _per_sample_s(base)), TABLE, cells=(r, base)))
+                          _div(_per_sample_s(r), _per_sample_s(base)), TABLE, cells=(r, base),
+                          timed=True))
         rows.append(_accuracy_ratio(source, "accuracy", config, acc / table["val_accuracy"][0],
                                     r, base))
     return rows
@@ -119,7 +120,7 @@ def _figure3(cells: _Cells, ref: dict, cnn: str) -> list[Ratio]:
         rows.append(Ratio("Figure 3", "time sync / async", f"{cnn} b64, 10 devices",
                           sync_s / (sync_s - lenet["sync_minus_async_elapsed_s"]),
                           _div(_per_sample_s(sync), _per_sample_s(asyn)), TEXT,
-                          cells=(sync, asyn)))
+                          cells=(sync, asyn), timed=True))
         rows.append(_accuracy_ratio("Figure 3", "accuracy sync / async",
                                     f"{cnn} b64, 10 devices",
                                     lenet["sync_over_async_accuracy"], sync, asyn))
@@ -130,7 +131,7 @@ def _figure3(cells: _Cells, ref: dict, cnn: str) -> list[Ratio]:
         rows.append(Ratio("Figure 3", "time sync / async", "ResNet-32 x 32, 10 devices", 1.0,
                           _div(_per_sample_s(sync), _per_sample_s(asyn)), TEXT,
                           note=f"both about {resnet['elapsed_s_both']} s in the study",
-                          cells=(sync, asyn)))
+                          cells=(sync, asyn), timed=True))
         rows.append(_accuracy_ratio("Figure 3", "accuracy sync / async",
                                     "ResNet-32 x 32, 10 devices",
                                     resnet["sync_over_async_accuracy"], sync, asyn))
@@ -159,12 +160,9 @@ def _resources(source: str, config: str, a: dict | None, b: dict | None,
                                     net if net_sent is None else net_sent)):
         if study is None:
             continue
-        # A CPU share over a few seconds is a few samples of a step's phases: "too few
-        # steps" (report.ratios.MIN_CPU_WINDOW_S); a memory level or a byte count is not.
-        short = too_short_for_cpu(a, b) if column == "cpu_percent_mean" else ""
         rows.append(Ratio(source, measure, config, study,
                           _div(_measure(a, column), _measure(b, column)), band, cells=(a, b),
-                          too_few_steps=bool(short), note=short))
+                          timed=column == "cpu_percent_mean"))
     return rows
 
 
@@ -190,13 +188,13 @@ def _figure5(cells: _Cells, ref: dict) -> list[Ratio]:
             rows.append(Ratio("Figure 5", "time 10 / 1 devices", f"ResNet-{layers} x 32",
                               fig[key]["min_elapsed_s"] / fig[key]["max_elapsed_s"],
                               _div(_per_sample_s(ten), _per_sample_s(one)), TEXT,
-                              cells=(ten, one)))
+                              cells=(ten, one), timed=True))
         if layers != 32 and (one or base1):
             rows.append(Ratio("Figure 5", "time by depth, 1 device",
                               f"ResNet-{layers} / ResNet-32, batch 32",
                               fig[key]["max_elapsed_s"] / fig["32x32"]["max_elapsed_s"],
                               _div(_per_sample_s(one), _per_sample_s(base1)), TEXT,
-                              cells=(one, base1)))
+                              cells=(one, base1), timed=True))
             ten32 = cells.get("resnet", 32, 10, layers=32, epochs=1)
             rows.append(_accuracy_ratio("Figure 5", "accuracy by depth, 10 devices",
                                         f"ResNet-{layers} / ResNet-32, batch 32",
@@ -209,7 +207,7 @@ def _figure5(cells: _Cells, ref: dict) -> list[Ratio]:
                               f"ResNet-32, batch {batch} / 32", 1.0,
                               _div(_per_sample_s(one), _per_sample_s(base1)), TEXT,
                               note="the study: batch size does not affect training time",
-                              cells=(one, base1)))
+                              cells=(one, base1), timed=True))
     # "110 x 128 cannot be trained": every device count of it must run out of memory.
     too_big = [r for r in cells.records if r.get("model") == "resnet"
                and r.get("layers") == 110 and r.get("batch") == 128]
@@ -270,7 +268,7 @@ def _figure7(cells: _Cells, ref: dict) -> list[Ratio]:
                       fig["memory_mb"] / fig6["memory_mb"]["devices_10"], TEXT, net=network)
     rows.append(Ratio("Figure 7", "time", config, fig["elapsed_vs_32x32"],
                       _div(_per_sample_s(big), _per_sample_s(base)), TEXT,
-                      cells=(big, base)))
+                      cells=(big, base), timed=True))
     return rows
 
 
@@ -304,7 +302,7 @@ def _table4(cells: _Cells, ref: dict) -> list[Ratio]:
         config = f"ResNet-32 x 32, 10 devices, epoch {epoch} / 1"
         rows.append(Ratio("Table 4", "cumulative time", config,
                           table["elapsed_s"][i] / table["elapsed_s"][0], ours, TABLE,
-                          cells=(r,)))
+                          cells=(r,), timed=True))
         rows.append(_accuracy_ratio("Table 4", "accuracy", config,
                                     table["val_accuracy"][i] / table["val_accuracy"][0], r, r,
                                     epoch_a=epoch, epoch_b=1))
