@@ -19,7 +19,7 @@ from ..sweep.table import engine_label, is_pipeline, status_counts
 from . import energy, pipeline
 from .engines import MEASURES, side_by_side
 from .figures import Figure, Skipped
-from .ratios import Ratio, summary
+from .ratios import MIN_WINDOW_S, Ratio, summary
 from .study_section import Match, StudySection
 
 STATUS_COLUMNS = [("config", "configuration"), ("status", "status"), ("reason", "reason"),
@@ -194,6 +194,8 @@ def _study(section: StudySection) -> dict:
             # With --repeats: ours is a median over the repeats, shown with its range.
             "repeats": max((len(r.values) for r in section.ratios), default=1),
             "min_steps": section.min_steps,
+            # Timed rows (a time, a CPU share) also need their cells' training window.
+            "min_window_s": MIN_WINDOW_S if any(r.timed for r in section.ratios) else None,
             "hardware": section.hardware, "no_match": section.no_match,
             "matches": [_match_row(m) for m in section.matches],
             "figures": section.figures}

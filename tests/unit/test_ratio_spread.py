@@ -129,7 +129,7 @@ def test_the_report_shows_the_median_range_and_verdict():
                            min_steps=3)
     shown = _study(section)
     row = next(r for r in shown["ratios"] if (r["source"], r["measure"], r["config"]) == TIME_4_1)
-    assert shown["repeats"] == 2 and shown["min_steps"] == 3
+    assert shown["repeats"] == 2 and shown["min_steps"] == 3 and shown["min_window_s"] == 2.5
     assert row["ours"] == "2.500" and row["range"] == "2.000–3.000"
     assert (row["klass"], row["verdict"]) == ("in", "within")
 
