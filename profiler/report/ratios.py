@@ -117,8 +117,9 @@ def steps_per_worker(r: dict | None) -> float | None:
 # window's first, the processes' start-up, is skipped: metrics.reducers.CpuReducer).
 # Measured on park2019 (docs/study.md): LeNet-MLP's one-device cell at 0.6-1.0 s put
 # Table 1's medians at 0.79-1.38 of the study's over two budgeted runs, 3 of 9 verdicts
-# changing (2 of the 5 far from an edge); at 2.6-3.2 s, the 7 far from an edge held. Figure 4's CPU, 10 / 1 devices: 0.49-0.96
-# with the one-device cell at 2 s, 0.80-0.89 and 0.84-0.85 at 2.8-3.8 s.
+# changing (2 of the 5 far from an edge); at 2.6-3.2 s, the 7 far from an edge held.
+# Figure 4's CPU, 10 / 1 devices: 0.49-0.96 with the one-device cell at 2 s, 0.80-0.89
+# and 0.84-0.85 at 2.8-3.8 s.
 MIN_WINDOW_S = 2.5
 
 
