@@ -84,6 +84,11 @@ class CellConfig:
         if self.lr is None and self.model in models.REGISTRY:
             object.__setattr__(self, "lr", optim.default_lr(self.model))
 
+    def speedup_within(self, speedup: float) -> float:
+        """The most dilation this cell may get under a sweep's ``speedup``: its own cap
+        (``max_speedup``) when lower."""
+        return min(speedup, self.max_speedup or speedup)
+
     @property
     def cell_id(self) -> str:
         """12 hex digits of SHA-256 over the configuration's canonical JSON."""

@@ -95,8 +95,7 @@ def dilations_used(profile: Profile, cells, speedup: float, host_cores: float
         nodes = get_engine(cell.engine).nodes_needed(cell)
         options = {k: [profile.cpu_cores_for(cell.model, k)] * nodes
                    for k in profile.speedups(cell.model)}
-        used.add((cell.model, dilation(options, host_cores,
-                                       min(speedup, cell.max_speedup or speedup))))
+        used.add((cell.model, dilation(options, host_cores, cell.speedup_within(speedup))))
     return used
 
 

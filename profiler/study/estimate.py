@@ -59,7 +59,7 @@ def node_rate(study: Study, cell: CellConfig, speed: str, profile: str | None,
     nodes = catalog.node_profiles(profile or study.profile,
                                   get_engine(cell.engine).nodes_needed(cell))
     dilated = alone(cell, profile or study.profile, catalog,
-                    min(speedup, cell.max_speedup or speedup))
+                    cell.speedup_within(speedup))
     # A mix trains at its slowest node's pace (in sync: every worker waits for it).
     return rate * dilated * min(node.cpu_cores_for(cell.model) for node in nodes) / \
         calibrated.cpu_cores_for(cell.model)

@@ -40,8 +40,7 @@ def place(req: CellRequest) -> CellRun:
         sort_keys=True))
     needed = req.engine.nodes_needed(cell)
     # Per-cell node settings (the emulated cluster's quotas per model, time dilation).
-    speedup = cluster.prepare(cell, needed, min(req.max_speedup,
-                                                cell.max_speedup or req.max_speedup))
+    speedup = cluster.prepare(cell, needed, cell.speedup_within(req.max_speedup))
     nodes = cluster.nodes()[:needed]
     if len(nodes) < needed:
         raise ClusterError(f"{cell.label} needs {needed} nodes, the {cluster.name} cluster "
