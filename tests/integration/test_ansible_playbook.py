@@ -28,7 +28,10 @@ What this machine makes the test do differently from a box of Pis, and so cannot
   writes (venvs, spools, configuration, /etc/hosts, the saved firewall rules, Grafana
   provisioning) points into the test's folder, the hostname task is off, and the
   package list is what scripts/setup.sh already installed plus iptables (the apt task
-  runs, with its lock timeout); chrony is not installed (it would change this machine);
+  runs, with its lock timeout, but never refreshes the lists: the nodes would refresh
+  one lists folder three times over, from namespaces that reach no mirror, which failed
+  CI twice when the host's lists were a day old); chrony is not installed (it would
+  change this machine);
 - the firewall's rules are checked live in each node's namespace and in the file saved
   for netfilter-persistent, but not their reload at boot: no reboot, no systemd, and
   iptables-persistent is left out here (its install would save this machine's own rules
@@ -200,6 +203,7 @@ def provisioned(tmp_path_factory):
         settings = work / "test-vars.json"
         settings.write_text(json.dumps({
             "edgeprof_user": "root", "edgeprof_packages": ["python3-venv", "ethtool", "tar"],
+            "edgeprof_apt_cache_valid_s": 10 * 365 * 86400,  # the module doc: never apt update
             "edgeprof_time_sync": False, "edgeprof_manage_hostname": False,
             "edgeprof_hosts_file": str(work / "hosts"),
             "edgeprof_source": str(source),
