@@ -73,12 +73,17 @@ def cell_s(study: Study, cell: CellConfig, rate: float, val_samples: int) -> flo
         startup += RESNET_SETUP_S * cell.devices
     if study.expected_oom(cell):
         return startup + OOM_S  # its first steps fill the node's memory
+    validate = cell.epochs * val_samples / (3 * rate)
+    return startup + train_s(study, cell, rate) + validate
+
+
+def train_s(study: Study, cell: CellConfig, rate: float) -> float:
+    """The cell's estimated training seconds (every epoch) at the one-device ``rate``."""
     train = cell.epochs * (cell.max_samples or 0) * study.device_factor(cell) / rate
     if cell.model == "resnet":
         steps = cell.epochs * (cell.max_samples or 0) / (cell.devices * cell.batch)
         train += FIRST_STEP_STEPS * train / max(1.0, steps)
-    validate = cell.epochs * val_samples / (3 * rate)
-    return startup + train + validate
+    return train
 
 
 def grid_s(study: Study, cells: list[CellConfig], speed: str, profile: str | None,

@@ -20,6 +20,7 @@ from ..cluster.profiles import MAX_SPEEDUP
 from . import budget, estimate
 from .base import Study
 from .dilate import dilated_alike
+from .window import windowed
 
 
 @dataclass
@@ -63,8 +64,8 @@ class StudyPlan:
         """What will run, in a few lines (printed before the study starts)."""
         grid = self.grid
         by_model: dict[str, list[int]] = {}
-        for (model, *_), n in grid.samples.items():
-            by_model.setdefault(model, []).append(n)
+        for cell in grid.cells:  # as run: window.py may have raised the grid's samples
+            by_model.setdefault(cell.model, []).append(cell.max_samples or 0)
         data = "".join(
             f"; {model} on {grid.datasets.get(model, '?')}, "
             + (f"{min(ns):,}" if min(ns) == max(ns) else f"{min(ns):,}-{max(ns):,}")
@@ -101,12 +102,19 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
     profile = cluster.node_profile
     catalog = load_catalog()
 
-    def alike(cells: list) -> list:  # the cells one ratio compares, at one speedup
-        return dilated_alike(study, cells, cluster.speed, profile, catalog,
-                             cluster.max_speedup)
+    def rate(cell) -> float:
+        return estimate.node_rate(study, cell, cluster.speed, profile, catalog,
+                                  cluster.max_speedup)
+
+    def timed(cells: list) -> list:
+        """The cells one ratio compares at one speedup, each configuration given the
+        training time a timed ratio needs (window.py)."""
+        alike = dilated_alike(study, cells, cluster.speed, profile, catalog,
+                              cluster.max_speedup)
+        return windowed(study, alike, rate)
 
     def grid_s(grid) -> float:
-        return estimate.grid_s(study, repeated(alike(grid.cells), repeats), cluster.speed,
+        return estimate.grid_s(study, repeated(timed(grid.cells), repeats), cluster.speed,
                                profile, catalog, grid.val_samples, cluster.max_speedup)
 
     parsed, scale = study.parse(settings.options), settings.scale
@@ -117,8 +125,8 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
         grid, _, scale = budget.grid_within(study, parsed, settings.engine, available,
                                             settings.budget_s, grid_s,
                                             budget.CHECK_S if checked else 0.0)
-    grid.cells = alike(grid.cells)
     seconds = grid_s(grid)
+    grid.cells = timed(grid.cells)
     grid.cells = repeated(grid.cells, repeats)
     sweep = SweepSettings(
         cells=grid.cells, out_dir=settings.out_dir, cluster=cluster,

