@@ -20,7 +20,7 @@ from ..cluster.profiles import MAX_SPEEDUP
 from . import budget, estimate
 from .base import Study
 from .dilate import dilated_alike
-from .window import windowed
+from .window import raised_notes, windowed
 
 
 @dataclass
@@ -126,7 +126,8 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
                                             settings.budget_s, grid_s,
                                             budget.CHECK_S if checked else 0.0)
     seconds = grid_s(grid)
-    grid.cells = timed(grid.cells)
+    built, grid.cells = grid.cells, timed(grid.cells)
+    grid.notes += raised_notes(built, grid.cells)
     grid.cells = repeated(grid.cells, repeats)
     sweep = SweepSettings(
         cells=grid.cells, out_dir=settings.out_dir, cluster=cluster,

@@ -50,3 +50,27 @@ def _raised(study: Study, cell: CellConfig, rate: Callable[[CellConfig], float])
     wanted = math.ceil(cell.max_samples * TARGET_S / seconds)
     samples = min(wanted, spec.train_samples) if spec else wanted
     return replace(cell, max_samples=samples) if samples > cell.max_samples else cell
+
+
+def raised_notes(built: list[CellConfig], run: list[CellConfig]) -> list[str]:
+    """The plan's line naming the configurations ``windowed`` raised, with the device
+    counts it raised (``run`` is ``built`` windowed, in the same order)."""
+    raised: dict[str, set[int]] = {}
+    for before, after in zip(built, run):
+        if after.max_samples != before.max_samples:
+            name = f"{after.model}{'-' + str(after.layers) if after.layers else ''} x " \
+                f"{after.batch}"
+            raised.setdefault(name, set()).add(after.devices)
+    if not raised:
+        return []
+    return [f"raised to {MIN_WINDOW_S:g} s of training (a time ratio's least; more samples "
+            "than the scale): " + ", ".join(
+                f"{name} on {_counts(sorted(devices))} device{'' if devices == {1} else 's'}"
+                for name, devices in sorted(raised.items()))]
+
+
+def _counts(devices: list[int]) -> str:
+    """``1-3``, ``1, 4, 10``."""
+    if devices == list(range(devices[0], devices[-1] + 1)) and len(devices) > 2:
+        return f"{devices[0]}-{devices[-1]}"
+    return ", ".join(map(str, devices))

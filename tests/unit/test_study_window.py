@@ -12,7 +12,7 @@ from profiler.report.ratios import MIN_WINDOW_S
 from profiler.study import STUDIES
 from profiler.study.estimate import grid_s, node_rate, train_s
 from profiler.study.plan import StudySettings, plan
-from profiler.study.window import TARGET_S, windowed
+from profiler.study.window import TARGET_S, _counts, windowed
 
 PARK = STUDIES["park2019"]
 PROFILE = "pi3b-park2019"
@@ -63,8 +63,16 @@ def test_the_plan_runs_and_prices_the_raised_cells():
     ten = next(c for c in planned.sweep.cells if c.devices == 10)
     assert one.max_samples > ten.max_samples >= 600  # the one-device cell trains fastest
     assert f"{one.max_samples:,}" in planned.describe()
+    assert "raised to 2.5 s of training (a time ratio's least; more samples than the " \
+        "scale): lenet-mlp x 64 on 1, 10 devices" in planned.describe()
     # The estimate counts the raised samples: more than the grid as built.
     grid = PARK.grid(0.01, options, planned.sweep.cells[0].engine, {"mnist-5k"})
     built = grid_s(PARK, grid.cells, "profile", PROFILE, load_catalog(), grid.val_samples,
                    2.0)
     assert planned.estimate_s > built
+
+
+def test_the_device_counts_are_said_shortly():
+    assert _counts([1, 2, 3]) == "1-3"
+    assert _counts([1, 2]) == "1, 2"
+    assert _counts([1, 4, 10]) == "1, 4, 10"
