@@ -96,10 +96,13 @@ def test_a_role_killed_mid_cell_fails_the_cell_naming_it(tmp_path, engine, role)
 
 def test_a_torch_cell_past_its_timeout_is_stopped_and_the_next_runs(tmp_path):
     """A torch parameter-server cell (server and two workers, Gloo) that would train for
-    minutes, under ``--timeout 8``: ``timeout`` at its limit, every process gone; the
+    minutes, under ``--timeout 20``: ``timeout`` at its limit, every process gone; the
     short cell after it runs ``ok``."""
     out = tmp_path / "sweep"
-    timeout_s = 8
+    # The short cell takes 5.3 s from launch to reap on an idle 2-core host, and went
+    # past 8 s beside the other pytest worker on a slower one (CI, 2026-11-27); the long
+    # one trains 15,000 steps a worker at about 5 ms each, so 20 s parts them either way.
+    timeout_s = 20
     cmd = [*EDGEPROF, "sweep", "--engine", "torch", "--model", "lenet-mlp", "--devices", "2",
            "--batch", "2,64", "--max-samples", "30000", "--val-samples", "200",
            "--no-agent", "--timeout", str(timeout_s), "--out", str(out)]
