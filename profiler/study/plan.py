@@ -107,7 +107,7 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
                                   cluster.max_speedup)
 
     def timed(cells: list) -> list:
-        """The cells one ratio compares at one speedup, each configuration given the
+        """The cells one ratio compares at one speedup, each short one given the
         training time a timed ratio needs (window.py)."""
         alike = dilated_alike(study, cells, cluster.speed, profile, catalog,
                               cluster.max_speedup)
