@@ -4,12 +4,15 @@
 (cluster, scale, speedup, ...) into a sweep with its estimate, checking everything
 first and touching nothing; ``run`` checks the emulated cluster's calibrated profile
 on this host (``profiler.calibrate.check``: re-calibrated or refused when it drifted),
-runs that sweep like any other (resumable, every cell kept) and ends in its report,
-whose study section the study writes (``Study.section``).
+plans again when the check re-calibrated a quota (``replanned``: the budget, the
+dilations and the window were chosen on the quotas before), runs that sweep like any
+other (resumable, every cell kept) and ends in its report, whose study section the
+study writes (``Study.section``).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -48,6 +51,9 @@ class StudySettings:
     repeats: int | None = None
     # --budget, seconds: the scale per part chosen to fit (budget.py); None: ``scale``.
     budget_s: float | None = None
+    # Seconds the profile check took, when planning again after it (``replanned``): the
+    # budget keeps them instead of budget.CHECK_S, and the plan no longer announces it.
+    check_spent_s: float | None = None
 
 
 @dataclass
@@ -59,6 +65,8 @@ class StudyPlan:
     notes: list[str] = field(default_factory=list)
     profile_check: str = "off"
     profile_tolerance: float = 0.25
+    # What it was planned from: ``run`` plans again from it after a re-calibration.
+    settings: StudySettings | None = None
 
     def describe(self) -> str:
         """What will run, in a few lines (printed before the study starts)."""
@@ -122,9 +130,10 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
         grid = study.grid(scale, parsed, settings.engine, available)
     else:
         checked = profile and settings.profile_check != "off" and profile not in catalog.mixes
+        reserved_s = settings.check_spent_s if settings.check_spent_s is not None else \
+            budget.CHECK_S if checked else 0.0
         grid, _, scale = budget.grid_within(study, parsed, settings.engine, available,
-                                            settings.budget_s, grid_s,
-                                            budget.CHECK_S if checked else 0.0)
+                                            settings.budget_s, grid_s, reserved_s)
     seconds = grid_s(grid)
     built, grid.cells = grid.cells, timed(grid.cells)
     grid.notes += raised_notes(built, grid.cells)
@@ -142,11 +151,32 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
     if check != "off" and profile in catalog.mixes:
         notes.append(f"{profile} is a mix of profiles: not checked on this host (check "
                      "each with `edgeprof sweep --profile NAME --profile-check refuse`)")
-    elif check != "off":
+    elif check != "off" and settings.check_spent_s is None:
         notes.append(f"first the profile {profile} is checked on this host ({check} if "
                      f"off by more than {settings.profile_tolerance:.0%}; a minute, a few "
                      "more if it re-calibrates)")
-    return StudyPlan(study, sweep, grid, seconds, notes, check, settings.profile_tolerance)
+    return StudyPlan(study, sweep, grid, seconds, notes, check, settings.profile_tolerance,
+                     settings)
+
+
+def replanned(study_plan: StudyPlan, check_spent_s: float) -> StudyPlan | None:
+    """The study planned again on the quotas its profile check re-calibrated (recorded
+    in ``sweep.extra["profile_check"]``), or None when the check changed none.
+
+    The first plan chose the scale per part (``--budget``), each cell's dilation and the
+    samples that give a short cell its window from the quotas in the profile file then;
+    a re-calibration on a slower host raises them all (on this project's slower host,
+    LeNet-MLP's quota from 0.061 to 0.111 cores), so that plan would overrun its budget.
+    The checks are kept: the new plan's quotas are the ones they wrote; a budget keeps
+    the ``check_spent_s`` the check took in place of the share it reserved.
+    """
+    checks = study_plan.sweep.extra.get("profile_check") or []
+    if study_plan.settings is None or \
+            not any(c.get("action") == "recalibrated" for c in checks):
+        return None
+    again = plan(study_plan.study, replace(study_plan.settings, check_spent_s=check_spent_s))
+    again.sweep.extra["profile_check"] = checks
+    return again
 
 
 def repeated(cells: list, repeats: int) -> list:
@@ -176,14 +206,23 @@ def _repeats(settings: StudySettings) -> int:
 
 def run(study_plan: StudyPlan, *, progress: bool = True,
         on_start: Callable[[Path], None] | None = None):
-    """Check the profile, run the study's sweep, then write its report with the study's
-    section; returns (outcome, report path)."""
+    """Check the profile, plan again if it re-calibrated (``replanned``), run the study's
+    sweep, then write its report with the study's section; returns (outcome, report
+    path)."""
     from ..calibrate.check import check_sweep
     from ..report.build import build_report
+    from ..sweep.preflight import preflight
     from ..sweep.sweep import run_sweep
 
+    started_s = time.monotonic()
     check_sweep(study_plan.sweep, study_plan.profile_check, study_plan.profile_tolerance,
                 report=_say if progress else None)
+    again = replanned(study_plan, time.monotonic() - started_s)
+    if again is not None:
+        preflight(again.sweep)
+        if progress:
+            _say("re-calibrated, so planned again on the new quotas:\n" + again.describe())
+        study_plan = again
     outcome = run_sweep(study_plan.sweep, progress=progress, on_start=on_start)
     return outcome, build_report(outcome.sweep_dir, study_section=study_plan.study.section)
 
