@@ -135,12 +135,15 @@ def test_the_calibrated_study_on_the_emulated_cluster_gives_each_model_its_quota
         emulated.down()
 
 
-def test_a_profile_far_faster_than_its_board_is_refused_before_the_grid_runs(tmp_path):
+def test_a_profile_far_faster_than_its_board_is_refused_or_recalibrated_and_replanned(
+        tmp_path):
     """The host check (profiler.calibrate.check): one real measurement of the profile's
     quota on this host, here against a board rate set to a quarter of what that quota
-    trains (measured first, the same way): the study stops in one line before any cell.
-    A quarter, not a half: two such short measurements on a busy host differed by 1.74 x
-    in a whole-suite run, which put a half within the check's tolerance."""
+    trains (measured first, the same way). With ``refuse`` the study stops in one line
+    before any cell; with ``recalibrate`` the quota is searched again, written to the
+    user's profiles file, and the study planned again on it (``plan.replanned``) before
+    its cell runs. A quarter, not a half: two such short measurements on a busy host
+    differed by 1.74 x in a whole-suite run, which put a half within the tolerance."""
     need_root()
     from profiler.calibrate import Workload, _Measurer
     from profiler.cluster import emulated
@@ -154,20 +157,40 @@ def test_a_profile_far_faster_than_its_board_is_refused_before_the_grid_runs(tmp
     quota = 0.2
     measured = _Measurer(tmp_path / "measure", park, steps=6)(
         Workload("lenet-mlp", None, 64), quota, 571.4).samples_per_s
-    profiles = tmp_path / "profiles.yaml"
+    # The user's own profiles file (HOME is the test's): a re-calibration rewrites it.
+    profiles = tmp_path / ".config" / "edgeprof" / "profiles.yaml"
+    profiles.parent.mkdir(parents=True)
     profiles.write_text(yaml.safe_dump({"profiles": {"pi3b-2x": {
         "link_mbit": 100, "memory_mb": 1024, "cpu_cores": quota, "board_cores": 4,
         "board_rates": {"lenet-mlp": {"batch": 64, "samples_per_s": measured / 4}}}}}))
-    out = tmp_path / "study"
-    done = subprocess.run(
-        [*EDGEPROF, "study", "park2019", "--parts", "table1", "--devices", "2", "--scale",
-         "0.005", "--profile", "pi3b-2x", "--profile-check", "refuse", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "EDGEPROF_PROFILES": str(profiles)})
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    last = done.stderr.strip().splitlines()[-1]
+    env = {k: v for k, v in os.environ.items() if k != "EDGEPROF_PROFILES"}
+    env["HOME"] = str(tmp_path)
+
+    def study(check: str, out, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*EDGEPROF, "study", "park2019", "--parts", "table1", "--devices", "1",
+             "--profile", "pi3b-2x", "--profile-check", check, "--out", str(out), *args],
+            cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+
+    refused = study("refuse", tmp_path / "refused", "--scale", "0.005")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    last = refused.stderr.strip().splitlines()[-1]
     assert last.startswith("edgeprof: error: pi3b-2x: lenet-mlp batch 64 trains at"), last
     assert "--profile-check recalibrate" in last and "edgeprof cluster calibrate" in last
     ratio = float(re.search(r"([0-9.]+) x the board's", last).group(1))
     assert 1.5 < ratio < 8, last  # 4 within two short measurements' noise
-    assert not (out / "results.jsonl").exists()  # no cell ran
+    assert not (tmp_path / "refused" / "results.jsonl").exists()  # no cell ran
+
+    out = tmp_path / "recalibrated"
+    done = study("recalibrate", out, "--budget", "6m")
+    assert done.returncode == 0, done.stderr
+    new_quota = load_catalog([profiles]).profiles["pi3b-2x"].cpu_cores_for("lenet-mlp")
+    assert new_quota < quota / 2, new_quota  # about a quarter: the board's rate
+    assert "profile check: re-calibrated, so planned again on the new quotas:" in \
+        done.stderr, done.stderr
+    # The new plan no longer announces the check it follows, and the first plan did.
+    assert done.stderr.count("first the profile pi3b-2x is checked") == 1
+    meta = json.loads((out / "sweep.json").read_text())
+    assert [c["action"] for c in meta["extra"]["profile_check"]] == ["recalibrated"]
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert [r["status"] for r in rows] == ["ok"], rows
