@@ -43,7 +43,7 @@ from ..sweep.thrashing import THRASH_S
 from .base import Study
 from .dilate import alone
 
-STARTUP_S = 6.5
+STARTUP_S = 6.0
 PROCESS_CPU_S = 6.0  # MXNet's import, the KVStore's connections, the data: per process
 # A cell expected to run out of memory: until it fills its node (about 20 s) and then
 # thrashes at the limit for sweep.thrashing.THRASH_S, or its node's limit kills it.
