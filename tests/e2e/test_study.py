@@ -182,7 +182,7 @@ def test_a_profile_far_faster_than_its_board_is_refused_or_recalibrated_and_repl
     assert not (tmp_path / "refused" / "results.jsonl").exists()  # no cell ran
 
     out = tmp_path / "recalibrated"
-    done = study("recalibrate", out, "--budget", "6m")
+    done = study("recalibrate", out, "--scale", "0.005")
     assert done.returncode == 0, done.stderr
     new_quota = load_catalog([profiles]).profiles["pi3b-2x"].cpu_cores_for("lenet-mlp")
     assert new_quota < quota / 2, new_quota  # about a quarter: the board's rate

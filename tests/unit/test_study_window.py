@@ -6,8 +6,10 @@ through the plan a user prints with ``--estimate``.
 
 from __future__ import annotations
 
+import pytest
+
 from profiler.cell import CellConfig
-from profiler.cluster.profiles import load_catalog
+from profiler.cluster.profiles import PACKAGED_PROFILES, load_catalog
 from profiler.report.ratios import MIN_WINDOW_S
 from profiler.study import STUDIES
 from profiler.study.estimate import grid_s, node_rate, train_s
@@ -16,6 +18,14 @@ from profiler.study.window import TARGET_S, _counts, windowed
 
 PARK = STUDIES["park2019"]
 PROFILE = "pi3b-park2019"
+
+
+@pytest.fixture(autouse=True)
+def _packaged_profiles(monkeypatch):
+    """The packaged quotas, whatever a re-calibration wrote to the user's profiles file
+    (a slower host's larger quotas let the ten-device cell dilate less, and train long
+    enough without a raise)."""
+    monkeypatch.setenv("EDGEPROF_PROFILES", str(PACKAGED_PROFILES))
 
 
 def _rate(cell: CellConfig) -> float:
