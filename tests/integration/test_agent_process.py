@@ -104,13 +104,22 @@ def test_node_cpu_and_memory_from_its_cgroup(tmp_path):
     need_root()
     name = f"edgeprof-agent-test-{os.getpid()}"
     cpu_dir, mem_dir = _cgroup("cpuacct", name), _cgroup("memory", name)
+    # 120 MiB, every page touched (calloc'd pages are not charged until then), without
+    # a second copy on the way: ``bytearray(b'1' * n)`` held 240 MiB until the bytes
+    # were freed, which a loaded host's agent sampled past its first five points.
+    # Moved into the cgroups before it allocates, and the agent started once it says so.
     hog = subprocess.Popen([sys.executable, "-c",
-                            # Filled, not zeroed: calloc'd pages are not charged until touched.
-                            "b = bytearray(b'1' * (120 * 2**20))\nwhile True: pass"])
+                            "import sys\nsys.stdin.readline()\n"
+                            "b = bytearray(120 * 2**20)\nb[::4096] = b'1' * (len(b) // 4096)\n"
+                            "print('filled', flush=True)\nwhile True: pass"],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     agent = None
     try:
         (cpu_dir / "cgroup.procs").write_text(str(hog.pid))
         (mem_dir / "cgroup.procs").write_text(str(hog.pid))
+        hog.stdin.write("go\n")
+        hog.stdin.flush()
+        assert hog.stdout.readline().strip() == "filled"
         spool = tmp_path / "spool"
         agent = _agent(tmp_path, spool, "--cgroup-cpu", str(cpu_dir), "--cgroup-memory",
                        str(mem_dir), "--cpu-cores", "2", "--memory-mb", "512")
