@@ -10,7 +10,7 @@ A cell's time is its start-up, its training and its validation:
 - start-up and reaping: ``PROCESS_CPU_S`` of CPU per process (MXNet's import, the
   KVStore's connections, the data) shared by this host's cores, plus ``STARTUP_S``;
   fitted to two runs of ``--budget 30m --repeats 3`` (120 LeNet cells of 1-10
-  devices) on the slower of this project's 2-core hosts: 3.0 s more a process, in
+  devices) on the slower of this project's 2-core hosts: about 3 s more a process, in
   wall time on two cores, than the training and validation the rest of this estimate
   gives. The constants before (2 s and 3 s, from a host about twice as fast) left the
   estimate short by 1.75 x there, which a budget must not be; on the faster host the
