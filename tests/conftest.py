@@ -6,12 +6,9 @@
 
 from __future__ import annotations
 
-import ast
 import os
-import re
 import shutil
 import sys
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -29,84 +26,12 @@ if _WORKER.startswith("gw") and _WORKER[2:].isdigit():
     os.environ.pop("EDGEPROF_RUN_DIR", None)  # one state folder per instance
 
 
-# A test module that touches what there is one of per worker, its emulated cluster
-# (its network namespaces, cgroups and state file), runs as root (``need_root``, or the
-# fixtures below that call it) and names the cluster. Root alone is not enough: the agent's
-# tests make cgroups and filesystems of their own, and the bad-input tests name the
-# cluster only in commands that must be refused before anything runs.
-_NEEDS_ROOT = re.compile(r"\b(need_root|sshd_nodes|emulated_nodes)\(")
-_NAMES_THE_CLUSTER = re.compile(r"\bemulated\b|netns|sshd")
-CLUSTER_GROUP = "emulated"  # + the module: one unit of work each
-
-
-@lru_cache(maxsize=None)
-def _touches_the_machine(path: Path) -> bool:
-    """Whether a test module runs on the emulated cluster (above); unit tests never do."""
-    if path.parent.name == "unit" or not path.is_file():
-        return False
-    source = path.read_text()
-    return bool(_NEEDS_ROOT.search(source) and _NAMES_THE_CLUSTER.search(source))
-
-
-@lru_cache(maxsize=None)
-def _tests_on_the_machine(path: Path) -> dict[str, bool]:
-    """For a module that touches the machine (``_touches_the_machine``): each test's
-    ``Class::name`` or ``name`` -> whether it does itself, that is whether its body, the
-    module's fixtures it asks for (and autouse ones), or the module's functions and
-    constants these name, call root's helpers or name the cluster. Its local tests (a
-    factory trained on the local cluster, bad input refused before anything runs) then
-    run beside the group."""
-    tree = ast.parse(source := path.read_text())
-    defs = {node.name: node for node in tree.body
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    for node in tree.body:
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            defs.update({t.id: node for t in targets if isinstance(t, ast.Name)})
-    autouse = [name for name, node in defs.items() if "autouse=True" in
-               " ".join(ast.get_source_segment(source, d) or "" for d in
-                        getattr(node, "decorator_list", []))]
-
-    def touches(node, seen: set[str]) -> bool:
-        if _NEEDS_ROOT.search(text := ast.get_source_segment(source, node) or "") or \
-                _NAMES_THE_CLUSTER.search(text):
-            return True
-        names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            names |= {a.arg for a in node.args.args} | set(autouse)
-        return any(touches(defs[name], seen | {name}) for name in names - seen
-                   if name in defs)
-
-    found = {}
-    for name, node in defs.items():
-        if isinstance(node, ast.ClassDef):
-            found.update({f"{name}::{m.name}": touches(node, {name}) for m in node.body
-                          if isinstance(m, ast.FunctionDef)})
-        elif name.startswith("test") and not isinstance(node, (ast.Assign, ast.AnnAssign)):
-            found[name] = touches(node, {name})
-    return found
-
-
-def _on_the_machine(rootpath: Path, nodeid: str) -> bool:
-    """Whether the test ``nodeid`` touches the emulated cluster (the two functions above;
-    a test they cannot place counts as touching it)."""
-    file, _, test = nodeid.partition("::")
-    path = rootpath / file
-    if not _touches_the_machine(path):
-        return False
-    try:
-        return _tests_on_the_machine(path).get(test.split("[")[0], True)
-    except (SyntaxError, ValueError):
-        return True
-
-
 def pytest_xdist_make_scheduler(config, log):
-    """Under pytest-xdist (setup.cfg: ``-n 2 --dist loadgroup``), the tests of a module
-    that touch the emulated cluster are one unit of work: one worker runs them one after
-    another, in file order (a module's cluster fixture, and its last test that replaces
-    the cluster, stay as they are), on that worker's own cluster (above), while other
-    workers run other modules, on theirs, and the rest. Read from the module's source, so
-    a new test file needs no marker.
+    """Under pytest-xdist (setup.cfg: ``-n 2 --dist loadgroup``), the tests that must go
+    together are one unit of work (``tests.support.scheduling``: a module's tests on the
+    emulated cluster, on the worker's own cluster (above), and a module's tests that use
+    a fixture it builds once), while other workers run other units; the largest units are
+    dealt first (xdist orders them by their number of tests).
 
     A scheduler, not ``xdist_group`` markers: xdist 3.8 marks a group by renaming the
     test's nodeid, which pytest 9.2 no longer lets it do (the groups were silently lost).
@@ -115,13 +40,13 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadGroupScheduling
 
-    class ClusterModules(LoadGroupScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            if _on_the_machine(config.rootpath, nodeid):
-                return f"{CLUSTER_GROUP}:{nodeid.partition('::')[0]}"
-            return super()._split_scope(nodeid)
+    from tests.support.scheduling import unit_of_work
 
-    return ClusterModules(config, log)
+    class Units(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of_work(config.rootpath, nodeid) or super()._split_scope(nodeid)
+
+    return Units(config, log)
 
 
 def need(what: str, ok: bool) -> None:
