@@ -58,6 +58,21 @@ def trainer(params, optimizer: str, optimizer_params: dict):
     return hvd.DistributedTrainer(params, optimizer, optimizer_params)
 
 
+def shutdown() -> None:
+    """Leave the job once this worker's last step is done: wait for MXNet's engine to
+    finish the allreduces it still holds, then stop Horovod's background thread (what
+    Horovod's own ``atexit`` handler would do). The worker then skips the interpreter's
+    teardown (``MXNetWorker.teardown``): the destructors run there, after Horovod's
+    shutdown, now and then destroyed a joinable thread and aborted a worker that had
+    finished training (SIGABRT, "terminate called without an active exception": the
+    chaos soak lost a fault-free Horovod cell so)."""
+    import horovod.mxnet as hvd
+    import mxnet as mx
+
+    mx.nd.waitall()
+    hvd.shutdown()
+
+
 def broadcast_from_root(params) -> None:
     """Give every worker rank 0's parameter values (``hvd.broadcast_parameters``, safely).
 

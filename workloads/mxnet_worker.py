@@ -54,6 +54,18 @@ class MXNetWorker(Worker):
         self.kvstore = KVSTORES[args.comm]
         self.kv = None
 
+    @property
+    def teardown(self) -> bool:
+        # dist_sync and dist_async: the KVStore's destructor, in the interpreter's
+        # teardown, stops the servers. Horovod has left in ``finish`` (workloads.hvd).
+        return self.kvstore != "horovod"
+
+    def finish(self) -> None:
+        if self.kvstore == "horovod":
+            from . import hvd
+
+            hvd.shutdown()
+
     def join(self) -> None:
         import mxnet as mx
 

@@ -11,8 +11,9 @@ optimizer and how each engine scales the step is ``workloads.optim``.
 
 Exit status: 0 ok, 2 data/config error, 3 out of memory, 1 anything else. On an error
 the process leaves with ``os._exit``: a normal exit would run the KVStore's, Horovod's
-or Gloo's shutdown, which wait forever for the workers still training. A torch process
-leaves that way after a clean end too (``Worker.teardown`` False): the interpreter's
+or Gloo's shutdown, which wait forever for the workers still training. A torch process,
+and a Horovod worker once it has shut Horovod down (``workloads.hvd.shutdown``), leave
+that way after a clean end too (``Worker.teardown`` False): the interpreter's
 teardown destroys DDP's reducer and Gloo's threads in no set order, and a joinable
 ``std::thread`` destroyed on the way aborted a worker that had finished training
 (SIGABRT, "terminate called without an active exception": a CI run lost a cell so).
