@@ -44,7 +44,7 @@ def _touches_the_machine(path: Path) -> bool:
 
 def _reaching(path: Path, is_root) -> dict[str, bool]:
     """Each test of the module at ``path`` (``Class::name`` or ``name``) -> whether it
-    reaches a definition ``is_root(node, text)`` holds for: through its body, the module's
+    reaches a definition ``is_root(node, source)`` holds for: through its body, the module's
     fixtures it asks for (and autouse ones), or the module's functions and constants these
     name."""
     tree = ast.parse(source := path.read_text())
@@ -59,7 +59,7 @@ def _reaching(path: Path, is_root) -> dict[str, bool]:
                         getattr(node, "decorator_list", []))]
 
     def reaches(node, seen: set[str]) -> bool:
-        if is_root(node, ast.get_source_segment(source, node) or "", source):
+        if is_root(node, source):
             return True
         names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -77,11 +77,12 @@ def _reaching(path: Path, is_root) -> dict[str, bool]:
     return found
 
 
-def _touches(node, text: str, source: str) -> bool:
+def _touches(node, source: str) -> bool:
+    text = ast.get_source_segment(source, node) or ""
     return bool(_NEEDS_ROOT.search(text) or _NAMES_THE_CLUSTER.search(text))
 
 
-def _built_once(node, text: str, source: str) -> bool:
+def _built_once(node, source: str) -> bool:
     """A fixture (or a class holding one) whose decorator gives it a wider scope than a
     test. The decorators are not in a definition's own source segment, hence the walk."""
     return any(_BUILT_ONCE.search(ast.get_source_segment(source, decorator) or "")

@@ -37,7 +37,8 @@ def test_a_module_on_the_cluster_is_one_group_and_its_local_tests_go_free():
     assert _unit(f"{stragglers}::test_async_workers_keep_their_pace_beside_a_straggler") == \
         f"{CLUSTER_GROUP}:{stragglers}"
     # A unit test never touches the cluster, and has no module fixture here.
-    assert _unit("tests/unit/test_scheduling.py::test_a_fixture_in_a_class") is None
+    assert _unit("tests/unit/test_scheduling.py::"
+                 "test_a_module_on_the_cluster_is_one_group_and_its_local_tests_go_free") is None
 
 
 def test_a_fixture_in_a_class_and_one_reached_through_another(tmp_path):
