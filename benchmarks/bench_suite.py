@@ -35,6 +35,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 # pytest's --durations lines: "12.34s call     tests/x/test_y.py::test_z[param]".
@@ -45,12 +46,16 @@ WALL = re.compile(r" in (\d+(?:\.\d+)?)s")
 
 @dataclass
 class ModuleTime:
+    """One module's summed durations and the tests they came from."""
+
     seconds: float = 0.0
     tests: set[str] = field(default_factory=set)
 
 
 @dataclass
 class SuiteTime:
+    """One run: its wall time and outcome, its durations per module and per phase."""
+
     wall_s: float
     outcome: str  # the final line's counts: "1099 passed, 12 warnings"
     by_module: dict[str, ModuleTime]
@@ -88,7 +93,7 @@ def read_log(text: str) -> SuiteTime:
     return SuiteTime(wall_s, outcome, dict(by_module), dict(by_phase), sorted(setups, reverse=True))
 
 
-def configured_workers(pytest_args: list[str] = (),
+def configured_workers(pytest_args: Sequence[str] = (),
                        setup_cfg: Path = ROOT / "setup.cfg") -> int:
     """The xdist worker count the suite runs with: ``-n N`` given to pytest, else
     setup.cfg's addopts; 1 without xdist."""
