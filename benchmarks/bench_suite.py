@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[1]
 # pytest's --durations lines: "12.34s call     tests/x/test_y.py::test_z[param]".
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)s (setup|call|teardown)\s+(\S+?)::(.+?)\s*$")
@@ -109,26 +111,21 @@ def configured_workers(pytest_args: Sequence[str] = (),
 
 
 class CpuBusy:
-    """The share of this machine's CPU time that was not idle (or waiting on I/O) from
-    ``start()`` to ``stop()``, read from /proc/stat."""
+    """The share of this machine's CPU time that was neither idle nor waiting on I/O
+    from ``start()`` to ``stop()`` (psutil's /proc/stat)."""
 
     def __init__(self) -> None:
-        self._first: list[int] = []
-        self._last: list[int] = []
-
-    @staticmethod
-    def _read() -> list[int]:
-        with open("/proc/stat") as f:
-            return [int(v) for v in f.readline().split()[1:9]]
+        self._first = psutil.cpu_times()
 
     def start(self) -> None:
-        self._first = self._read()
+        self._first = psutil.cpu_times()
 
     def stop(self) -> float:
-        self._last = self._read()
-        spent = [b - a for a, b in zip(self._first, self._last)]
-        idle = spent[3] + spent[4]  # idle, iowait
-        return 1.0 - idle / max(sum(spent), 1)
+        last = psutil.cpu_times()
+        spent = {name: getattr(last, name) - getattr(self._first, name)
+                 for name in last._fields if name not in ("guest", "guest_nice")}
+        idle = spent["idle"] + spent.get("iowait", 0.0)
+        return 1.0 - idle / max(sum(spent.values()), 1e-9)
 
 
 def run_suite(pytest_args: list[str], log: Path) -> tuple[str, float]:
