@@ -16,9 +16,10 @@ output of such a run (``--log``, e.g. ``.ci/run --durations=0 > ci.log``). Print
     .venv/bin/python benchmarks/bench_suite.py --log ci.log
 
 Measured on this project's two-core host (README, Tests), ``CI=true .ci/run
---durations=0`` on a fresh clone: 1,099 passed in 34:43, workers busy 0.98, CPU busy 0.95
-(the playbook module 17% of the sum, the accuracy sweep 7%, the SSH cluster 7%, the
-soak 5%): the suite is bound by the CPU its real processes need.
+--durations=0`` on fresh clones: 1,103 passed in 32:50, 31:06 and 29:00, workers busy
+0.98-0.99, CPU busy 0.95 (the playbook module 16% of the sum, the SSH cluster, the
+accuracy sweep, the study and the soak 6-7% each): the suite is bound by the CPU its
+real processes need.
 """
 
 from __future__ import annotations
@@ -112,12 +113,9 @@ def configured_workers(pytest_args: Sequence[str] = (),
 
 class CpuBusy:
     """The share of this machine's CPU time that was neither idle nor waiting on I/O
-    from ``start()`` to ``stop()`` (psutil's /proc/stat)."""
+    from its creation to ``stop()`` (psutil's /proc/stat)."""
 
     def __init__(self) -> None:
-        self._first = psutil.cpu_times()
-
-    def start(self) -> None:
         self._first = psutil.cpu_times()
 
     def stop(self) -> float:
@@ -129,13 +127,12 @@ class CpuBusy:
 
 
 def run_suite(pytest_args: list[str], log: Path) -> tuple[str, float]:
-    """Run the suite with --durations=0, echoing a dot a minute; its output and the CPU's
+    """Run the suite with --durations=0, printing the minutes as they pass; its output and the CPU's
     busy ratio meanwhile."""
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf",
             "--durations=0", *pytest_args]
     print("+", shlex.join(argv), f"(output: {log})", flush=True)
     cpu = CpuBusy()
-    cpu.start()
     done = threading.Event()
 
     def tick() -> None:
