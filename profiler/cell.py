@@ -26,8 +26,7 @@ CELL_FORMAT = 4  # 3: data_partition; 4: straggler
 # Fields a cell of format 4 did not have, with their defaults: a cell that leaves them
 # at the default keeps the cell_id it had, so that sweeps run before them still resume.
 OPTIONAL_FIELDS = {"model_digest": "", "data_digest": "", "script_args": "", "params": (),
-                   "microbatches": None, "schedule": None, "replicas": None, "split": None,
-                   "task": None, "repeat": 0, "max_speedup": None}
+                   "engine_params": (), "repeat": 0, "max_speedup": None}
 
 
 @dataclass(frozen=True)
@@ -62,13 +61,12 @@ class CellConfig:
     data_digest: str = ""
     script_args: str = ""  # --script-args, its {placeholders} unfilled
     params: tuple[tuple[str, str], ...] = ()  # --param NAME=VALUE pairs of this cell
-    # Pipeline parallelism (--engine torch-pipe; None on other engines' cells):
-    # micro-batches a step, gpipe or 1f1b, pipelines side by side, where the model is cut.
-    microbatches: int | None = None
-    schedule: str | None = None
-    replicas: int | None = None
-    split: str | None = None
-    task: str | None = None  # train, or infer (a pipeline streaming the test set)
+    # The engine's own settings (``profiler.engines.base.EngineOption``: a pipeline's
+    # micro-batches, schedule, ...), name -> value pairs in the engine's order; empty on
+    # the cells of an engine without settings. In the cell_id, the results record and
+    # the metric tags each pair is a field of its own, as these settings were when they
+    # were fields of the cell (format 4): old sweeps' cell_ids and records still hold.
+    engine_params: tuple[tuple[str, object], ...] = ()
     # The run of the same configuration, 0-based (a study's --repeats): repeat k > 0
     # is a cell of its own, repeat 0 keeps the cell_id cells had before repeats.
     repeat: int = 0
@@ -81,6 +79,9 @@ class CellConfig:
     def __post_init__(self):
         # Read back from JSON (sweep.json, results) the pairs are lists.
         object.__setattr__(self, "params", tuple(tuple(map(str, pair)) for pair in self.params))
+        pairs = (self.engine_params.items() if isinstance(self.engine_params, dict)
+                 else self.engine_params)
+        object.__setattr__(self, "engine_params", tuple((str(k), v) for k, v in pairs))
         if self.lr is None and self.model in models.REGISTRY:
             object.__setattr__(self, "lr", optim.default_lr(self.model))
 
@@ -89,41 +90,62 @@ class CellConfig:
         (``max_speedup``) when lower."""
         return min(speedup, self.max_speedup or speedup)
 
+    def param(self, name: str, default=None):
+        """The engine's own setting ``name`` (``default`` when the cell has none)."""
+        return dict(self.engine_params).get(name, default)
+
+    def fields_record(self) -> dict:
+        """The configuration as a results record holds it: every field, the engine's
+        own settings each a field of its own (``from_fields`` reads it back)."""
+        record = asdict(self)
+        del record["engine_params"]
+        return {**record, **dict(self.engine_params)}
+
+    @classmethod
+    def from_fields(cls, data: dict) -> "CellConfig":
+        """A cell from ``fields_record``'s dict or ``asdict``'s (sweep.json, results):
+        a key that is no field of the cell, and not None, is an engine's own setting
+        (as a pipeline's were, fields of the cell up to format 4)."""
+        own = {f.name for f in fields(cls)}
+        params = dict(data.get("engine_params") or ())
+        params.update({k: v for k, v in data.items() if k not in own and v is not None})
+        return cls(**{k: v for k, v in data.items() if k in own and k != "engine_params"},
+                   engine_params=tuple(params.items()))
+
     @property
     def cell_id(self) -> str:
         """12 hex digits of SHA-256 over the configuration's canonical JSON."""
-        config = {k: v for k, v in asdict(self).items()
+        config = {k: v for k, v in self.fields_record().items()
                   if k not in OPTIONAL_FIELDS or v != OPTIONAL_FIELDS[k]}
         canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
     @property
-    def kvstore(self) -> str:
-        """The MXNet KVStore type this cell trains with."""
-        if self.devices == 1:
-            return "local"
-        return "dist_sync" if self.sync == "sync" else "dist_async"
-
-    @property
     def label(self) -> str:
-        """Short human name, e.g. ``resnet20 b32 d2 sync mxnet``."""
+        """Short human name, e.g. ``resnet20 b32 d2 sync mxnet``, the engine's own
+        settings as ``name=value`` (``profiler.engines.cell_label`` lets the engine name
+        them its way: ``torch-pipe S2 M4 1f1b``)."""
+        return self.label_as(None)
+
+    def label_as(self, engine: str | None) -> str:
+        """``label`` with ``engine`` for the engine and its settings."""
         depth = f"{self.layers}" if self.layers else ""
         # A script's --param values tell its cells apart: ``train.py b32 d2 ... hidden=64``.
         params = "".join(f" {name}={value}" for name, value in self.params)
-        # A pipeline's shape tells its cells apart: ``torch-pipe S2 M4 1f1b``.
-        engine = engine_label(asdict(self))
+        if engine is None:
+            engine = " ".join([self.engine, *(f"{k}={v}" for k, v in self.engine_params)])
         # Repeats of one configuration (--repeats): ``... r2`` is its second run.
         repeat = f" r{self.repeat + 1}" if self.repeat else ""
         return (f"{self.model}{depth} b{self.batch} d{self.devices} {self.sync} {engine}"
                 f"{params}{repeat}")
 
     def tags(self) -> dict[str, str]:
-        """The configuration as metric tags (strings, no empty values); each --param is
-        a tag of its own (``param_columns``)."""
-        return {**{f.name: str(getattr(self, f.name)) for f in fields(self)
-                   if f.name != "params" and getattr(self, f.name) not in (None, "")
+        """The configuration as metric tags (strings, no empty values); each --param and
+        each of the engine's own settings is a tag of its own (``param_columns``)."""
+        return {**{name: str(value) for name, value in self.fields_record().items()
+                   if name != "params" and value not in (None, "")
                    # a first run's points carry no repeat tag, as before repeats
-                   and not (f.name == "repeat" and not self.repeat)},
+                   and not (name == "repeat" and not self.repeat)},
                 **param_columns(self.params)}
 
 
@@ -134,32 +156,3 @@ def param_columns(params) -> dict[str, str]:
     """A cell's ``--param`` pairs as results columns and tags: ``{"param_hidden": "64"}``
     (``params`` as a cell holds them, or as a results record's JSON lists)."""
     return {f"{PARAM_COLUMN_PREFIX}{name}": str(value) for name, value in params or ()}
-
-
-def engine_label(rec: dict, *, stages: bool = True) -> str:
-    """The engine, and for a pipeline cell its shape: ``torch-pipe S2 M4 1f1b``, with
-    ``infer`` for ``--task infer``, ``R2`` for two pipelines side by side and the split
-    when it is not ``balanced`` (``split=3,5``). ``stages`` False leaves S out (a series
-    over the device count, along which S changes). Any other cell: the engine's name
-    alone. A record's or a cell's fields (``asdict``) alike."""
-    engine = str(rec.get("engine", "?"))
-    if not is_pipeline(rec):
-        return engine
-    replicas = rec.get("replicas") or 1
-    parts = [engine]
-    if stages:
-        parts.append(f"S{rec.get('pipe_stages') or (rec.get('devices') or 0) // replicas}")
-    parts += [f"M{rec.get('microbatches') or 1}", str(rec.get("schedule") or "gpipe")]
-    if (rec.get("task") or "train") != "train":
-        parts.append(str(rec["task"]))  # infer: the test set streamed forward only
-    if replicas > 1:
-        parts.append(f"R{replicas}")
-    if (rec.get("split") or "balanced") != "balanced":
-        parts.append(f"split={rec['split']}")
-    return " ".join(parts)
-
-
-def is_pipeline(rec: dict) -> bool:
-    """Whether a record (or a cell's fields) is a pipeline cell's: its engine's own
-    settings are set (other engines' cells leave them empty)."""
-    return rec.get("microbatches") is not None or rec.get("schedule") is not None

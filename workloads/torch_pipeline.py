@@ -54,6 +54,10 @@ LINK_PROBE_ROUNDS = 3
 
 
 class PipelineWorker(TorchWorker):
+    # What the engine (profiler.engines.pipeline) puts in the environment; without it
+    # workloads.train refuses to start the process (one line, exit 2).
+    rendezvous_variables = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", STAGES_ENV)
+
     def join(self) -> None:
         import torch.distributed as dist
 

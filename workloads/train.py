@@ -4,7 +4,9 @@ The engine builds the command line (``profiler.engines.base.train_argv``) and th
 environment. ``--framework`` and ``--comm`` choose the worker (``worker_class``):
 MXNet (``workloads.mxnet_worker``: KVStore local, dist_sync, dist_async, Horovod) or
 PyTorch (``workloads.torch_worker`` alone on one device, ``workloads.torch_ps`` for the
-parameter server, ``workloads.torch_ddp`` for allreduce). ``--role server`` runs a
+parameter server, ``workloads.torch_ddp`` for allreduce), or the engine names its own
+(``--worker module:Class``: the pipeline's ``workloads.torch_pipeline``, whose class
+says which rendezvous variables it needs). ``--role server`` runs a
 torch parameter server instead of a worker (MXNet's servers are ``workloads.serve``).
 What every worker shares (data shard, epochs, events) is ``workloads.worker``; the
 optimizer and how each engine scales the step is ``workloads.optim``.
@@ -22,6 +24,7 @@ teardown destroys DDP's reducer and Gloo's threads in no set order, and a joinab
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import traceback
@@ -40,8 +43,6 @@ RENDEZVOUS_VARIABLES = {
     ("torch", "ps"): ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
                       "EDGEPROF_PS_SERVERS"),
     ("torch", "allreduce"): ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"),
-    ("torch", "pipeline"): ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
-                            "EDGEPROF_PIPE_STAGES"),
 }
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_OOM = 0, 1, 2, 3
 
@@ -58,6 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--framework", choices=FRAMEWORKS, default="mxnet")
     parser.add_argument("--comm", choices=COMMS, default="local",
                         help="how gradients travel (local: one device)")
+    parser.add_argument("--worker", default="",
+                        help="the worker class, module:Class (an engine's own; default: "
+                             "the framework's for --comm)")
     parser.add_argument("--role", choices=ROLES, default="worker",
                         help="server: a torch parameter server (--comm ps-*)")
     parser.add_argument("--model", required=True, choices=MODELS)
@@ -119,15 +123,26 @@ def _validate(args: argparse.Namespace) -> None:
         raise ConfigError("--role server is the torch parameter server: give it with "
                           "--framework torch --comm ps-sync or ps-async")
     kind = "ps" if args.comm.startswith("ps") else args.comm
-    missing = [v for v in RENDEZVOUS_VARIABLES.get((args.framework, kind), ())
-               if not os.environ.get(v)]
+    needed = RENDEZVOUS_VARIABLES.get((args.framework, kind), ())
+    if args.worker:  # an engine's own worker says what it needs
+        needed = getattr(worker_class(args.framework, args.comm, args.worker),
+                         "rendezvous_variables", ())
+    missing = [v for v in needed if not os.environ.get(v)]
     if missing:
         raise ConfigError(f"--comm {args.comm} needs {', '.join(missing)} in the "
                           f"environment: start workers through an edgeprof engine")
 
 
-def worker_class(framework: str, comm: str):
-    """The ``Worker`` subclass that trains ``framework`` with ``comm``."""
+def worker_class(framework: str, comm: str, entry: str = ""):
+    """The ``Worker`` subclass that trains ``framework`` with ``comm``, or the one
+    ``entry`` names (``module:Class``)."""
+    if entry:
+        module, _, name = entry.partition(":")
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"--worker {entry}: no such worker class ({exc}): give "
+                              "module:Class of an importable module") from None
     if framework == "mxnet":
         from .mxnet_worker import MXNetWorker
         return MXNetWorker
@@ -137,9 +152,6 @@ def worker_class(framework: str, comm: str):
     if comm == "allreduce":
         from .torch_ddp import DDPWorker
         return DDPWorker
-    if comm == "pipeline":
-        from .torch_pipeline import PipelineWorker
-        return PipelineWorker
     from .torch_worker import TorchWorker
     return TorchWorker
 
@@ -194,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             serve(args)
             _leave(None, "", "", EXIT_OK)  # skip Gloo's teardown (module doc)
         t_import = time.perf_counter()
-        worker = worker_class(args.framework, args.comm)(args)
+        worker = worker_class(args.framework, args.comm, args.worker)(args)
         t_join = time.perf_counter()
         worker.join()
         worker.startup_s.update(startup_s, framework=t_join - t_import,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..errors import ConfigError
-from .base import Engine
+from .base import Engine, EngineColumn, ReportSection
 from .horovod import HorovodEngine
 from .mxnet import MXNetEngine
 from .pipeline import TorchPipelineEngine
@@ -57,3 +57,45 @@ def host_check(names: Iterable[str]) -> dict[str, dict]:
             by_check[probe] = get_engine(name).probe_host()
         answers[name] = by_check[probe]
     return answers
+
+
+def engine_label(rec: dict, *, stages: bool = True) -> str:
+    """How a record's (or a cell's fields') engine reads: its name and, as the engine
+    says them, its own settings (``torch-pipe S2 M4 1f1b``); ``stages`` False leaves
+    out what follows the device count. An engine not registered here reads as its name."""
+    name = str(rec.get("engine", "?"))
+    engine = ENGINES.get(name)
+    return engine.label(rec, stages=stages) if engine else name
+
+
+def cell_label(cell) -> str:
+    """A cell's label (``CellConfig.label``) with its engine named as the engine says."""
+    return cell.label_as(engine_label(cell.fields_record()))
+
+
+def setting_names() -> list[str]:
+    """Every engine's own settings, each once, in registration order: results columns
+    after the configuration's."""
+    return list(dict.fromkeys(o.name for engine in ENGINES.values() for o in engine.options))
+
+
+def result_columns() -> list[EngineColumn]:
+    """Every engine's own results columns, each once, in registration order."""
+    seen: dict[str, EngineColumn] = {}
+    for engine in ENGINES.values():
+        for column in engine.columns:
+            seen.setdefault(column.name, column)
+    return list(seen.values())
+
+
+def compare_measures() -> list[tuple[str, str]]:
+    """The engines' own measures ``edgeprof compare`` sets side by side, with their short
+    headings: ``(name, heading)``, each once."""
+    return list(dict.fromkeys(m for engine in ENGINES.values() for m in engine.compare_measures))
+
+
+def report_sections(records: list[dict]) -> list[ReportSection]:
+    """Each engine's sections of a report on ``records`` (engines without cells of their
+    own add none)."""
+    return [section for engine in ENGINES.values()
+            for section in engine.report_sections(records)]

@@ -13,11 +13,21 @@ sweep (``check_installed``) and on a real node (``probe_host`` runs there;
 ``host_problem`` judges the answer on the controller). Engines register in one place,
 ``profiler.engines.ENGINES``; the CLI choices, grid rules, preflight, the inventory host
 check, the recorded versions and the report read them from there.
+
+An engine also owns everything that is its alone (a pipeline's settings, columns, label,
+report section): its settings (``options``, carried by a cell as ``engine_params``), the
+results columns it fills (``columns``, from ``summarize``), how it names a cell's engine
+in tables and progress (``label``), which of its columns ``compare`` sets side by side
+(``compare_measures``), its section of the report (``report_sections``) and its
+worker's entry point (``worker``). Nothing outside the engine names them: the results
+store, the table, ``compare`` and the report ask the registry.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import itertools
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +39,7 @@ from workloads import user_model
 from ..cluster.base import Node
 from ..cell import CellConfig
 from ..errors import ClusterError
+from ..figure import Figure
 from ..inputs import staged_path
 
 
@@ -72,13 +83,38 @@ class TrainOptions:
 @dataclass(frozen=True)
 class EngineOption:
     """A setting of an engine's own (``--microbatches``): a CLI option of ``sweep`` and
-    ``run``, a grid dimension for that engine's cells only, and a ``CellConfig`` field
-    of the same name (None on the other engines' cells)."""
+    ``run``, a grid dimension for that engine's cells only, carried by the cell as one
+    of its ``engine_params`` and a results column of the same name (empty on the other
+    engines' cells)."""
 
-    name: str  # the option without dashes, and the cell's field
+    name: str  # the option without dashes, the cell's engine_params key and the column
     default: str  # as typed on the command line
     parse: Callable[[str], list]  # the typed text -> its list of values (ConfigError)
     help: str
+
+
+@dataclass(frozen=True)
+class EngineColumn:
+    """A results column an engine fills (``Engine.summarize``)."""
+
+    name: str
+    unit: str  # "ms", "MB", "" (a ratio or a count), ...
+    description: str  # one line
+
+
+@dataclass
+class ReportSection:
+    """An engine's section of the report: a table of its cells and a figure. A row is a
+    cell's record (the page names the cell) and its values, as the page prints numbers
+    (a list, one value per stage or worker, joined by " / "); the engine reads dilated
+    cells in the board's time itself."""
+
+    key: str  # the section's HTML id
+    title: str
+    note: str  # what the columns mean (HTML allowed)
+    headings: list[str]
+    rows: list[tuple[dict, list]]
+    figure: Figure | None = None
 
 
 @dataclass(frozen=True)
@@ -117,10 +153,56 @@ class Engine:
     # engines leaves this one's smaller cells out.
     min_devices: int = 1
 
+    # The results columns the engine fills (``summarize``), after everyone's.
+    columns: tuple[EngineColumn, ...] = ()
+    # The measures ``edgeprof compare`` sets side by side when both cells have them
+    # (``measure`` reads them), each with its short heading: ``(name, heading)``.
+    compare_measures: tuple[tuple[str, str], ...] = ()
+    # The worker's entry point, ``module:Class`` (a ``workloads.train.Worker``);
+    # empty: the framework's worker for the cell's ``comm``.
+    worker: str = ""
+
     def variants(self, cell: CellConfig, values: dict) -> list[CellConfig]:
         """``cell`` once for every combination of the engine's own settings (``values``:
-        option name -> parsed list; a missing one takes its default)."""
-        return [cell]
+        option name -> parsed list; a missing one takes its default), leaving out those
+        ``keep`` refuses where the grid has another choice."""
+        if not self.options:
+            return [cell]
+        names = [option.name for option in self.options]
+        combos = itertools.product(*(values.get(name) or [option.parse(option.default)[0]]
+                                     for name, option in zip(names, self.options)))
+        cells = [dataclasses.replace(cell, engine_params=tuple(zip(names, combo)))
+                 for combo in combos]
+        return [c for c in cells if self.keep(c, values)]
+
+    def keep(self, cell: CellConfig, values: dict) -> bool:
+        """Whether a combination of settings stays in the grid (``values``: as given)."""
+        return True
+
+    def label(self, rec: dict, *, stages: bool = True) -> str:
+        """How a cell's engine reads in tables and progress (a record's or a cell's
+        fields): the name, then each of its own settings the record has. ``stages``
+        False: leave out what follows the device count (a series over it)."""
+        own = [f"{o.name}={rec[o.name]}" for o in self.options if rec.get(o.name) is not None]
+        return " ".join([self.name, *own])
+
+    def task(self, rec: dict) -> str:
+        """What a record's cell did: ``train``, or another task of the engine's own (a
+        pipeline's ``infer``); cells of different tasks are never set side by side."""
+        return "train"
+
+    def measure(self, rec: dict, name: str):
+        """A measure of one of the engine's records (a column, or one derived from them)."""
+        return rec.get(name)
+
+    def summarize(self, workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
+        """The engine's ``columns`` of a finished cell, from its workers' step lines
+        (rank -> lines, the run's first step in) and start events (rank -> event)."""
+        return {}
+
+    def report_sections(self, records: list[dict]) -> list[ReportSection]:
+        """The engine's sections of a sweep's report (none without cells of its own)."""
+        return []
 
     def check_cell(self, cell: CellConfig) -> None:
         """Refuse (``ConfigError``, one line) a cell this engine cannot run."""
@@ -151,7 +233,8 @@ class Engine:
     def train_argv(self, cell: CellConfig, cell_dir: Path, options: TrainOptions,
                    role: str = "worker") -> list[str]:
         """The ``workloads.train`` command line of one process of ``cell``."""
-        return train_argv(cell, cell_dir, options, self.framework, self.comm(cell), role)
+        return train_argv(cell, cell_dir, options, self.framework, self.comm(cell), role,
+                          self.worker)
 
     def check_installed(self) -> None:
         """Raise ``ClusterError`` (one line, naming the fix) unless this machine's Python
@@ -186,10 +269,10 @@ class Engine:
 
 
 def train_argv(cell: CellConfig, cell_dir: Path, options: TrainOptions, framework: str,
-               comm: str, role: str = "worker") -> list[str]:
+               comm: str, role: str = "worker", worker: str = "") -> list[str]:
     """The ``workloads.train`` command line for one process of ``cell``."""
     argv = [sys.executable, "-m", "workloads.train", "--framework", framework,
-            "--comm", comm, "--role", role,
+            "--comm", comm, "--role", role, *(["--worker", worker] if worker else []),
             "--model", cell.model, "--batch", str(cell.batch), "--epochs", str(cell.epochs),
             "--lr", repr(cell.lr), "--momentum", repr(cell.momentum), "--wd", repr(cell.wd),
             "--lr-scaling", cell.lr_scaling, "--dataset", _dataset_arg(cell, options),

@@ -33,6 +33,7 @@ from ..cluster.base import Node
 from ..errors import ClusterError
 from ..ports import free_port
 from .base import Engine, Package, ProcessSpec, TrainOptions, gloo_interface
+from .mxnet import MXNET_ENGINE, mxnet_engine_columns
 
 # Gloo's default 30 s rendezvous timeout is too short when a Pi-class node needs longer
 # than its peers to import MXNet; a stuck cell is still ended by the runner's timeout.
@@ -51,6 +52,10 @@ class HorovodEngine(Engine):
     packages = (Package("mxnet", "mxnet"), Package("horovod", "horovod.mxnet"))
     install_hint = BUILD_HINT
     plans_with_packages = True
+    columns = (MXNET_ENGINE,)  # its workers are MXNet's
+
+    def summarize(self, workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
+        return mxnet_engine_columns(starts)
 
     # The rendezvous is tiny and shares node 0 with worker 0 (horovodrun does the same):
     # nodes_needed is the base's, one node a device.

@@ -7,6 +7,9 @@ environment that ps-lite reads. Placement decides where the scheduler and server
   nodes 1..N, so N devices occupy N+1 nodes;
 - ``colocated``: the scheduler on node 0 and one server on every worker node (N nodes), which
   spreads the parameter traffic over all links.
+
+Its own column, ``mxnet_engine``, says which MXNet engine type its workers ran (Horovod
+runs MXNet workers too and fills it the same way).
 """
 
 from __future__ import annotations
@@ -18,7 +21,24 @@ from typing import Sequence
 from ..cell import CellConfig
 from ..cluster.base import Node
 from ..ports import free_port
-from .base import Engine, Package, ProcessSpec, TrainOptions, parameter_server_nodes
+from .base import (Engine, EngineColumn, Package, ProcessSpec, TrainOptions,
+                   parameter_server_nodes)
+
+# MXNet's engine type as rank 0 ran it (workloads.mxnet_worker's start event).
+MXNET_ENGINE = EngineColumn("mxnet_engine", "", "the MXNet engine type the workers ran "
+                            "(MXNET_ENGINE_TYPE: ThreadedEnginePerDevice, ThreadedEngine, ...)")
+
+
+def mxnet_engine_columns(starts: dict[int, dict]) -> dict:
+    """``mxnet_engine`` from rank 0's start event (None when it did not start)."""
+    return {MXNET_ENGINE.name: (starts.get(0) or {}).get(MXNET_ENGINE.name)}
+
+
+def kvstore(cell: CellConfig) -> str:
+    """The MXNet KVStore type ``cell`` trains with."""
+    if cell.devices == 1:
+        return "local"
+    return "dist_sync" if cell.sync == "sync" else "dist_async"
 
 # What PyPI's aarch64 MXNet 1.9.1 wheel links against and does not ship (Arm Performance
 # Libraries): on a stock 64-bit Raspberry Pi OS ``import mxnet`` fails with this name.
@@ -30,6 +50,10 @@ class MXNetEngine(Engine):
     description = "MXNet KVStore parameter server (dist_sync, dist_async; local on one device)"
     framework = "mxnet"
     packages = (Package("mxnet", "mxnet"),)
+    columns = (MXNET_ENGINE,)
+
+    def summarize(self, workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
+        return mxnet_engine_columns(starts)
 
     def nodes_needed(self, cell: CellConfig) -> int:
         return parameter_server_nodes(cell)

@@ -69,8 +69,8 @@ def build_report(sweep_dir: Path, out: Path | None = None, *,
     else:
         drawn = [build(sweep.records) for build in figs.SWEEP_FIGURES]
         cell_figures = [f for f in map(_cell_figure, jobs) if f is not None]
-    from .pipeline import figure as pipeline_figure
-    pipe = pipeline_figure(sweep.records)  # None: no pipeline cell, no section
+    from ..engines import report_sections
+    sections = report_sections(sweep.records)  # each engine's own (a pipeline's stages)
     from . import energy
     from .html import number
     energy_fig = energy.figure(sweep.records)  # None: no cell with energy
@@ -83,13 +83,14 @@ def build_report(sweep_dir: Path, out: Path | None = None, *,
     page = render(title=f"edgeprof sweep {sweep.sweep_id}", environment=environment(sweep),
                   records=sweep.records, config_of=config_label, figures=drawn,
                   cell_figures=cell_figures, study=study, traces=_trace_links(sweep, out),
-                  network_drawn=network, pipeline_figure=pipe,
+                  network_drawn=network, engine_sections=sections,
                   energy_section=energy.section(sweep.records, cloud, number, config_label),
                   energy_figure=energy_fig)
     try:
         figures_dir.mkdir(parents=True, exist_ok=True)
         for figure in ([f for f in drawn if isinstance(f, figs.Figure)] + cell_figures
-                       + ([pipe] if pipe else []) + ([energy_fig] if energy_fig else [])
+                       + [s.figure for s in sections if s.figure]
+                       + ([energy_fig] if energy_fig else [])
                        + (study.figures if study else [])):
             (figures_dir / f"{figure.name}.png").write_bytes(figure.png)
         atomic_write_text(out, page)

@@ -3,9 +3,9 @@
 Cells are matched by their configuration (``cell_id`` hashes it), so two clusters or two
 dates of the same grid match as they are; ``ignore`` drops fields from the match, e.g.
 ``engine`` to set MXNet's cells beside Horovod's of the same model, batch and devices.
-Only cells that finished ``ok`` in both are compared. Pipeline cells add their own
-measures (step, step over its prediction, bubble, imbalance, largest stage stash) when
-both sides of a pair have them.
+Only cells that finished ``ok`` in both are compared. An engine's cells add the
+engine's own measures (``Engine.compare_measures``: a pipeline's step, step over its
+prediction, bubble, imbalance, largest stage stash) when both sides of a pair have them.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import io
 import json
 from dataclasses import dataclass
 
-from ..cell import CellConfig
+from .. import engines
+from ..engines import engine_label
 from ..errors import ConfigError
-from ..sweep.table import engine_label
+from ..sweep.store import CONFIG_COLUMNS
 from .sweep_data import Sweep
 
 # samples_per_s is the whole run's (first step and every slow moment in); the training
@@ -26,15 +27,12 @@ from .sweep_data import Sweep
 MEASURES = ["elapsed_s", "train_s", "samples_per_s", "robust_s_per_sample", "val_accuracy",
             "cpu_percent_mean", "mem_used_mb_mean", "rss_mb_peak", "net_sent_kb_per_s",
             "net_recv_kb_per_s"]
-# A pipeline cell's own measures (profiler.timeline.pipeline), compared only when a
-# pair of cells has them: a sweep without pipeline cells keeps its table as it was.
-PIPELINE_MEASURES = ["pipe_step_ms", "pipe_step_vs_predicted", "bubble_measured",
-                     "stage_imbalance", "stage_stash_mb_max"]
 # Energy and cost (issue 32: profiler.sweep.cost and the cell's energy), compared only
 # when a pair of cells has them; ``energy_source`` says whether a side was measured.
 ENERGY_MEASURES = ["energy_j", "avg_power_w", "j_per_sample", "energy_to_accuracy_j",
                    "cost_usd", "cost_per_epoch_usd"]
-MATCHABLE = [f for f in CellConfig.__dataclass_fields__]
+# The cell's settings, each engine's own among them.
+MATCHABLE = CONFIG_COLUMNS
 
 
 @dataclass
@@ -75,22 +73,21 @@ def compare(a: Sweep, b: Sweep, ignore: tuple[str, ...] = ()) -> list[Row]:
 
 
 def value(record: dict, measure: str):
-    """A measure of a record; ``stage_stash_mb_max`` is its largest stage's stash (the
-    memory a pipeline's stages must each have)."""
-    if measure == "stage_stash_mb_max":
-        stash = record.get("stage_stash_mb")
-        return max(stash) if stash else None
-    return record.get(measure)
+    """A measure of a record, as its engine reads it (``Engine.measure``: a pipeline's
+    ``stage_stash_mb_max`` is its largest stage's stash)."""
+    engine = engines.ENGINES.get(str(record.get("engine")))
+    return engine.measure(record, measure) if engine else record.get(measure)
 
 
 def measures(rows: list[Row]) -> list[str]:
-    """What is compared: ``MEASURES``, and the pipeline's own and the energy and cost
-    measures each when a pair has them."""
-    pipelines = any(row.a.get("pipe_step_ms") is not None
-                    and row.b.get("pipe_step_ms") is not None for row in rows)
-    energy = [m for m in ENERGY_MEASURES
-              if any(row.a.get(m) is not None and row.b.get(m) is not None for row in rows)]
-    return MEASURES + (PIPELINE_MEASURES if pipelines else []) + energy
+    """What is compared: ``MEASURES``, and the engines' own and the energy and cost
+    measures each when a pair has them (a sweep without them keeps its table as it
+    was)."""
+    def paired(m: str) -> bool:
+        return any(value(row.a, m) is not None and value(row.b, m) is not None
+                   for row in rows)
+    own = [m for m, _short in engines.compare_measures() if paired(m)]
+    return MEASURES + own + [m for m in ENERGY_MEASURES if paired(m)]
 
 
 def table(rows: list[Row]) -> str:
@@ -132,9 +129,7 @@ def _short(measure: str) -> str:
     return {"cpu_percent_mean": "cpu%", "mem_used_mb_mean": "mem MB", "rss_mb_peak": "rss MB",
             "net_sent_kb_per_s": "sent KB/s", "net_recv_kb_per_s": "recv KB/s",
             "samples_per_s": "samples/s", "val_accuracy": "val acc",
-            "robust_s_per_sample": "s/sample", "pipe_step_ms": "pipe step",
-            "pipe_step_vs_predicted": "step/pred", "bubble_measured": "bubble",
-            "stage_imbalance": "imbalance", "stage_stash_mb_max": "stash MB",
+            "robust_s_per_sample": "s/sample", **dict(engines.compare_measures()),
             "energy_j": "energy J", "avg_power_w": "avg W", "j_per_sample": "J/sample",
             "energy_to_accuracy_j": "J to acc", "cost_usd": "cost USD",
             "cost_per_epoch_usd": "USD/epoch"}.get(measure, measure)

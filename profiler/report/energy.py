@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ..cluster.prices import Price, PriceTable
 from ..errors import ConfigError
 from ..sweep import board_time
-from ..sweep.table import engine_label
+from ..engines import engine_label
 
 ENERGY_COLUMNS = ("energy_j", "avg_power_w", "j_per_sample", "energy_to_accuracy_j",
                   "cost_usd", "cost_per_epoch_usd")

@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..cell import DEFAULT_ENGINE
-from ..sweep.table import engine_label
+from ..engines import ENGINES, engine_label
 
-# Every cell setting but the engine: what makes two cells "the same cell".
+# Every cell setting but the engine (and the engines' own, which the engine's label
+# carries), and what the cell does (``Engine.task``): what makes two cells "the same".
 SAME_CELL = ("model", "layers", "batch", "devices", "sync", "epochs", "lr", "momentum", "wd",
              "lr_scaling", "max_samples", "dataset", "placement", "straggler", "task")
 MEASURES = (("epoch_s_mean", "s/epoch"), ("samples_per_s", "samples/s"),
@@ -35,8 +36,9 @@ def side_by_side(records: list[dict]) -> tuple[list[str], list[Row]]:
     for r in records:
         if r.get("status") != "ok":
             continue
-        # Training is the task of every engine without a --task of its own.
-        config = {k: r.get(k) or "train" if k == "task" else r.get(k) for k in SAME_CELL}
+        engine = ENGINES.get(str(r.get("engine")))
+        task = engine.task(r) if engine else "train"
+        config = {k: task if k == "task" else r.get(k) for k in SAME_CELL}
         row = rows.setdefault(tuple(config.values()), Row(config))
         epochs = [e for e in (r.get("epoch_s") or []) if e is not None]
         # Each pipeline shape (M, schedule, ...) is an engine of its own here: the

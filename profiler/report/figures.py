@@ -21,32 +21,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from ..engines import engine_label  # noqa: E402
+from ..figure import DPI, Figure, png_bytes  # noqa: E402
 from ..sweep import board_time  # noqa: E402
-from ..sweep.table import engine_label  # noqa: E402
-
-DPI = 90
-
-
-@dataclass
-class Figure:
-    name: str  # file name stem, e.g. "fig-devices-time"
-    title: str
-    caption: str
-    png: bytes
 
 
 @dataclass
 class Skipped:
     title: str
     reason: str
-
-
-def png_bytes(fig) -> bytes:
-    """A pyplot figure as PNG bytes at the report's DPI; the figure is closed."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
-    plt.close(fig)
-    return buffer.getvalue()
 
 
 def _ok(records: list[dict]) -> list[dict]:

@@ -13,10 +13,12 @@ import base64
 from datetime import datetime, timezone
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
 
+from ..engines import ReportSection, engine_label
 from ..sweep import board_time
-from ..sweep.table import engine_label, is_pipeline, status_counts
-from . import energy, pipeline
+from ..sweep.table import status_counts
+from . import energy
 from .engines import MEASURES, side_by_side
 from .figures import Figure, Skipped
 from .ratios import MIN_WINDOW_S, Ratio, summary
@@ -60,13 +62,13 @@ def render(*, title: str, environment: dict, records: list[dict], config_of,
            figures: list[Figure | Skipped], cell_figures: list[Figure],
            study: StudySection | None = None, traces: dict[str, str] | None = None,
            network_drawn: bool = True,
-           pipeline_figure: Figure | None = None, energy_section: dict | None = None,
+           engine_sections: list[ReportSection] = (), energy_section: dict | None = None,
            energy_figure: Figure | None = None) -> str:
     """The page. ``network_drawn`` False: the per-node figures have no network panels
-    (no cell had two devices), which the page says in one line. ``pipeline_figure``:
-    ``pipeline.figure``'s, shown in the pipeline section (there when a pipeline cell is).
-    ``study``: the section of the study that made the sweep (none without one)."""
-    config_of = _with_pipeline(config_of)
+    (no cell had two devices), which the page says in one line. ``engine_sections``:
+    the engines' own (``Engine.report_sections``: a pipeline's stages). ``study``: the
+    section of the study that made the sweep (none without one)."""
+    config_of = _with_engine(config_of)
     columns = STATUS_COLUMNS + ([("speedup", "speedup")]
                                 if any((r.get("speedup") or 1) != 1 for r in records) else [])
     columns += energy.status_columns(records)  # energy and cost, where a record has them
@@ -79,7 +81,7 @@ def render(*, title: str, environment: dict, records: list[dict], config_of,
         breakdown_headings=[h for _, h in BREAKDOWN_COLUMNS],
         breakdown=_breakdown(records, config_of, traces or {}),
         engines=_engines(records, config_of),
-        pipeline=_pipeline(records, config_of, pipeline_figure),
+        engine_sections=[_section(s, config_of) for s in engine_sections],
         energy=({**energy_section, "figure": energy_figure} if energy_section else None),
         study=_study(study) if study else None, cluster=environment.get("cluster", ""),
         no_network="" if network_drawn else NO_NETWORK, cell_figures=cell_figures,
@@ -146,39 +148,32 @@ def _engines(records: list[dict], config_of) -> dict | None:
         for engine in engines[1:]:
             mine = row.by_engine.get(engine, {}).get("epoch_s_mean")
             values.append(number(mine / base if mine and base else None))
-        plain = {**any_record, "engine": "", "microbatches": None, "schedule": None}
+        plain = {**any_record, "engine": ""}
         shown.append({"config": config_of(plain).strip(),
                       "numbers": values})
     return {"names": engines, "units": [unit for _, unit in MEASURES], "rows": shown}
 
 
-def _with_pipeline(config_of):
-    """``config_of`` with a pipeline cell's shape after its engine (``... torch-pipe S2
-    M4 1f1b``): cells that differ in those settings alone are told apart."""
+def _with_engine(config_of):
+    """``config_of`` with the engine's own settings after its name, as the engine says
+    them (``... torch-pipe S2 M4 1f1b``): cells that differ in those alone are told
+    apart. An engine's name (the configuration's part of the label) is not repeated."""
     def named(r: dict) -> str:
-        label = config_of(r)
-        if is_pipeline(r):
-            label += engine_label(r).removeprefix(str(r.get("engine", "?")))
-        return label
+        name = str(r.get("engine", "?"))
+        return config_of(r) + engine_label(r).removeprefix(name)
     return named
 
 
-def _pipeline(records: list[dict], config_of, figure: Figure | None) -> dict | None:
-    """A row per finished pipeline cell (``pipeline.TABLE``), per-stage values joined
-    with " / " in stage order; None without one (the page then has no such section)."""
-    shown = pipeline.cells(records)
-    if not shown:
-        return None
-    rows = []
-    for r in shown:
-        values = []
-        for _heading, column, per_stage in pipeline.TABLE:
-            value = r.get(column)
-            values.append(" / ".join(number(v) for v in value) if per_stage and value
-                          else number(value))
-        rows.append({"config": config_of(r), "numbers": values})
-    return {"headings": [heading for heading, _, _ in pipeline.TABLE], "rows": rows,
-            "figure": figure}
+def _section(section: ReportSection, config_of) -> dict:
+    """An engine's section as the page shows it: a row per cell, a list value (one per
+    stage or worker) joined with " / " in its order."""
+    rows = [{"config": config_of(r),
+             "numbers": [" / ".join(number(v) for v in value) if isinstance(value, list)
+                         else number(value) for value in values]}
+            for r, values in section.rows]
+    # The note is the engine's own text (code, not a sweep's data): its <i> stays HTML.
+    return {"key": section.key, "title": section.title, "note": Markup(section.note),
+            "headings": section.headings, "rows": rows, "figure": section.figure}
 
 
 def _verdict(ratio: Ratio) -> tuple[str, str]:

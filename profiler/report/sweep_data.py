@@ -84,7 +84,7 @@ def _grid_ids(settings: dict) -> list[str]:
     cells = settings.get("cells")
     for cell in cells if isinstance(cells, list) else []:
         try:
-            ids.append(CellConfig(**cell).cell_id)
+            ids.append(CellConfig.from_fields(cell).cell_id)
         except (TypeError, ValueError):
             continue  # a cell of an older format (or damaged): keep the records' order
     return ids

@@ -91,8 +91,6 @@ class CellEvents:
             "parameters": start0.get("param_count"),  # trainable, counted by the worker
             "steady_s_per_sample": _steady_s_per_sample(rank0_epochs, start0),
             "lr_applied": start0.get("lr_applied"),
-            # MXNet's engine type as rank 0 ran (workloads.mxnet_worker); None elsewhere.
-            "mxnet_engine": start0.get("mxnet_engine"),
             "train_loss_per_epoch": divergence.loss_per_epoch(self.epochs_by_rank()),
             "diverged": diverged,
             "divergence": divergence_reason,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from dataclasses import asdict
+from ..engines import cell_label
 
 from workloads.events import NODE_ENV
 
@@ -36,14 +36,14 @@ def place(req: CellRequest) -> CellRun:
     cell, cluster = req.cell, req.cluster
     req.cell_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(req.cell_dir / "cell.json", json.dumps(
-        {**asdict(cell), "cell_id": cell.cell_id, "attempt": req.attempt}, indent=1,
+        {**cell.fields_record(), "cell_id": cell.cell_id, "attempt": req.attempt}, indent=1,
         sort_keys=True))
     needed = req.engine.nodes_needed(cell)
     # Per-cell node settings (the emulated cluster's quotas per model, time dilation).
     speedup = cluster.prepare(cell, needed, cell.speedup_within(req.max_speedup))
     nodes = cluster.nodes()[:needed]
     if len(nodes) < needed:
-        raise ClusterError(f"{cell.label} needs {needed} nodes, the {cluster.name} cluster "
+        raise ClusterError(f"{cell_label(cell)} needs {needed} nodes, the {cluster.name} cluster "
                            f"has {len(nodes)}: bring up a larger cluster")
     offsets_s = _clock_offsets(cluster, nodes)
     t_launch, t_launch_mono = time.time(), time.monotonic()

@@ -9,8 +9,7 @@ kept.
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
+from ..engines import cell_label
 from ..metrics.energy import cell_work
 from ..timeline.record import breakdown_columns
 from .cell_run import CellRun
@@ -28,11 +27,12 @@ def build_record(run: CellRun, events: CellEvents, status: str, reason: str) -> 
     if run.fetch_problems:
         reason = join_reasons(reason, "could not fetch from " + ", ".join(run.fetch_problems))
     try:
-        breakdown = breakdown_columns(req.cell, req.cell_dir, events, run.specs, run.offsets_s)
+        breakdown = breakdown_columns(req.cell, req.cell_dir, events, run.specs, run.offsets_s,
+                                      own=req.engine.summarize, label=cell_label(req.cell))
     except (OSError, ValueError) as exc:  # a broken steps file must not lose the result
         breakdown = {}
         reason = join_reasons(reason, f"no step breakdown: {exc}")
-    record = {**asdict(req.cell), "cell_id": req.cell.cell_id, "sweep_id": req.sweep_id,
+    record = {**req.cell.fields_record(), "cell_id": req.cell.cell_id, "sweep_id": req.sweep_id,
               "cluster": req.cluster.name, "attempt": req.attempt, "status": status,
               "reason": reason, "launched_at": run.t_launch, "reaped_at": run.t_reaped,
               "timeout_s": req.timeout_s, "speedup": run.speedup,

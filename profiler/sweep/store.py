@@ -16,15 +16,17 @@ import os
 from pathlib import Path
 from typing import Iterable
 
+from .. import engines
 from ..cell import CellConfig, param_columns
 from ..fsutil import atomic_write_text
-from ..timeline.pipeline import COLUMNS as PIPELINE_COLUMNS
 
-CONFIG_COLUMNS = [f for f in CellConfig.__dataclass_fields__]
+# The cell's fields, each engine's own settings (``engine_params``) a column of its own.
+CONFIG_COLUMNS = [f for f in CellConfig.__dataclass_fields__ if f != "engine_params"] + \
+    engines.setting_names()
 RESULT_COLUMNS = [
     "status", "reason", "elapsed_s", "train_s", "first_step_s", "epoch_s", "val_accuracy",
     "val_accuracy_per_epoch", "accuracy_reported", "diverged", "train_loss_per_epoch",
-    "lr_applied", "mxnet_engine",
+    "lr_applied",
     "samples_per_s", "syncs_per_worker", "train_samples", "steady_s_per_sample",
     # The cell's rate over the run, slow moments left out (profiler.timeline.rate).
     "robust_s_per_sample", "robust_from", "robust_slow_blocks", "speedup",
@@ -39,8 +41,8 @@ RESULT_COLUMNS = [
     "comm_ms_p95", "wait_ms_mean", "wait_ms_p50", "wait_ms_p95", "slowest_worker",
     "wait_ms_by_worker", "server_recv_ms_mean", "server_update_ms_mean",
     "server_send_ms_mean", "trace_file",
-    # A pipeline's split, stages and bubble (profiler.timeline.pipeline).
-    *PIPELINE_COLUMNS,
+    # Each engine's own columns (a pipeline's split, stages and bubble; MXNet's engine).
+    *(column.name for column in engines.result_columns()),
     # What the cell cost at --price (profiler.sweep.cost).
     "cost_usd", "cost_per_epoch_usd", "price_source",
 ]

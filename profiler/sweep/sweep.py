@@ -14,7 +14,7 @@ sweep brought them up.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -24,7 +24,7 @@ from ..metrics import TRAFFIC_FILE
 from ..cell import CELL_FORMAT, CellConfig
 from ..cluster import ClusterSettings, cluster_settings
 from ..cluster.base import Cluster
-from ..engines import get_engine
+from ..engines import cell_label, get_engine
 from ..engines.base import Engine, TrainOptions
 from ..cluster.prices import PriceSpec
 from ..errors import ConfigError
@@ -172,7 +172,7 @@ def _run_cells(run: SweepRun) -> list[dict]:
                 records.append(run.previous[cell.cell_id])
                 bar.update(1)
                 continue
-            bar.set_description(cell.label)
+            bar.set_description(cell_label(cell))
             bar.set_postfix_str(f"epoch 0/{cell.epochs}")
 
             def on_epoch(done: int, epochs: int = cell.epochs) -> None:
@@ -215,8 +215,8 @@ def _run_one(run: SweepRun, cell: CellConfig, on_epoch: Callable[[int], None]) -
             traffic_file=run.sweep_dir / TRAFFIC_FILE,
             max_speedup=settings.cluster.max_speedup))
     except Exception as exc:  # noqa: BLE001 - one cell's failure must not end the sweep
-        log.warning("cell %s failed outside its processes: %s", cell.label, exc)
-        record = {**asdict(cell), "cell_id": cell.cell_id, "sweep_id": run.sweep_id,
+        log.warning("cell %s failed outside its processes: %s", cell_label(cell), exc)
+        record = {**cell.fields_record(), "cell_id": cell.cell_id, "sweep_id": run.sweep_id,
                   "cluster": run.cluster.name, "attempt": attempt, "status": "failed",
                   "reason": f"could not run the cell: {type(exc).__name__}: {exc}"[:500]}
     finally:
@@ -229,7 +229,7 @@ def _run_one(run: SweepRun, cell: CellConfig, on_epoch: Callable[[int], None]) -
                 # Progress and outcome as points for Grafana, shipped with the cell's spools.
                 spool_cell_points(cell_dir, cell, record, run.sweep_id)
             except OSError as exc:
-                log.warning("cell %s: training points not spooled: %s", cell.label, exc)
+                log.warning("cell %s: training points not spooled: %s", cell_label(cell), exc)
         if run.shipper is not None:
             run.shipper.finish(cell_dir)
     run.store.append(record)

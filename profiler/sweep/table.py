@@ -15,7 +15,8 @@ and ``edgeprof compare`` name cells the same way.
 
 from __future__ import annotations
 
-from ..cell import PARAM_COLUMN_PREFIX, engine_label, is_pipeline, param_columns
+from ..cell import PARAM_COLUMN_PREFIX, param_columns
+from ..engines import engine_label
 
 COLUMNS = [  # (header, record key, format)
     ("model", "model", "{}"), ("layers", "layers", "{}"), ("batch", "batch", "{}"),
@@ -67,8 +68,7 @@ def format_table(records: list[dict]) -> str:
         rec = {**rec, **param_columns(rec.get("params"))}
         row = [_fmt(rec.get(key), fmt) for _, key, fmt in columns]
         row[status] = status_label(rec)
-        if is_pipeline(rec):
-            row[keys.index("engine")] = engine_label(rec)
+        row[keys.index("engine")] = engine_label(rec)
         if rec.get("diverged"):
             # The run was measured (status ok), but its accuracy means nothing.
             row[accuracy] = f"{row[accuracy]}!"

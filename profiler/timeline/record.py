@@ -6,16 +6,15 @@ results columns and writes ``trace.json`` beside the cell's events
 (``profiler.timeline.trace``). A cell whose processes timed nothing (``--breakdown off``,
 or killed before their first epoch ended) gets empty columns and no trace. The cell's
 robust rate (``profiler.timeline.rate``) is taken here too, from the step lines where
-every step was timed and from the epochs otherwise, and a pipeline's own columns
-(``profiler.timeline.pipeline``).
+every step was timed and from the epochs otherwise, and the engine's own columns
+(``Engine.summarize``, given as ``own``: a pipeline's stages and bubble).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
-from . import pipeline
 from . import steps as step_lines
 from . import trace
 from .rate import robust_columns
@@ -36,11 +35,15 @@ def node_of_ranks(events, specs: Sequence, role: str) -> dict[int, str]:
 
 
 def breakdown_columns(cell, cell_dir: Path, events, specs: Sequence,
-                      offsets_s: dict[str, float] | None = None) -> dict:
+                      offsets_s: dict[str, float] | None = None,
+                      own: Callable[[dict, dict], dict] | None = None,
+                      label: str | None = None) -> dict:
     """Results columns of the breakdown, plus ``trace_file`` when a trace was written.
 
     ``events`` is the cell's ``profiler.sweep.events.CellEvents``; ``specs`` its
-    processes as the engine planned them."""
+    processes as the engine planned them; ``own(workers, starts)`` the engine's own
+    columns from the step lines and start events; ``label`` the trace's name for the
+    cell (its ``label`` by default)."""
     worker_nodes = node_of_ranks(events, specs, "worker")
     loaded = step_lines.load_cell_steps(
         cell_dir / "events", sync=cell.sync == "sync", worker_nodes=worker_nodes,
@@ -51,12 +54,13 @@ def breakdown_columns(cell, cell_dir: Path, events, specs: Sequence,
     columns.update(robust_columns(loaded.workers, events.epochs_by_rank(), start0,
                                   every_step_timed=not loaded.sampled))
     starts = {e["rank"]: e for e in events.of("start") if isinstance(e.get("rank"), int)}
-    columns.update(pipeline.columns(loaded.workers, starts))  # {} unless a pipeline
+    if own is not None:
+        columns.update(own(loaded.workers, starts))
     columns["clock_offsets_s"] = offsets_s or None
     columns["trace_file"] = None
     if loaded.workers:
         path = cell_dir / TRACE_FILE
-        trace.write_trace(path, trace.build_trace(loaded, events, cell.label))
+        trace.write_trace(path, trace.build_trace(loaded, events, label or cell.label))
         columns["trace_file"] = _relative_to_sweep(path)
     return columns
 

@@ -81,7 +81,7 @@ def _need_horovod() -> None:
 def _cell(**kw) -> CellConfig:
     base = dict(model="lenet-mlp", layers=None, batch=BATCH, epochs=EPOCHS,
                 dataset="mnist-5k")
-    return validate(CellConfig(**{**base, **kw}))
+    return validate(CellConfig.from_fields({**base, **kw}))
 
 
 def _finite(value) -> bool:

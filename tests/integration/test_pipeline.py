@@ -31,11 +31,10 @@ def _torch():
 
 
 def _cell(**kw) -> CellConfig:
-    return validate(CellConfig(**{"engine": "torch-pipe", "model": "lenet-cnn", "layers": None,
-                                  "devices": 2, "batch": 32, "max_samples": 320,
-                                  "dataset": "fashion-mnist", "epochs": 2,
-                                  "microbatches": 4, "schedule": "gpipe", "replicas": 1,
-                                  "split": "balanced", **kw}))
+    return validate(CellConfig.from_fields({
+        "engine": "torch-pipe", "model": "lenet-cnn", "layers": None, "devices": 2,
+        "batch": 32, "max_samples": 320, "dataset": "fashion-mnist", "epochs": 2,
+        "microbatches": 4, "schedule": "gpipe", "replicas": 1, "split": "balanced", **kw}))
 
 
 def _run(tmp_path, cell, timeout_s=240):

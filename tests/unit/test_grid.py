@@ -4,6 +4,7 @@ import pytest
 
 from profiler.errors import ConfigError
 from profiler import option_lists
+from profiler.engines.mxnet import kvstore
 from profiler.sweep import grid
 
 
@@ -31,13 +32,13 @@ def test_lenet_ignores_resnet_layers_and_one_device_collapses_sync():
     cells = _expand(models=["lenet-mlp", "resnet"], layers=[20, 32], devices=[1],
                     syncs=["sync", "async"])
     lenet = [c for c in cells if c.model == "lenet-mlp"]
-    assert len(lenet) == 1 and lenet[0].layers is None and lenet[0].kvstore == "local"
+    assert len(lenet) == 1 and lenet[0].layers is None and kvstore(lenet[0]) == "local"
     assert len([c for c in cells if c.model == "resnet"]) == 2
 
 
 def test_kvstore_follows_sync_mode():
     sync, async_ = _expand(syncs=["sync", "async"])
-    assert (sync.kvstore, async_.kvstore) == ("dist_sync", "dist_async")
+    assert (kvstore(sync), kvstore(async_)) == ("dist_sync", "dist_async")
 
 
 @pytest.mark.parametrize("kw, words", [

@@ -17,8 +17,8 @@ from profiler.sweep.needs import grid_needs
 
 def _cell(devices=2, microbatches=1, schedule="gpipe", replicas=1) -> CellConfig:
     return CellConfig(engine="torch-pipe", model="lenet-cnn", layers=None, devices=devices,
-                      microbatches=microbatches, schedule=schedule, replicas=replicas,
-                      split="balanced")
+                      engine_params={"microbatches": microbatches, "schedule": schedule,
+                                     "replicas": replicas, "split": "balanced"})
 
 
 @pytest.mark.parametrize("version, cell, refused", [
@@ -35,7 +35,7 @@ def test_few_microbatches_on_an_old_torch(version, cell, refused):
     problem = few_microbatches_problem(version, [cell])
     assert (problem is not None) == refused, problem
     if refused:
-        stages = cell.devices // cell.replicas
+        stages = cell.devices // cell.param("replicas")
         assert f"give --microbatches {stages} or more" in problem and version in problem
 
 

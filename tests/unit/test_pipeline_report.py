@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from profiler.engines import engine_label, report_sections
+from profiler.engines.pipeline import report as pipeline
 from profiler.report import compare as cmp
-from profiler.report import pipeline
 from profiler.report.build import environment
 from profiler.report.engines import side_by_side
 from profiler.report.html import render
 from profiler.report.sweep_data import Sweep
 from profiler.report.sweep_data import config_label as _config
-from profiler.sweep.table import engine_label, format_table
+from profiler.sweep.table import format_table
 from tests.report_tables import number, rows
 
 SECTION = "<h2 id='pipeline'>"
@@ -62,17 +63,17 @@ def test_the_table_names_a_pipelines_shape_and_leaves_other_rows_alone():
     assert engine_label(plain) == "torch-ddp"
 
 
-def _page(records: list[dict], figure=None) -> str:
+def _page(records: list[dict]) -> str:
     sweep = Sweep(path=Path("s"), settings={"sweep_id": "s"}, records=records)
     return render(title="t", environment=environment(sweep), records=records,
                   config_of=_config, figures=[], cell_figures=[],
-                  pipeline_figure=figure)
+                  engine_sections=report_sections(records))
 
 
 def test_the_pipeline_section_lists_each_pipeline_cell_per_stage():
     records = [_plain(), _pipe(), _pipe(8, "1f1b"),
                _pipe(8, "gpipe", cell_id="bad", status="failed", stage_compute_ms=None)]
-    page = _page(records, pipeline.figure(records))
+    page = _page(records)
     table = rows(page, SECTION)
     body = {row[0]: dict(zip(table[0], row)) for row in table[1:]}
     assert sorted(body) == ["resnet-20 b32 x2 sync torch-pipe S2 M4 gpipe",
@@ -93,13 +94,13 @@ def test_the_pipeline_section_lists_each_pipeline_cell_per_stage():
 
 def test_no_pipeline_cell_no_section_and_no_figure():
     records = [_plain(), _pipe(status="failed", stage_compute_ms=None)]
-    assert pipeline.figure(records) is None
+    assert report_sections(records) == []
     page = _page(records)
     assert SECTION not in page and "fig-pipeline" not in page
 
 
 def test_a_dilated_pipeline_cell_is_shown_in_the_boards_time():
-    [cell] = pipeline.cells([_pipe(speedup=4.0)])
+    [cell] = pipeline.cells([_pipe(speedup=4.0)], "torch-pipe")
     assert cell["stage_compute_ms"] == [560.0, 520.0]
     assert cell["pipe_step_ms"] == 800.0 and cell["pipe_step_ms_predicted"] == 720.0
     assert cell["link_mbit_s"] == 25.0  # the link ran 4 x faster than the board's
@@ -111,7 +112,7 @@ def test_the_figure_draws_a_line_per_stages_and_schedule():
 
     records = [_pipe(m, s, bubble_measured=0.5 / m) for m in (2, 4, 8)
                for s in ("gpipe", "1f1b")]
-    figure = pipeline.figure(records)
+    figure = pipeline.figure(pipeline.cells(records, "torch-pipe"))
     pixels = mpimg.imread(io.BytesIO(figure.png), format="png")
     assert pixels.shape[1] > 500 and float(pixels.std()) > 0.01
 

@@ -90,9 +90,11 @@ def test_a_grid_of_both_schedules_leaves_out_what_1f1b_cannot_run():
         return expand(engines=["torch-pipe"], models=["lenet-cnn"], layers=[None],
                       batches=[32], devices=[4], syncs=["sync"],
                       engine_values={"microbatches": [1, 2, 4], "schedule": schedules})
-    shapes = [(c.microbatches, c.schedule) for c in cells(["gpipe", "1f1b"])]
+    from profiler.engines import cell_label
+
+    shapes = [(c.param("microbatches"), c.param("schedule")) for c in cells(["gpipe", "1f1b"])]
     assert shapes == [(1, "gpipe"), (2, "gpipe"), (4, "gpipe"), (4, "1f1b")]
-    assert [c.label for c in cells(["gpipe", "1f1b"])][-1] == \
+    assert [cell_label(c) for c in cells(["gpipe", "1f1b"])][-1] == \
         "lenet-cnn b32 d4 sync torch-pipe S4 M4 1f1b"
     with pytest.raises(ConfigError, match="1f1b needs at least one micro-batch per stage"):
         cells(["1f1b"])

@@ -1,47 +1,68 @@
-"""The report's pipeline section: each ``torch-pipe`` cell's split, stage times, bubble
-and step beside what the pipeline model predicts, and one figure of both over M.
+"""The pipeline's section of the report: each ``torch-pipe`` cell's split, stage times,
+bubble and step beside what the pipeline model predicts, and one figure of both over M.
 
-The values are the cell's own results columns (``profiler.timeline.pipeline`` says how
-each is measured); this module only picks them, reads dilated cells (``--speedup``) in
-the board's time (ms times k, the link's Mbit/s over k; ratios are what they are) and
-draws. A sweep without a finished pipeline cell gets neither the table nor the figure:
-``cells`` is empty and the page leaves the section out.
+The values are the cell's own results columns (``.columns`` says how each is measured);
+this module only picks them, reads dilated cells (``--speedup``) in the board's time (ms
+times k, the link's Mbit/s over k; ratios are what they are) and draws. A sweep without
+a finished pipeline cell gets neither the table nor the figure: ``cells`` is empty and
+the page leaves the section out.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from ..sweep import board_time
-from ..sweep.table import is_pipeline
-from .figures import Figure, png_bytes, plt
+from ...figure import Figure, png_bytes, pyplot
+from ..base import ReportSection
 
-# (heading, results column, per stage): a per-stage column is a list in stage order.
-TABLE = [("split (layers)", "pipe_split", True),
-         ("compute ms", "stage_compute_ms", True),
-         ("imbalance", "stage_imbalance", False),
-         ("imbalance predicted", "stage_imbalance_predicted", False),
-         ("bubble", "bubble_measured", False),
-         ("bubble GPipe", "bubble_gpipe", False),
-         ("step ms", "pipe_step_ms", False),
-         ("step ms predicted", "pipe_step_ms_predicted", False),
-         ("step / predicted", "pipe_step_vs_predicted", False),
-         ("stash MB", "stage_stash_mb", True),
-         ("floor MB/step", "pipe_bytes_floor_mb", False),
-         ("link Mbit/s", "link_mbit_s", False)]
+# (heading, results column): a per-stage column is a list in stage order.
+TABLE = [("split (layers)", "pipe_split"),
+         ("compute ms", "stage_compute_ms"),
+         ("imbalance", "stage_imbalance"),
+         ("imbalance predicted", "stage_imbalance_predicted"),
+         ("bubble", "bubble_measured"),
+         ("bubble GPipe", "bubble_gpipe"),
+         ("step ms", "pipe_step_ms"),
+         ("step ms predicted", "pipe_step_ms_predicted"),
+         ("step / predicted", "pipe_step_vs_predicted"),
+         ("stash MB", "stage_stash_mb"),
+         ("floor MB/step", "pipe_bytes_floor_mb"),
+         ("link Mbit/s", "link_mbit_s")]
 TIME_MS = ("stage_compute_ms", "pipe_step_ms", "pipe_step_ms_predicted")
 FIGURE_NAME = "fig-pipeline-bubble-step"
+NOTE = ("Each finished pipeline cell (torch-pipe), in the board's time: the layers of "
+        "each stage, each stage's forward and backward compute per step (ms), the slowest "
+        "stage over the mean (<i>imbalance</i>) measured and as the split predicted it from "
+        "the per-layer profile, the bubble (each stage's idle share of the schedule: "
+        "neither computing nor sending at the link's rate; mean over stages) beside "
+        "GPipe's (S-1)/(M+S-1), the measured step beside the pipeline model's (M+S-1) x "
+        "the slowest stage per micro-batch (above 1: the network or the schedule's "
+        "overheads limit, not the split), the most activations each stage stashed for "
+        "backward (MB), the floor of bytes between stages per step (each boundary's "
+        "activation and gradient, per micro-batch) and the link's rate. Values per stage "
+        "are in stage order, separated by /.")
 
 
-def cells(records: list[dict]) -> list[dict]:
+def sections(records: list[dict], engine: str) -> list[ReportSection]:
+    """The pipeline section of a report on ``records`` (``engine``'s cells), or none."""
+    shown = cells(records, engine)
+    if not shown:
+        return []
+    rows = [(r, [r.get(column) for _heading, column in TABLE]) for r in shown]
+    return [ReportSection("pipeline", "Pipeline stages", NOTE,
+                          [heading for heading, _ in TABLE], rows, figure(shown))]
+
+
+def cells(records: list[dict], engine: str) -> list[dict]:
     """The finished pipeline cells that measured their stages, in the board's time, each
     with ``pipe_bytes_floor_mb`` and its split as a list of layer counts."""
     return [_board(r) for r in records
-            if r.get("status") == "ok" and is_pipeline(r) and r.get("stage_compute_ms")]
+            if r.get("status") == "ok" and r.get("engine") == engine
+            and r.get("stage_compute_ms")]
 
 
 def _board(r: dict) -> dict:
-    k = board_time.speedup(r)
+    k = float(r.get("speedup") or 1.0)  # the cell's time dilation (--speedup)
     out = dict(r)
     for column in TIME_MS:
         value = r.get(column)
@@ -76,13 +97,11 @@ def _series(r: dict) -> str:
     return " ".join(parts)
 
 
-def figure(records: list[dict]) -> Figure | None:
+def figure(shown: list[dict]) -> Figure:
     """Measured bubble against GPipe's (S-1)/(M+S-1) over M, one line per S and schedule
-    (and model, batch), and the measured step over the predicted one; None without a
-    pipeline cell."""
-    shown = cells(records)
-    if not shown:
-        return None
+    (and model, batch), and the measured step over the predicted one (``shown``: the
+    cells of ``cells``)."""
+    plt = pyplot()
     series: dict[str, list[dict]] = defaultdict(list)
     for r in shown:
         series[_series(r)].append(r)

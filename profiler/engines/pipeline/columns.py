@@ -29,11 +29,32 @@ import statistics
 
 from workloads import pipeline_split
 
-COLUMNS = ("pipe_stages", "pipe_split", "stage_compute_ms", "stage_imbalance",
-           "stage_imbalance_predicted", "bubble_measured", "bubble_gpipe",
-           "pipe_step_ms", "pipe_step_ms_predicted", "pipe_step_vs_predicted",
-           "pipe_bytes_floor_per_step", "link_mbit_s", "stage_stash_mb",
-           "infer_latency_ms", "infer_period_ms")
+from ..base import EngineColumn as C
+
+COLUMNS = (
+    C("pipe_stages", "", "S, the stages of each pipeline"),
+    C("pipe_split", "", "the layers of each stage in order (5,10)"),
+    C("stage_compute_ms", "ms", "per stage, forward and backward compute per step"),
+    C("stage_imbalance", "", "the slowest stage's compute over the mean (1: balanced), measured"),
+    C("stage_imbalance_predicted", "",
+      "the same from the per-layer profile the split was chosen on"),
+    C("bubble_measured", "", "each stage's idle share of the schedule's time, neither "
+      "computing nor sending at the link's rate, mean over stages"),
+    C("bubble_gpipe", "", "GPipe's prediction for a balanced pipeline, (S-1)/(M+S-1)"),
+    C("pipe_step_ms", "ms", "the schedule's time per step (the slowest stage's)"),
+    C("pipe_step_ms_predicted", "ms", "the pipeline model: (M+S-1) x the slowest stage's "
+      "time per micro-batch"),
+    C("pipe_step_vs_predicted", "", "measured step over predicted (above 1: the network "
+      "or the schedule's overheads limit, not the split)"),
+    C("pipe_bytes_floor_per_step", "B", "the least bytes a step must move: each "
+      "boundary's activation and gradient, per micro-batch, every pipeline"),
+    C("link_mbit_s", "Mbit/s", "the link rate measured before training"),
+    C("stage_stash_mb", "MB", "per stage, the most activations held for backward at once"),
+    C("infer_latency_ms", "ms", "--task infer: a batch's time from entering its "
+      "pipeline's first stage to leaving the last"),
+    C("infer_period_ms", "ms", "--task infer: the time between two batches leaving the "
+      "last stage"),
+)
 
 
 def columns(workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:

@@ -12,14 +12,14 @@ stages forward only (each pipeline 1/R of it): samples/s and each batch's latenc
 one stage a "pipeline" is the whole model on one node, so ``--devices 1`` is one device
 and ``--replicas`` equal to ``--devices`` is R whole-model replicas, beside the split.
 
-Settings of its own (``options``) become grid dimensions for its cells only, and
-results columns; the other engines' cells leave them empty.
+The engine is this folder: its settings (``options``) become grid dimensions for its
+cells only (``engine_params``) and results columns; its own columns are measured in
+``.columns``; its report section is drawn in ``.report``; its workers are
+``workloads.torch_pipeline``'s. The other engines' cells leave its columns empty.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import re
 from pathlib import Path
 from typing import Sequence
@@ -28,12 +28,14 @@ from workloads import pipeline_split
 from workloads.torch_pipeline import (MICROBATCHES_ENV, SCHEDULE_ENV, SCHEDULES, SPLIT_ENV,
                                       STAGES_ENV, TASK_ENV, TASKS)
 
-from ..cell import CellConfig
-from ..cluster.base import Node
-from ..errors import ConfigError
-from ..option_lists import parse_choice_list, parse_int_list
-from .base import EngineOption, ProcessSpec, TrainOptions
-from .pytorch import _process_env, _rendezvous, _TorchEngine
+from ...cell import CellConfig
+from ...cluster.base import Node
+from ...errors import ConfigError
+from ...option_lists import parse_choice_list, parse_int_list
+from ..base import EngineOption, ProcessSpec, ReportSection, TrainOptions
+from ..pytorch import _process_env, _rendezvous, _TorchEngine
+from . import columns as pipeline_columns
+from . import report
 
 
 def _positive_ints(option: str):
@@ -90,36 +92,75 @@ class TorchPipelineEngine(_TorchEngine):
                      "as 3,5; several separated by ';'."),
     )
 
+    columns = pipeline_columns.COLUMNS
+    compare_measures = (("pipe_step_ms", "pipe step"), ("pipe_step_vs_predicted", "step/pred"),
+                        ("bubble_measured", "bubble"), ("stage_imbalance", "imbalance"),
+                        ("stage_stash_mb_max", "stash MB"))
+    worker = "workloads.torch_pipeline:PipelineWorker"
+
     def comm(self, cell: CellConfig) -> str:
         return "pipeline"
+
+    def label(self, rec: dict, *, stages: bool = True) -> str:
+        """``torch-pipe S2 M4 1f1b``, with ``infer`` for ``--task infer``, ``R2`` for two
+        pipelines side by side and the split when it is not ``balanced``
+        (``split=3,5``); ``stages`` False leaves S out (a series over the device count,
+        along which S changes)."""
+        if rec.get("microbatches") is None and rec.get("schedule") is None:
+            return self.name  # the fields of a cell of another engine's grid
+        replicas = rec.get("replicas") or 1
+        parts = [self.name]
+        if stages:
+            parts.append(f"S{rec.get('pipe_stages') or (rec.get('devices') or 0) // replicas}")
+        parts += [f"M{rec.get('microbatches') or 1}", str(rec.get("schedule") or "gpipe")]
+        if (rec.get("task") or "train") != "train":
+            parts.append(str(rec["task"]))  # infer: the test set streamed forward only
+        if replicas > 1:
+            parts.append(f"R{replicas}")
+        if (rec.get("split") or "balanced") != "balanced":
+            parts.append(f"split={rec['split']}")
+        return " ".join(parts)
+
+    def task(self, rec: dict) -> str:
+        return str(rec.get("task") or "train")
+
+    def measure(self, rec: dict, name: str):
+        """``stage_stash_mb_max``: the largest stage's stash (the memory a pipeline's
+        stages must each have)."""
+        if name == "stage_stash_mb_max":
+            stash = rec.get("stage_stash_mb")
+            return max(stash) if stash else None
+        return rec.get(name)
+
+    def summarize(self, workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
+        return pipeline_columns.columns(workers, starts)
+
+    def report_sections(self, records: list[dict]) -> list[ReportSection]:
+        return report.sections(records, self.name)
 
     def host_problem(self, answer: dict, cells: Sequence[CellConfig]) -> str | None:
         problem = super().host_problem(answer, cells)
         return problem or few_microbatches_problem(answer.get("torch", ""), cells)
 
-    def variants(self, cell: CellConfig, values: dict) -> list[CellConfig]:
-        """Every combination of the settings; a combination a schedule cannot run (1F1B
-        with fewer micro-batches than stages, 1F1B inference) is left out where the grid
-        has GPipe too, as the grid leaves out a sync mode an engine lacks."""
-        names = [option.name for option in self.options]
-        combos = itertools.product(*(values.get(name) or [option.parse(option.default)[0]]
-                                     for name, option in zip(names, self.options)))
-        cells = [dataclasses.replace(cell, **dict(zip(names, combo))) for combo in combos]
-        if len(set(values.get("schedule") or ())) < 2:
-            return cells
-        return [c for c in cells if c.schedule != "1f1b" or _one_f_one_b_runs(c)]
+    def keep(self, cell: CellConfig, values: dict) -> bool:
+        """A combination a schedule cannot run (1F1B with fewer micro-batches than
+        stages, 1F1B inference) is left out where the grid has GPipe too, as the grid
+        leaves out a sync mode an engine lacks."""
+        return (len(set(values.get("schedule") or ())) < 2
+                or cell.param("schedule") != "1f1b" or _one_f_one_b_runs(cell))
 
     def check_cell(self, cell: CellConfig) -> None:
-        replicas, micro = cell.replicas or 1, cell.microbatches or 1
+        replicas, micro = cell.param("replicas") or 1, cell.param("microbatches") or 1
+        task, schedule = cell.param("task"), cell.param("schedule")
         if cell.devices % replicas:
             raise ConfigError(f"--devices {cell.devices} is not a multiple of --replicas "
                               f"{replicas}: each of the {replicas} pipelines needs the same "
                               "number of stages")
         stages = cell.devices // replicas
-        if cell.task == "infer" and cell.schedule == "1f1b":
+        if task == "infer" and schedule == "1f1b":
             raise ConfigError("--task infer streams forward only, which 1F1B has nothing "
                               "to interleave with: use --schedule gpipe")
-        if stages < 2 and cell.task != "infer":
+        if stages < 2 and task != "infer":
             raise ConfigError(f"--engine torch-pipe with --devices {cell.devices} and "
                               f"--replicas {replicas} makes pipelines of {stages} stage: give "
                               f"--devices {2 * replicas} or more")
@@ -130,31 +171,33 @@ class TorchPipelineEngine(_TorchEngine):
             raise ConfigError(f"--batch {cell.batch} does not divide into {micro} "
                               "micro-batches: give a --batch that is a multiple of "
                               "--microbatches")
-        if cell.schedule == "1f1b" and micro < stages and cell.task != "infer":
+        if schedule == "1f1b" and micro < stages and task != "infer":
             raise ConfigError(f"--schedule 1f1b needs at least one micro-batch per stage: "
                               f"give --microbatches {stages} or more with {stages} stages, "
                               "or --schedule gpipe")
-        pipeline_split.check(pipeline_split.parse(cell.split or "balanced"), stages,
+        pipeline_split.check(pipeline_split.parse(cell.param("split") or "balanced"), stages,
                              stage_layers(cell.model, cell.layers), cell.model)
 
     def plan(self, cell: CellConfig, nodes: list[Node], cell_dir: Path,
              options: TrainOptions) -> list[ProcessSpec]:
         argv = self.train_argv(cell, cell_dir, options)
         worker_nodes = nodes[:self.nodes_needed(cell)]
+        replicas = cell.param("replicas") or 1
+        stages = cell.devices // replicas
         common = {**_rendezvous(worker_nodes[0], cell.devices, options),
-                  STAGES_ENV: str(cell.devices // (cell.replicas or 1)),
-                  MICROBATCHES_ENV: str(cell.microbatches or 1),
-                  SCHEDULE_ENV: cell.schedule or "gpipe",
-                  SPLIT_ENV: cell.split or "balanced", TASK_ENV: cell.task or "train"}
-        stages = cell.devices // (cell.replicas or 1)
+                  STAGES_ENV: str(stages),
+                  MICROBATCHES_ENV: str(cell.param("microbatches") or 1),
+                  SCHEDULE_ENV: cell.param("schedule") or "gpipe",
+                  SPLIT_ENV: cell.param("split") or "balanced",
+                  TASK_ENV: cell.param("task") or "train"}
         return [ProcessSpec("worker", i, node, argv, _process_env(common, i, node),
-                            part=_part(i, stages, cell.replicas or 1))
+                            part=_part(i, stages, replicas))
                 for i, node in enumerate(worker_nodes)]
 
 
 def _one_f_one_b_runs(cell: CellConfig) -> bool:
-    stages = cell.devices // (cell.replicas or 1)
-    return cell.task != "infer" and (cell.microbatches or 1) >= stages
+    stages = cell.devices // (cell.param("replicas") or 1)
+    return cell.param("task") != "infer" and (cell.param("microbatches") or 1) >= stages
 
 
 def few_microbatches_problem(torch_version: str, cells: Sequence[CellConfig]) -> str | None:
@@ -165,8 +208,8 @@ def few_microbatches_problem(torch_version: str, cells: Sequence[CellConfig]) ->
     if not match or (int(match[1]), int(match[2])) >= (2, 10):
         return None
     for cell in cells:
-        stages = cell.devices // (cell.replicas or 1)
-        if (cell.microbatches or 1) < stages:
+        stages = cell.devices // (cell.param("replicas") or 1)
+        if (cell.param("microbatches") or 1) < stages:
             return (f"its torch {torch_version} runs a pipeline of {stages} stages only with "
                     f"--microbatches {stages} or more, under every schedule: give "
                     f"--microbatches {stages} or more")
