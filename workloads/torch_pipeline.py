@@ -26,7 +26,7 @@ MobileNetV2): their losses differ from one device's by that, LeNet's do not.
 Step breakdown: the stage's ``forward_one_chunk`` and ``backward_one_chunk`` are timed
 (its compute), and what else the schedule spent is its time on the wire and idle
 waiting for a neighbour; the per-step lines carry each part and every micro-batch's
-forward and backward span, for the trace (``profiler.timeline.pipeline``), and the most
+forward and backward span, for the trace (``profiler.engines.pipeline.columns``), and the most
 bytes of activations the stage held for backward at once (``stash_mb``, counted by
 autograd's saved-tensor hooks around each forward: M micro-batches' worth under GPipe,
 at most S under 1F1B).

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from .. import engines
 from ..engines import engine_label
 from ..errors import ConfigError
-from ..sweep.store import CONFIG_COLUMNS
+from ..sweep.store import config_columns
 from .sweep_data import Sweep
 
 # samples_per_s is the whole run's (first step and every slow moment in); the training
@@ -31,8 +31,6 @@ MEASURES = ["elapsed_s", "train_s", "samples_per_s", "robust_s_per_sample", "val
 # when a pair of cells has them; ``energy_source`` says whether a side was measured.
 ENERGY_MEASURES = ["energy_j", "avg_power_w", "j_per_sample", "energy_to_accuracy_j",
                    "cost_usd", "cost_per_epoch_usd"]
-# The cell's settings, each engine's own among them.
-MATCHABLE = CONFIG_COLUMNS
 
 
 @dataclass
@@ -49,15 +47,16 @@ class Row:
 
 
 def compare(a: Sweep, b: Sweep, ignore: tuple[str, ...] = ()) -> list[Row]:
-    unknown = sorted(set(ignore) - set(MATCHABLE))
+    matchable = config_columns()  # the cell's settings, each engine's own among them
+    unknown = sorted(set(ignore) - set(matchable))
     if unknown:
         raise ConfigError(f"--ignore {','.join(unknown)}: not a cell setting; use some of "
-                          f"{', '.join(MATCHABLE)}")
+                          f"{', '.join(matchable)}")
 
     def key(r: dict) -> tuple:
         # As JSON: a record's params are lists (read back from results.jsonl), which a
         # tuple cannot hash.
-        return tuple((f, json.dumps(r.get(f))) for f in MATCHABLE if f not in ignore)
+        return tuple((f, json.dumps(r.get(f))) for f in matchable if f not in ignore)
 
     b_by_key: dict[tuple, dict] = {}
     for r in b.records:

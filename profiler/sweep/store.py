@@ -20,9 +20,9 @@ from .. import engines
 from ..cell import CellConfig, param_columns
 from ..fsutil import atomic_write_text
 
-# The cell's fields, each engine's own settings (``engine_params``) a column of its own.
-CONFIG_COLUMNS = [f for f in CellConfig.__dataclass_fields__ if f != "engine_params"] + \
-    engines.setting_names()
+# The cell's fields; each engine's own settings (``engine_params``) follow them, a column
+# each (``config_columns``: asked of the registry when a store opens, plugins in).
+CONFIG_COLUMNS = [f for f in CellConfig.__dataclass_fields__ if f != "engine_params"]
 RESULT_COLUMNS = [
     "status", "reason", "elapsed_s", "train_s", "first_step_s", "epoch_s", "val_accuracy",
     "val_accuracy_per_epoch", "accuracy_reported", "diverged", "train_loss_per_epoch",
@@ -41,8 +41,8 @@ RESULT_COLUMNS = [
     "comm_ms_p95", "wait_ms_mean", "wait_ms_p50", "wait_ms_p95", "slowest_worker",
     "wait_ms_by_worker", "server_recv_ms_mean", "server_update_ms_mean",
     "server_send_ms_mean", "trace_file",
-    # Each engine's own columns (a pipeline's split, stages and bubble; MXNet's engine).
-    *(column.name for column in engines.result_columns()),
+    # Here each engine's own columns (a pipeline's split, stages and bubble; MXNet's
+    # engine type): ``result_columns``.
     # What the cell cost at --price (profiler.sweep.cost).
     "cost_usd", "cost_per_epoch_usd", "price_source",
 ]
@@ -52,13 +52,25 @@ ID_COLUMNS = ["sweep_id", "cell_id", "cluster", "attempt"]
 FINAL_STATUSES = ("ok", "oom", "timeout")
 
 
+def config_columns() -> list[str]:
+    """A cell's configuration as results columns: its fields, then every engine's own
+    settings."""
+    return CONFIG_COLUMNS + engines.setting_names()
+
+
+def result_columns() -> list[str]:
+    """What a cell measured, as results columns: everyone's, then every engine's own."""
+    return RESULT_COLUMNS + [column.name for column in engines.result_columns()]
+
+
 class ResultsStore:
     def __init__(self, sweep_dir: Path, extra_columns: Iterable[str] = ()):
         self.sweep_dir = Path(sweep_dir)
         self.jsonl_path = self.sweep_dir / "results.jsonl"
         self.csv_path = self.sweep_dir / "results.csv"
-        self.columns = ID_COLUMNS + CONFIG_COLUMNS + RESULT_COLUMNS + [
-            c for c in extra_columns if c not in RESULT_COLUMNS]
+        results = result_columns()
+        self.columns = ID_COLUMNS + config_columns() + results + [
+            c for c in extra_columns if c not in results]
 
     def records(self) -> list[dict]:
         """Every record, oldest first; a torn last line (crash mid-write) is ignored, and
