@@ -15,8 +15,8 @@ import io
 import json
 from dataclasses import dataclass
 
-from ..cell import CellConfig
 from ..errors import ConfigError
+from ..results_schema import columns_of
 from ..sweep.table import engine_label
 from .sweep_data import Sweep
 
@@ -32,9 +32,8 @@ PIPELINE_MEASURES = ["pipe_step_ms", "pipe_step_vs_predicted", "bubble_measured"
                      "stage_imbalance", "stage_stash_mb_max"]
 # Energy and cost (issue 32: profiler.sweep.cost and the cell's energy), compared only
 # when a pair of cells has them; ``energy_source`` says whether a side was measured.
-ENERGY_MEASURES = ["energy_j", "avg_power_w", "j_per_sample", "energy_to_accuracy_j",
-                   "cost_usd", "cost_per_epoch_usd"]
-MATCHABLE = [f for f in CellConfig.__dataclass_fields__]
+ENERGY_MEASURES = list(columns_of("energy", "cost", kind="float"))
+MATCHABLE = list(columns_of("config"))
 
 
 @dataclass

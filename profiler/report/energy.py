@@ -19,11 +19,12 @@ from dataclasses import dataclass
 
 from ..cluster.prices import Price, PriceTable
 from ..errors import ConfigError
+from ..results_schema import columns_of
 from ..sweep import board_time
 from ..sweep.table import engine_label
 
-ENERGY_COLUMNS = ("energy_j", "avg_power_w", "j_per_sample", "energy_to_accuracy_j",
-                  "cost_usd", "cost_per_epoch_usd")
+# The energy and cost numbers a record may hold (profiler.results_schema's groups).
+NUMBERS = columns_of("energy", "cost", kind="float")
 # Added to the page's cell table when a record has them.
 STATUS_COLUMNS = [("energy_j", "energy J"), ("j_per_sample", "J/sample"),
                   ("cost_per_epoch_usd", "USD/epoch")]
@@ -84,7 +85,7 @@ def _epoch_times(text: str) -> dict[str, float]:
 
 def has_energy(records: list[dict]) -> bool:
     """Whether any record has an energy or cost value (else the page shows none)."""
-    return any(r.get(c) is not None for r in records for c in ENERGY_COLUMNS)
+    return any(r.get(c) is not None for r in records for c in NUMBERS)
 
 
 def status_columns(records: list[dict]) -> list[tuple[str, str]]:
@@ -160,7 +161,7 @@ def section(records: list[dict], cloud: CloudVM | None, number, config_of) -> di
                      "time / cloud"]
     rows = []
     for raw in records:
-        if not any(raw.get(c) is not None for c in ENERGY_COLUMNS):
+        if not any(raw.get(c) is not None for c in NUMBERS):
             continue
         r = board_time.record(raw)
         values = [number(r.get("energy_j")), number(r.get("avg_power_w")),

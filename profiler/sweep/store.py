@@ -14,49 +14,29 @@ import io
 import json
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Sequence
 
-from ..cell import CellConfig, param_columns
+from ..cell import param_columns
+from ..column import Column
 from ..fsutil import atomic_write_text
-from ..timeline.pipeline import COLUMNS as PIPELINE_COLUMNS
+from ..results_schema import csv_columns
 
-CONFIG_COLUMNS = [f for f in CellConfig.__dataclass_fields__]
-RESULT_COLUMNS = [
-    "status", "reason", "elapsed_s", "train_s", "first_step_s", "epoch_s", "val_accuracy",
-    "val_accuracy_per_epoch", "accuracy_reported", "diverged", "train_loss_per_epoch",
-    "lr_applied", "mxnet_engine",
-    "samples_per_s", "syncs_per_worker", "train_samples", "steady_s_per_sample",
-    # The cell's rate over the run, slow moments left out (profiler.timeline.rate).
-    "robust_s_per_sample", "robust_from", "robust_slow_blocks", "speedup",
-    # The model's trainable parameters, as its worker counted them on the built model.
-    "parameters",
-    # Unequal nodes (profiler.sweep.stragglers): the node slowed, and each node's profile.
-    "straggler_node", "straggler_factor", "straggler_after_s", "straggler_started_s",
-    "node_profiles",
-    # Where a step's time went (profiler.timeline.steps), ms per step.
-    "breakdown", "step_ms_mean", "steady_step_ms", "breakdown_vs_step", "data_ms_mean",
-    "compute_ms_mean", "compute_ms_p50", "compute_ms_p95", "comm_ms_mean", "comm_ms_p50",
-    "comm_ms_p95", "wait_ms_mean", "wait_ms_p50", "wait_ms_p95", "slowest_worker",
-    "wait_ms_by_worker", "server_recv_ms_mean", "server_update_ms_mean",
-    "server_send_ms_mean", "trace_file",
-    # A pipeline's split, stages and bubble (profiler.timeline.pipeline).
-    *PIPELINE_COLUMNS,
-    # What the cell cost at --price (profiler.sweep.cost).
-    "cost_usd", "cost_per_epoch_usd", "price_source",
-]
-ID_COLUMNS = ["sweep_id", "cell_id", "cluster", "attempt"]
 # Statuses that a resumed sweep does not run again; ``failed`` cells are retried
 # because failures are mostly transient (a port taken, an interrupted run).
 FINAL_STATUSES = ("ok", "oom", "timeout")
 
 
 class ResultsStore:
-    def __init__(self, sweep_dir: Path, extra_columns: Iterable[str] = ()):
+    """A sweep's results; ``monitored``: the sweep runs agents, so its table has their
+    columns; ``extra``: columns its engines add to the record's
+    (``profiler.results_schema`` orders them all)."""
+
+    def __init__(self, sweep_dir: Path, *, monitored: bool = False,
+                 extra: Sequence[Column] = ()):
         self.sweep_dir = Path(sweep_dir)
         self.jsonl_path = self.sweep_dir / "results.jsonl"
         self.csv_path = self.sweep_dir / "results.csv"
-        self.columns = ID_COLUMNS + CONFIG_COLUMNS + RESULT_COLUMNS + [
-            c for c in extra_columns if c not in RESULT_COLUMNS]
+        self.columns = csv_columns(monitored=monitored, extra=extra)
 
     def records(self) -> list[dict]:
         """Every record, oldest first; a torn last line (crash mid-write) is ignored, and

@@ -29,11 +29,9 @@ import statistics
 
 from workloads import pipeline_split
 
-COLUMNS = ("pipe_stages", "pipe_split", "stage_compute_ms", "stage_imbalance",
-           "stage_imbalance_predicted", "bubble_measured", "bubble_gpipe",
-           "pipe_step_ms", "pipe_step_ms_predicted", "pipe_step_vs_predicted",
-           "pipe_bytes_floor_per_step", "link_mbit_s", "stage_stash_mb",
-           "infer_latency_ms", "infer_period_ms")
+from ..results_schema import columns_of
+
+COLUMNS = columns_of("pipeline")  # profiler.results_schema describes them
 
 
 def columns(workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
