@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..cluster.prices import Price, PriceTable
 from ..errors import ConfigError
-from ..results_schema import columns_of
+from ..results_schema import columns_of, help_of
 from ..sweep import board_time
 from ..sweep.table import engine_label
 
@@ -28,6 +28,12 @@ NUMBERS = columns_of("energy", "cost", kind="float")
 # Added to the page's cell table when a record has them.
 STATUS_COLUMNS = [("energy_j", "energy J"), ("j_per_sample", "J/sample"),
                   ("cost_per_epoch_usd", "USD/epoch")]
+# The section's table: (record key, heading); the cloud VM's columns follow when given.
+SECTION_COLUMNS = [("energy_j", "energy J"), ("avg_power_w", "avg W"),
+                   ("j_per_sample", "J/sample"), ("energy_to_accuracy_j", "J to final acc"),
+                   ("energy_source", "source"), ("cost_usd", "cost USD"),
+                   ("cost_per_epoch_usd", "USD/epoch")]
+CLOUD_HEADINGS = ["epoch s", "cloud epoch s", "cloud USD/epoch", "cost / cloud", "time / cloud"]
 MARKERS = "os^DvP*Xh<>"
 
 
@@ -154,27 +160,25 @@ def section(records: list[dict], cloud: CloudVM | None, number, config_of) -> di
     ``config_of`` names a cell."""
     if not has_energy(records):
         return None
-    headings = ["energy J", "avg W", "J/sample", "J to final acc", "source", "cost USD",
-                "USD/epoch"]
+    # Each heading's help is its column's meaning and unit; the cloud's are the page's own.
+    columns = [{"heading": heading, "help": help_of(key)} for key, heading in SECTION_COLUMNS]
     if cloud is not None:
-        headings += ["epoch s", "cloud epoch s", "cloud USD/epoch", "cost / cloud",
-                     "time / cloud"]
+        columns += [{"heading": heading, "help": ""} for heading in CLOUD_HEADINGS]
     rows = []
     for raw in records:
         if not any(raw.get(c) is not None for c in NUMBERS):
             continue
         r = board_time.record(raw)
-        values = [number(r.get("energy_j")), number(r.get("avg_power_w")),
-                  number(r.get("j_per_sample")), number(r.get("energy_to_accuracy_j")),
-                  r.get("energy_source") or "", number(r.get("cost_usd")),
-                  number(r.get("cost_per_epoch_usd"))]
+        values = [(r.get(key) or "") if key == "energy_source" else number(r.get(key))
+                  for key, _ in SECTION_COLUMNS]
         if cloud is not None:
             values += _beside_cloud(raw, cloud, number)
         rows.append({"config": config_of(raw), "record": raw, "numbers": values})
     # Each price once: the node counts (" x 3 nodes") differ from cell to cell.
     sources = sorted({re.sub(r" x \d+ nodes?", "", r["record"]["price_source"]) for r in rows
                       if r["record"].get("price_source")})
-    return {"headings": headings, "rows": rows, "prices": sources,
+    return {"headings": [column["heading"] for column in columns], "columns": columns,
+            "rows": rows, "prices": sources,
             "cloud": cloud.label if cloud is not None else "",
             "cloud_source": cloud.price.source if cloud is not None else ""}
 

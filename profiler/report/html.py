@@ -4,7 +4,9 @@ to anything outside the file, so that it opens offline and can be mailed.
 The markup is the Jinja2 template ``page.html.j2`` beside this module, rendered with
 autoescape on: a value from a sweep (a reason, a dataset name, a node's name) cannot
 become markup, whatever it holds. This module turns records into rows of display
-strings (numbers formatted, verdicts worded) and leaves every tag to the template.
+strings (numbers formatted, verdicts worded) and leaves every tag to the template. A
+table's heading shows its column's meaning and unit on hover (``title``), from
+``profiler.results_schema``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from datetime import datetime, timezone
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from ..results_schema import help_of
 from ..sweep import board_time
 from ..sweep.table import engine_label, is_pipeline, status_counts
 from . import energy, pipeline
@@ -72,11 +75,12 @@ def render(*, title: str, environment: dict, records: list[dict], config_of,
     columns += energy.status_columns(records)  # energy and cost, where a record has them
     return _TEMPLATES.get_template("page.html.j2").render(
         title=title, environment=environment, status_counts=status_counts(records),
-        columns=[{"heading": h, "text": k in TEXT_COLUMNS} for k, h in columns],
+        columns=[{"heading": h, "text": k in TEXT_COLUMNS, "help": help_of(k)}
+                 for k, h in columns],
         cells=[_cell_row(r, columns, config_of) for r in records],
         figures=[f for f in figures if isinstance(f, Figure)],
         skipped=[f for f in figures if isinstance(f, Skipped)],
-        breakdown_headings=[h for _, h in BREAKDOWN_COLUMNS],
+        breakdown_columns=[{"heading": h, "help": help_of(k)} for k, h in BREAKDOWN_COLUMNS],
         breakdown=_breakdown(records, config_of, traces or {}),
         engines=_engines(records, config_of),
         pipeline=_pipeline(records, config_of, pipeline_figure),
@@ -177,7 +181,8 @@ def _pipeline(records: list[dict], config_of, figure: Figure | None) -> dict | N
             values.append(" / ".join(number(v) for v in value) if per_stage and value
                           else number(value))
         rows.append({"config": config_of(r), "numbers": values})
-    return {"headings": [heading for heading, _, _ in pipeline.TABLE], "rows": rows,
+    return {"columns": [{"heading": heading, "help": help_of(column)}
+                        for heading, column, _ in pipeline.TABLE], "rows": rows,
             "figure": figure}
 
 
