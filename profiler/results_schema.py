@@ -34,7 +34,7 @@ def _group(group: str, filled_by: str, rows: Iterable[tuple]) -> list[Column]:
 
 
 _ID = _group("id", "profiler.sweep.record", [
-    ("sweep_id", "str", "", "the sweep's id (its folder's name unless --out)"),
+    ("sweep_id", "str", "", "the sweep's id, its start time (runs/<sweep_id> unless --out)"),
     ("cell_id", "str", "", "12 hex digits of SHA-256 over the cell's configuration"),
     ("cluster", "str", "", "the node provider the cell ran on: local, emulated, inventory"),
     ("attempt", "int", "", "which run of the cell this is: 1, then 2, ... on --resume"),
