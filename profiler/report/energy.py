@@ -160,17 +160,13 @@ def section(records: list[dict], cloud: CloudVM | None, number, config_of) -> di
     ``config_of`` names a cell."""
     if not has_energy(records):
         return None
-    # Each heading's help is its column's meaning and unit; the cloud's are the page's own.
-    columns = [{"heading": heading, "help": help_of(key)} for key, heading in SECTION_COLUMNS]
-    if cloud is not None:
-        columns += [{"heading": heading, "help": ""} for heading in CLOUD_HEADINGS]
+    columns = _section_columns(cloud)
     rows = []
     for raw in records:
         if not any(raw.get(c) is not None for c in NUMBERS):
             continue
         r = board_time.record(raw)
-        values = [(r.get(key) or "") if key == "energy_source" else number(r.get(key))
-                  for key, _ in SECTION_COLUMNS]
+        values = [_shown(r, key, number) for key, _ in SECTION_COLUMNS]
         if cloud is not None:
             values += _beside_cloud(raw, cloud, number)
         rows.append({"config": config_of(raw), "record": raw, "numbers": values})
@@ -181,6 +177,20 @@ def section(records: list[dict], cloud: CloudVM | None, number, config_of) -> di
             "rows": rows, "prices": sources,
             "cloud": cloud.label if cloud is not None else "",
             "cloud_source": cloud.price.source if cloud is not None else ""}
+
+
+def _section_columns(cloud: CloudVM | None) -> list[dict]:
+    """The section's headings, each with its column's meaning and unit as its help (the
+    cloud VM's columns are the page's own)."""
+    columns = [{"heading": heading, "help": help_of(key)} for key, heading in SECTION_COLUMNS]
+    if cloud is not None:
+        columns += [{"heading": heading, "help": ""} for heading in CLOUD_HEADINGS]
+    return columns
+
+
+def _shown(r: dict, key: str, number) -> str:
+    """A value of the section's table: text as it is, numbers formatted."""
+    return (r.get(key) or "") if key == "energy_source" else number(r.get(key))
 
 
 def _beside_cloud(r: dict, cloud: CloudVM, number) -> list[str]:
