@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..errors import ConfigError
-from .base import Engine, EngineColumn, ReportSection
+from ..column import Column
+from .base import Engine, ReportSection
 from .horovod import HorovodEngine
 from .mxnet import MXNetEngine
 from .pipeline import TorchPipelineEngine
@@ -73,18 +74,26 @@ def cell_label(cell) -> str:
     return cell.label_as(engine_label(cell.fields_record()))
 
 
-def setting_names() -> list[str]:
-    """Every engine's own settings, each once, in registration order: results columns
-    after the configuration's."""
-    return list(dict.fromkeys(o.name for engine in ENGINES.values() for o in engine.options))
+def setting_columns() -> list[Column]:
+    """Every engine's own settings as results columns (group ``config``: after the
+    configuration's), each once, in registration order."""
+    return _once(engine.setting_column(o) for engine in ENGINES.values() for o in engine.options)
 
 
-def result_columns() -> list[EngineColumn]:
+def result_columns() -> list[Column]:
     """Every engine's own results columns, each once, in registration order."""
-    seen: dict[str, EngineColumn] = {}
-    for engine in ENGINES.values():
-        for column in engine.columns:
-            seen.setdefault(column.name, column)
+    return _once(column for engine in ENGINES.values() for column in engine.columns)
+
+
+def columns() -> list[Column]:
+    """What the engines add to the record: their settings' columns and their own."""
+    return setting_columns() + result_columns()
+
+
+def _once(columns) -> list[Column]:
+    seen: dict[str, Column] = {}
+    for column in columns:
+        seen.setdefault(column.name, column)
     return list(seen.values())
 
 

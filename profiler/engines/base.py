@@ -38,6 +38,7 @@ from workloads import user_model
 
 from ..cluster.base import Node
 from ..cell import CellConfig
+from ..column import Column
 from ..errors import ClusterError
 from ..figure import Figure
 from ..inputs import staged_path
@@ -91,15 +92,8 @@ class EngineOption:
     default: str  # as typed on the command line
     parse: Callable[[str], list]  # the typed text -> its list of values (ConfigError)
     help: str
-
-
-@dataclass(frozen=True)
-class EngineColumn:
-    """A results column an engine fills (``Engine.summarize``)."""
-
-    name: str
-    unit: str  # "ms", "MB", "" (a ratio or a count), ...
-    description: str  # one line
+    kind: str = "str"  # its column's type (profiler.column.KINDS)
+    description: str = ""  # its column's meaning, one line (default: help's first sentence)
 
 
 @dataclass
@@ -115,6 +109,9 @@ class ReportSection:
     headings: list[str]
     rows: list[tuple[dict, list]]
     figure: Figure | None = None
+    # The results column behind each heading, for its help (the schema's or the
+    # engine's own description); empty: no help.
+    columns: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -153,8 +150,9 @@ class Engine:
     # engines leaves this one's smaller cells out.
     min_devices: int = 1
 
-    # The results columns the engine fills (``summarize``), after everyone's.
-    columns: tuple[EngineColumn, ...] = ()
+    # The results columns the engine fills (``summarize``), after everyone's
+    # (``profiler.column.Column``: name, type, unit, meaning, filler, group).
+    columns: tuple[Column, ...] = ()
     # The measures ``edgeprof compare`` sets side by side when both cells have them
     # (``measure`` reads them), each with its short heading: ``(name, heading)``.
     compare_measures: tuple[tuple[str, str], ...] = ()
@@ -174,6 +172,11 @@ class Engine:
         cells = [dataclasses.replace(cell, engine_params=tuple(zip(names, combo)))
                  for combo in combos]
         return [c for c in cells if self.keep(c, values)]
+
+    def setting_column(self, option: EngineOption) -> Column:
+        """The results column of one of the engine's settings (after the cell's own)."""
+        meaning = option.description or option.help.split(". ")[0].rstrip(".")
+        return Column(option.name, option.kind, "", meaning, type(self).__module__, "config")
 
     def keep(self, cell: CellConfig, values: dict) -> bool:
         """Whether a combination of settings stays in the grid (``values``: as given)."""

@@ -21,12 +21,12 @@ from typing import Sequence
 from ..cell import CellConfig
 from ..cluster.base import Node
 from ..ports import free_port
-from .base import (Engine, EngineColumn, Package, ProcessSpec, TrainOptions,
-                   parameter_server_nodes)
+from ..column import Column
+from .base import Engine, Package, ProcessSpec, TrainOptions, parameter_server_nodes
 
 # MXNet's engine type as rank 0 ran it (workloads.mxnet_worker's start event).
-MXNET_ENGINE = EngineColumn("mxnet_engine", "", "the MXNet engine type the workers ran "
-                            "(MXNET_ENGINE_TYPE: ThreadedEnginePerDevice, ThreadedEngine, ...)")
+MXNET_ENGINE = Column("mxnet_engine", "str", "", "MXNet's engine type rank 0 ran "
+                      "(ThreadedEnginePerDevice, ThreadedEngine, ...)", __name__, "mxnet")
 
 
 def mxnet_engine_columns(starts: dict[int, dict]) -> dict:

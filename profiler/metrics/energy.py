@@ -22,7 +22,8 @@ than its boards at the same utilisation: its energy is the window's x k, the boa
 
 A node's energy goes to the roles on it by their processes' CPU in the window
 (``proc.cpu_percent``), or to its one role (the roles its points are tagged with,
-shared equally when it has no process points). Columns: ``ENERGY_COLUMNS``.
+shared equally when it has no process points). Columns: the group ``energy`` of
+``profiler.results_schema``.
 """
 
 from __future__ import annotations
@@ -31,13 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..results_schema import columns_of
 from .spool_reader import read_points
 
 if TYPE_CHECKING:
     from ..cluster.profiles import PowerModel
 
-ENERGY_COLUMNS = ["energy_j", "energy_j_by_node", "energy_j_by_role", "avg_power_w",
-                  "j_per_sample", "energy_to_accuracy_j", "energy_source"]
 # A node's meters, most direct first: the one found is its power.
 METERS = ("power_hwmon", "power_pmic", "power_rapl")
 _METER_FIELD = {"power_hwmon": "power_w", "power_pmic": "board_w", "power_rapl": "power_w"}
@@ -66,8 +66,7 @@ class CellWork:
 
 def cell_work(events, speedup: float | None = 1.0) -> CellWork:
     """The ``CellWork`` of a cell's ``CellEvents`` (``profiler.sweep.events``)."""
-    counted = [e.get("samples") for e in events.of("end")]
-    samples = sum(counted) if counted and all(isinstance(n, int) for n in counted) else None
+    samples = events.samples_trained()  # the record's samples_trained
     epochs = sorted((e for e in events.by_rank.get(0, []) if e.get("event") == "epoch"),
                     key=lambda e: e.get("epoch", 0))
     accuracies = [e.get("val_accuracy") for e in epochs]
@@ -75,7 +74,7 @@ def cell_work(events, speedup: float | None = 1.0) -> CellWork:
     if accuracies and accuracies[-1] is not None:
         accuracy_t = next(e["t"] for e, a in zip(epochs, accuracies)
                           if a is not None and a >= accuracies[-1])
-    return CellWork(samples or None, accuracy_t, float(speedup or 1.0))
+    return CellWork(samples, accuracy_t, float(speedup or 1.0))
 
 
 def integrate_j(samples: list[tuple[int, float]], start_ms: int, end_ms: int) -> float:
@@ -169,13 +168,13 @@ def _role_shares(series: _Series, end_ms: int) -> dict[str, float]:
 def energy_columns(cell_dir: Path, t_start: float, t_end: float,
                    power: dict[str, NodePower] | None = None,
                    work: CellWork | None = None) -> dict:
-    """The cell's ``ENERGY_COLUMNS`` from ``cell_dir/metrics/<node>``.
+    """The cell's energy columns (``columns_of("energy")``) from ``cell_dir/metrics/<node>``.
 
     ``power``: each node's ``NodePower`` (a node not in it has no model, and its meters
     count); ``work``: the samples, accuracy time and dilation (``cell_work``)."""
     power, work = power or {}, work or CellWork()
     start_ms, end_ms = int(t_start * 1000), int(t_end * 1000)
-    row: dict = dict.fromkeys(ENERGY_COLUMNS)
+    row: dict = dict.fromkeys(columns_of("energy"))
     metrics = Path(cell_dir) / "metrics"
     nodes = sorted(p.name for p in metrics.iterdir() if p.is_dir()) if metrics.is_dir() else []
     if not nodes or end_ms <= start_ms:

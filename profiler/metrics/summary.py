@@ -48,27 +48,18 @@ import json
 from pathlib import Path
 from statistics import fmean
 
-from .energy import ENERGY_COLUMNS, CellWork, NodePower, energy_columns
+from ..results_schema import columns_of
+from .energy import CellWork, NodePower, energy_columns
 from .reducers import REDUCERS, Window, throttled_during
 from .spool_reader import read_points
 
 # throttled_during is re-exported: its tests import it from here, where it was first.
 __all__ = ["SUMMARY_COLUMNS", "PACKETS_PER_REQUEST", "summarize_cell", "throttled_during"]
 
-SUMMARY_COLUMNS = [
-    "cpu_percent_mean", "cpu_percent_peak",
-    "mem_used_mb_mean", "mem_used_mb_peak",
-    "rss_mb_mean", "rss_mb_peak",
-    "net_sent_kb", "net_recv_kb", "net_sent_packets", "net_recv_packets",
-    "net_sent_kb_per_s", "net_recv_kb_per_s", "net_sent_packets_per_s",
-    "net_recv_packets_per_s",
-    "node_cores",
-    # Not means: over every node of the cell (see the module doc).
-    "throttled_nodes", "throttle_flags_by_node", "cpu_mhz_min", "cpu_mhz_min_by_node",
-    "metrics_nodes",
-    # The cell's energy, over every node (profiler.metrics.energy).
-    *ENERGY_COLUMNS,
-]
+# The worker nodes' means first, then what is over every node of the cell (see the
+# module doc), then the cell's energy (profiler.metrics.energy): profiler.results_schema
+# describes each.
+SUMMARY_COLUMNS = list(columns_of("summary", "energy"))
 _MEAN_COLUMNS = SUMMARY_COLUMNS[:SUMMARY_COLUMNS.index("throttled_nodes")]
 PACKETS_PER_REQUEST = 4
 

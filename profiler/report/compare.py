@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from .. import engines
 from ..engines import engine_label
 from ..errors import ConfigError
+from ..results_schema import columns_of
 from ..sweep.store import config_columns
 from .sweep_data import Sweep
 
@@ -29,8 +30,7 @@ MEASURES = ["elapsed_s", "train_s", "samples_per_s", "robust_s_per_sample", "val
             "net_recv_kb_per_s"]
 # Energy and cost (issue 32: profiler.sweep.cost and the cell's energy), compared only
 # when a pair of cells has them; ``energy_source`` says whether a side was measured.
-ENERGY_MEASURES = ["energy_j", "avg_power_w", "j_per_sample", "energy_to_accuracy_j",
-                   "cost_usd", "cost_per_epoch_usd"]
+ENERGY_MEASURES = list(columns_of("energy", "cost", kind="float"))
 
 
 @dataclass

@@ -19,14 +19,21 @@ from dataclasses import dataclass
 
 from ..cluster.prices import Price, PriceTable
 from ..errors import ConfigError
+from ..results_schema import columns_of, help_of
 from ..sweep import board_time
 from ..engines import engine_label
 
-ENERGY_COLUMNS = ("energy_j", "avg_power_w", "j_per_sample", "energy_to_accuracy_j",
-                  "cost_usd", "cost_per_epoch_usd")
+# The energy and cost numbers a record may hold (profiler.results_schema's groups).
+NUMBERS = columns_of("energy", "cost", kind="float")
 # Added to the page's cell table when a record has them.
 STATUS_COLUMNS = [("energy_j", "energy J"), ("j_per_sample", "J/sample"),
                   ("cost_per_epoch_usd", "USD/epoch")]
+# The section's table: (record key, heading); the cloud VM's columns follow when given.
+SECTION_COLUMNS = [("energy_j", "energy J"), ("avg_power_w", "avg W"),
+                   ("j_per_sample", "J/sample"), ("energy_to_accuracy_j", "J to final acc"),
+                   ("energy_source", "source"), ("cost_usd", "cost USD"),
+                   ("cost_per_epoch_usd", "USD/epoch")]
+CLOUD_HEADINGS = ["epoch s", "cloud epoch s", "cloud USD/epoch", "cost / cloud", "time / cloud"]
 MARKERS = "os^DvP*Xh<>"
 
 
@@ -84,7 +91,7 @@ def _epoch_times(text: str) -> dict[str, float]:
 
 def has_energy(records: list[dict]) -> bool:
     """Whether any record has an energy or cost value (else the page shows none)."""
-    return any(r.get(c) is not None for r in records for c in ENERGY_COLUMNS)
+    return any(r.get(c) is not None for r in records for c in NUMBERS)
 
 
 def status_columns(records: list[dict]) -> list[tuple[str, str]]:
@@ -153,29 +160,37 @@ def section(records: list[dict], cloud: CloudVM | None, number, config_of) -> di
     ``config_of`` names a cell."""
     if not has_energy(records):
         return None
-    headings = ["energy J", "avg W", "J/sample", "J to final acc", "source", "cost USD",
-                "USD/epoch"]
-    if cloud is not None:
-        headings += ["epoch s", "cloud epoch s", "cloud USD/epoch", "cost / cloud",
-                     "time / cloud"]
+    columns = _section_columns(cloud)
     rows = []
     for raw in records:
-        if not any(raw.get(c) is not None for c in ENERGY_COLUMNS):
+        if not any(raw.get(c) is not None for c in NUMBERS):
             continue
         r = board_time.record(raw)
-        values = [number(r.get("energy_j")), number(r.get("avg_power_w")),
-                  number(r.get("j_per_sample")), number(r.get("energy_to_accuracy_j")),
-                  r.get("energy_source") or "", number(r.get("cost_usd")),
-                  number(r.get("cost_per_epoch_usd"))]
+        values = [_shown(r, key, number) for key, _ in SECTION_COLUMNS]
         if cloud is not None:
             values += _beside_cloud(raw, cloud, number)
         rows.append({"config": config_of(raw), "record": raw, "numbers": values})
     # Each price once: the node counts (" x 3 nodes") differ from cell to cell.
     sources = sorted({re.sub(r" x \d+ nodes?", "", r["record"]["price_source"]) for r in rows
                       if r["record"].get("price_source")})
-    return {"headings": headings, "rows": rows, "prices": sources,
+    return {"headings": [column["heading"] for column in columns], "columns": columns,
+            "rows": rows, "prices": sources,
             "cloud": cloud.label if cloud is not None else "",
             "cloud_source": cloud.price.source if cloud is not None else ""}
+
+
+def _section_columns(cloud: CloudVM | None) -> list[dict]:
+    """The section's headings, each with its column's meaning and unit as its help (the
+    cloud VM's columns are the page's own)."""
+    columns = [{"heading": heading, "help": help_of(key)} for key, heading in SECTION_COLUMNS]
+    if cloud is not None:
+        columns += [{"heading": heading, "help": ""} for heading in CLOUD_HEADINGS]
+    return columns
+
+
+def _shown(r: dict, key: str, number) -> str:
+    """A value of the section's table: text as it is, numbers formatted."""
+    return (r.get(key) or "") if key == "energy_source" else number(r.get(key))
 
 
 def _beside_cloud(r: dict, cloud: CloudVM, number) -> list[str]:

@@ -4,7 +4,9 @@ to anything outside the file, so that it opens offline and can be mailed.
 The markup is the Jinja2 template ``page.html.j2`` beside this module, rendered with
 autoescape on: a value from a sweep (a reason, a dataset name, a node's name) cannot
 become markup, whatever it holds. This module turns records into rows of display
-strings (numbers formatted, verdicts worded) and leaves every tag to the template.
+strings (numbers formatted, verdicts worded) and leaves every tag to the template. A
+table's heading shows its column's meaning and unit on hover (``title``), from
+``profiler.results_schema``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from datetime import datetime, timezone
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
+from .. import engines
 from ..engines import ReportSection, engine_label
+from ..results_schema import get as column_of
+from ..results_schema import help_of
 from ..sweep import board_time
 from ..sweep.table import status_counts
 from . import energy
@@ -74,11 +79,12 @@ def render(*, title: str, environment: dict, records: list[dict], config_of,
     columns += energy.status_columns(records)  # energy and cost, where a record has them
     return _TEMPLATES.get_template("page.html.j2").render(
         title=title, environment=environment, status_counts=status_counts(records),
-        columns=[{"heading": h, "text": k in TEXT_COLUMNS} for k, h in columns],
+        columns=[{"heading": h, "text": k in TEXT_COLUMNS, "help": help_of(k)}
+                 for k, h in columns],
         cells=[_cell_row(r, columns, config_of) for r in records],
         figures=[f for f in figures if isinstance(f, Figure)],
         skipped=[f for f in figures if isinstance(f, Skipped)],
-        breakdown_headings=[h for _, h in BREAKDOWN_COLUMNS],
+        breakdown_columns=[{"heading": h, "help": help_of(k)} for k, h in BREAKDOWN_COLUMNS],
         breakdown=_breakdown(records, config_of, traces or {}),
         engines=_engines(records, config_of),
         engine_sections=[_section(s, config_of) for s in engine_sections],
@@ -171,9 +177,14 @@ def _section(section: ReportSection, config_of) -> dict:
              "numbers": [" / ".join(number(v) for v in value) if isinstance(value, list)
                          else number(value) for value in values]}
             for r, values in section.rows]
+    own = engines.columns()
+    helps = [column.help if (column := column_of(name, own)) else ""
+             for name in section.columns] or [""] * len(section.headings)
     # The note is the engine's own text (code, not a sweep's data): its <i> stays HTML.
     return {"key": section.key, "title": section.title, "note": Markup(section.note),
-            "headings": section.headings, "rows": rows, "figure": section.figure}
+            "columns": [{"heading": h, "help": text}
+                        for h, text in zip(section.headings, helps)],
+            "rows": rows, "figure": section.figure}
 
 
 def _verdict(ratio: Ratio) -> tuple[str, str]:

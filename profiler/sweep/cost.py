@@ -23,8 +23,6 @@ from typing import Sequence
 from ..cluster.prices import J_PER_KWH, Price, PriceSpec
 from . import board_time
 
-COLUMNS = ("cost_usd", "cost_per_epoch_usd", "price_source")
-
 
 def cost_columns(record: dict, spec: PriceSpec | None, nodes: Sequence) -> dict:
     """The cost columns of ``record``, a cell run on ``nodes`` (``cluster.base.Node``)."""

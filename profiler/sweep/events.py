@@ -60,6 +60,15 @@ class CellEvents:
                              key=lambda e: e.get("epoch", 0))
                 for rank, events in self.by_rank.items()}
 
+    def samples_trained(self) -> int | None:
+        """The samples the workers trained, summed over workers and epochs (each
+        ``end`` event's ``samples``); None unless every worker that ended said."""
+        counted = [e.get("samples") for e in self.of("end")]
+        if not counted or not all(isinstance(n, int) and not isinstance(n, bool)
+                                  for n in counted):
+            return None
+        return sum(counted) or None
+
     def columns(self, t_launch: float) -> dict:
         """The events' share of a results row; missing values are None."""
         ends, first_steps = self.of("end"), self.of("first_step")
@@ -87,7 +96,10 @@ class CellEvents:
                               if ends else None),
             "syncs_per_worker": (round(mean(syncs), 1) if (syncs := [
                 e["syncs"] for e in ends if e.get("syncs") is not None]) else None),
+            # The training set's size (before sharding), not what was trained: a
+            # replicated or many-epoch cell trains more, samples_trained says how many.
             "train_samples": start0.get("train_samples"),
+            "samples_trained": self.samples_trained(),
             "parameters": start0.get("param_count"),  # trainable, counted by the worker
             "steady_s_per_sample": _steady_s_per_sample(rank0_epochs, start0),
             "lr_applied": start0.get("lr_applied"),

@@ -92,10 +92,5 @@ def node_power(nodes: list[Node]) -> dict:
             for node in nodes}
 
 
-def summary_columns() -> list[str]:
-    from ..metrics.summary import SUMMARY_COLUMNS
-    return list(SUMMARY_COLUMNS)
-
-
 def write_pids(path: Path, pids_by_role: dict[str, list[int]]) -> None:
     atomic_write_text(path, json.dumps(pids_by_role))

@@ -14,39 +14,14 @@ import io
 import json
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Sequence
 
 from .. import engines
-from ..cell import CellConfig, param_columns
+from ..cell import param_columns
+from ..column import Column
 from ..fsutil import atomic_write_text
+from ..results_schema import columns_of, csv_columns
 
-# The cell's fields; each engine's own settings (``engine_params``) follow them, a column
-# each (``config_columns``: asked of the registry when a store opens, plugins in).
-CONFIG_COLUMNS = [f for f in CellConfig.__dataclass_fields__ if f != "engine_params"]
-RESULT_COLUMNS = [
-    "status", "reason", "elapsed_s", "train_s", "first_step_s", "epoch_s", "val_accuracy",
-    "val_accuracy_per_epoch", "accuracy_reported", "diverged", "train_loss_per_epoch",
-    "lr_applied",
-    "samples_per_s", "syncs_per_worker", "train_samples", "steady_s_per_sample",
-    # The cell's rate over the run, slow moments left out (profiler.timeline.rate).
-    "robust_s_per_sample", "robust_from", "robust_slow_blocks", "speedup",
-    # The model's trainable parameters, as its worker counted them on the built model.
-    "parameters",
-    # Unequal nodes (profiler.sweep.stragglers): the node slowed, and each node's profile.
-    "straggler_node", "straggler_factor", "straggler_after_s", "straggler_started_s",
-    "node_profiles",
-    # Where a step's time went (profiler.timeline.steps), ms per step.
-    "breakdown", "step_ms_mean", "steady_step_ms", "breakdown_vs_step", "data_ms_mean",
-    "compute_ms_mean", "compute_ms_p50", "compute_ms_p95", "comm_ms_mean", "comm_ms_p50",
-    "comm_ms_p95", "wait_ms_mean", "wait_ms_p50", "wait_ms_p95", "slowest_worker",
-    "wait_ms_by_worker", "server_recv_ms_mean", "server_update_ms_mean",
-    "server_send_ms_mean", "trace_file",
-    # Here each engine's own columns (a pipeline's split, stages and bubble; MXNet's
-    # engine type): ``result_columns``.
-    # What the cell cost at --price (profiler.sweep.cost).
-    "cost_usd", "cost_per_epoch_usd", "price_source",
-]
-ID_COLUMNS = ["sweep_id", "cell_id", "cluster", "attempt"]
 # Statuses that a resumed sweep does not run again; ``failed`` cells are retried
 # because failures are mostly transient (a port taken, an interrupted run).
 FINAL_STATUSES = ("ok", "oom", "timeout")
@@ -54,23 +29,23 @@ FINAL_STATUSES = ("ok", "oom", "timeout")
 
 def config_columns() -> list[str]:
     """A cell's configuration as results columns: its fields, then every engine's own
-    settings."""
-    return CONFIG_COLUMNS + engines.setting_names()
-
-
-def result_columns() -> list[str]:
-    """What a cell measured, as results columns: everyone's, then every engine's own."""
-    return RESULT_COLUMNS + [column.name for column in engines.result_columns()]
+    settings (asked of the registry when called: plugins in)."""
+    return [*columns_of("config"), *(c.name for c in engines.setting_columns())]
 
 
 class ResultsStore:
-    def __init__(self, sweep_dir: Path, extra_columns: Iterable[str] = ()):
+    """A sweep's results; ``monitored``: the sweep runs agents, so its table has their
+    columns; ``extra``: columns the engines add to the record's, by default every
+    registered engine's (``profiler.results_schema`` orders them all)."""
+
+    def __init__(self, sweep_dir: Path, *, monitored: bool = False,
+                 extra: Sequence[Column] | None = None):
         self.sweep_dir = Path(sweep_dir)
         self.jsonl_path = self.sweep_dir / "results.jsonl"
         self.csv_path = self.sweep_dir / "results.csv"
-        results = result_columns()
-        self.columns = ID_COLUMNS + config_columns() + results + [
-            c for c in extra_columns if c not in results]
+        # By default every engine's own settings and columns (the registry's, plugins in).
+        self.columns = csv_columns(monitored=monitored,
+                                   extra=engines.columns() if extra is None else extra)
 
     def records(self) -> list[dict]:
         """Every record, oldest first; a torn last line (crash mid-write) is ignored, and

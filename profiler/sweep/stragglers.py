@@ -39,8 +39,6 @@ from ..errors import ClusterError, ConfigError
 log = logging.getLogger(__name__)
 
 NONE = "none"
-COLUMNS = ("straggler_node", "straggler_factor", "straggler_after_s", "straggler_started_s",
-           "node_profiles")
 _EXAMPLE = "give e.g. --straggler none,0.5,0.5@30"
 
 

@@ -31,7 +31,6 @@ from ..errors import ConfigError
 from .folder import next_attempt, prepare_sweep_dir
 from ..inputs import UserFile, stage
 from .interrupts import StopRequest
-from .monitoring import summary_columns
 from .needs import grid_needs
 from .cell_run import CellRequest
 from .cost import cost_columns
@@ -115,8 +114,8 @@ def _run_sweep(settings: SweepSettings, stop: StopRequest, progress: bool,
                on_start: Callable[[Path], None] | None) -> SweepOutcome:
     sweep_id, sweep_dir = prepare_sweep_dir(settings)
     engines = {name: get_engine(name) for name in sorted({c.engine for c in settings.cells})}
-    extra_columns = summary_columns() if settings.interval_s else []
-    store = ResultsStore(sweep_dir, extra_columns)
+    # The agents' columns are in the table of a sweep that runs them.
+    store = ResultsStore(sweep_dir, monitored=bool(settings.interval_s))
     done = store.finished_ids() if settings.resume else set()
     previous = store.latest()
     inputs_dir = stage(settings.user_files, sweep_dir) if settings.user_files else None

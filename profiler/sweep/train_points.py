@@ -15,7 +15,8 @@ delivers it later like any spool. Tags: the cell's configuration, ``sweep``, ``c
   can list every cell with its status (oom, timeout and failed included). With the
   cell's energy and cost (issue 32) where it has them: ``energy_j``, ``avg_power_w``,
   ``j_per_sample``, ``energy_to_accuracy_j``, ``cost_usd``, ``cost_per_epoch_usd``, and
-  the tag ``energy_source`` (measured, modelled or mixed).
+  the tag ``energy_source`` (measured, modelled or mixed). Each field from the record
+  has its column's type in ``profiler.results_schema`` (these are all floats).
 - ``node_energy`` (tags ``node``, ``energy_source``): ``energy_j`` and ``avg_power_w`` of
   each node over the cell's window, one point per node when the cell was reaped: the
   power of nodes no meter measures (modelled), beside the agents' measured ``power_*``.
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from workloads.events import read_events
 
+from .. import results_schema
 from ..agent import lineproto
 from ..agent.spool import SpoolWriter
 from ..cell import CellConfig
@@ -36,12 +38,12 @@ from ..cell import CellConfig
 SPOOL_NAME = "train-spool"
 TRAIN_FIELDS = ("epoch", "epoch_s", "train_loss", "val_accuracy", "samples", "train_s",
                 "samples_per_s", "syncs")
-# Energy and cost are always floats: a whole number of joules must not make InfluxDB
-# refuse the field as an integer after a float one.
-ENERGY_FIELDS = ("energy_j", "avg_power_w", "j_per_sample", "energy_to_accuracy_j",
-                 "cost_usd", "cost_per_epoch_usd")
+# The record's columns a ``cell`` point holds, each of its schema type
+# (``Column.field_value``: a float column is always a float, which InfluxDB needs).
 CELL_FIELDS = ("elapsed_s", "train_s", "samples_per_s", "val_accuracy", "cpu_percent_mean",
-               "mem_used_mb_mean", "net_sent_kb_per_s", "net_recv_kb_per_s", *ENERGY_FIELDS)
+               "mem_used_mb_mean", "net_sent_kb_per_s", "net_recv_kb_per_s",
+               *results_schema.columns_of("energy", "cost", kind="float"))
+_CELL_COLUMNS = [results_schema.get(name) for name in CELL_FIELDS]
 
 
 def spool_cell_points(cell_dir: Path, cell: CellConfig, record: dict, sweep_id: str) -> int:
@@ -59,8 +61,7 @@ def spool_cell_points(cell_dir: Path, cell: CellConfig, record: dict, sweep_id: 
                                     fields, int(event["t"] * 1000))
             if line:
                 lines.append(line)
-    fields = {k: float(record[k]) if k in ENERGY_FIELDS else record[k]
-              for k in CELL_FIELDS if _number(record.get(k))}
+    fields = {c.name: c.field_value(record.get(c.name)) for c in _CELL_COLUMNS}
     fields["devices_n"] = cell.devices  # a number to plot against (the tag is a string)
     at_s = record.get("reaped_at") or time.time()
     source = {"energy_source": str(record["energy_source"])} if record.get("energy_source") \

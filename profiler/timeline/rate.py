@@ -42,12 +42,13 @@ import statistics
 
 from workloads.datasets.resolver import parts as data_parts
 
+from ..results_schema import columns_of
+
 BLOCK_S = 0.05
 # Short epochs (a fast host's 0.07 s LeNet-MLP epoch) still get blocks to compare: a
 # node slow enough for its CPU quota's periods to matter has long epochs.
 BLOCKS_PER_EPOCH = 8
 SLOW_FACTOR = 1.5
-COLUMNS = ("robust_s_per_sample", "robust_from", "robust_slow_blocks")
 
 
 def robust_columns(worker_steps: dict[int, list[dict]], epochs_by_rank: dict[int, list[dict]],
@@ -55,7 +56,7 @@ def robust_columns(worker_steps: dict[int, list[dict]], epochs_by_rank: dict[int
     """``robust_s_per_sample`` (s per training-set sample, None when nothing measured
     it), ``robust_from`` (``steps``, ``epochs`` or None) and ``robust_slow_blocks`` (how
     many blocks were left out)."""
-    columns: dict = {name: None for name in COLUMNS}
+    columns: dict = dict.fromkeys(columns_of("rate"))
     batch, steps_per_epoch = start0.get("batch") or 0, start0.get("steps_per_epoch") or 0
     if not batch:
         return columns

@@ -30,6 +30,8 @@ from pathlib import Path
 
 from workloads.steps import read_steps
 
+from ..results_schema import columns_of
+
 PHASES = ("data", "compute", "comm", "wait")
 
 
@@ -130,7 +132,7 @@ def summarize(steps: CellSteps, epochs_by_rank: dict[int, list[dict]],
               steps_per_epoch: int | None, sync: bool) -> dict:
     """The breakdown's results columns (ms per step); all None when nothing was timed."""
     measured = steps.measured()
-    columns: dict = {name: None for name in SUMMARY_COLUMNS}
+    columns: dict = dict.fromkeys(columns_of("breakdown"))
     if not measured:
         return columns
     ms = {phase: [1000.0 * line.get(f"{phase}_s", 0.0) for line in measured]
@@ -167,15 +169,6 @@ def summarize(steps: CellSteps, epochs_by_rank: dict[int, list[dict]],
             columns[f"server_{phase}_ms_mean"] = _r(
                 _mean([1000.0 * line.get(f"{phase}_s", 0.0) for line in server_lines]))
     return columns
-
-
-SUMMARY_COLUMNS = (
-    "breakdown", "breakdown_steps", "step_ms_mean", "steady_step_ms", "breakdown_vs_step",
-    *(f"{phase}_ms_mean" for phase in PHASES),
-    *(f"{phase}_ms_{q}" for phase in ("compute", "comm", "wait") for q in ("p50", "p95")),
-    "wait_ms_by_worker", "compute_ms_by_worker", "step_ms_by_worker", "worker_nodes",
-    "slowest_rank", "slowest_worker",
-    "server_recv_ms_mean", "server_update_ms_mean", "server_send_ms_mean")
 
 
 def _slowest_rank(steps: CellSteps, by_worker: dict[int, list[dict]], sync: bool) -> int | None:

@@ -13,7 +13,7 @@ def _record(cell_id, status, **kw):
 
 
 def test_append_keeps_history_and_csv_shows_latest(tmp_path):
-    store = ResultsStore(tmp_path, extra_columns=["cpu_percent_mean"])
+    store = ResultsStore(tmp_path, monitored=True)
     store.append(_record("a", "failed", reason="interrupted"))
     store.append(_record("b", "ok", cpu_percent_mean=41.0))
     store.append(_record("a", "ok"))

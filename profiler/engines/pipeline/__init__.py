@@ -76,12 +76,14 @@ class TorchPipelineEngine(_TorchEngine):
     options = (
         EngineOption("microbatches", "1", _positive_ints("--microbatches"),
                      "Micro-batches a step's batch is cut into (torch-pipe), e.g. 1,4,8; "
-                     "each must divide --batch."),
+                     "each must divide --batch.", "int", "a pipeline's micro-batches per step"),
         EngineOption("schedule", "gpipe", _schedules,
-                     f"Pipeline schedule(s) (torch-pipe): {', '.join(SCHEDULES)}."),
+                     f"Pipeline schedule(s) (torch-pipe): {', '.join(SCHEDULES)}.", "str",
+                     "a pipeline's schedule: gpipe or 1f1b"),
         EngineOption("replicas", "1", _positive_ints("--replicas"),
                      "Pipelines side by side (torch-pipe), each stage's replicas averaging "
-                     "their gradients: stages = devices / replicas."),
+                     "their gradients: stages = devices / replicas.", "int",
+                     "pipelines side by side"),
         EngineOption("task", "train", _tasks,
                      "train, or infer: stream the test set through the stages forward "
                      "only (samples/s and latency; one stage, or --replicas equal to "
@@ -89,7 +91,8 @@ class TorchPipelineEngine(_TorchEngine):
         EngineOption("split", "balanced", _splits,
                      "Where the model is cut (torch-pipe): balanced (by measured layer "
                      "times and the link), params, layers, or layer counts per stage such "
-                     "as 3,5; several separated by ';'."),
+                     "as 3,5; several separated by ';'.", "str",
+                     "where a pipeline's model is cut: balanced, or layer counts per stage"),
     )
 
     columns = pipeline_columns.COLUMNS

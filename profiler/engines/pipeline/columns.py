@@ -29,32 +29,30 @@ import statistics
 
 from workloads import pipeline_split
 
-from ..base import EngineColumn as C
+from ...column import Column
 
-COLUMNS = (
-    C("pipe_stages", "", "S, the stages of each pipeline"),
-    C("pipe_split", "", "the layers of each stage in order (5,10)"),
-    C("stage_compute_ms", "ms", "per stage, forward and backward compute per step"),
-    C("stage_imbalance", "", "the slowest stage's compute over the mean (1: balanced), measured"),
-    C("stage_imbalance_predicted", "",
-      "the same from the per-layer profile the split was chosen on"),
-    C("bubble_measured", "", "each stage's idle share of the schedule's time, neither "
-      "computing nor sending at the link's rate, mean over stages"),
-    C("bubble_gpipe", "", "GPipe's prediction for a balanced pipeline, (S-1)/(M+S-1)"),
-    C("pipe_step_ms", "ms", "the schedule's time per step (the slowest stage's)"),
-    C("pipe_step_ms_predicted", "ms", "the pipeline model: (M+S-1) x the slowest stage's "
-      "time per micro-batch"),
-    C("pipe_step_vs_predicted", "", "measured step over predicted (above 1: the network "
-      "or the schedule's overheads limit, not the split)"),
-    C("pipe_bytes_floor_per_step", "B", "the least bytes a step must move: each "
-      "boundary's activation and gradient, per micro-batch, every pipeline"),
-    C("link_mbit_s", "Mbit/s", "the link rate measured before training"),
-    C("stage_stash_mb", "MB", "per stage, the most activations held for backward at once"),
-    C("infer_latency_ms", "ms", "--task infer: a batch's time from entering its "
-      "pipeline's first stage to leaving the last"),
-    C("infer_period_ms", "ms", "--task infer: the time between two batches leaving the "
-      "last stage"),
-)
+
+def _column(name: str, kind: str, unit: str, description: str) -> Column:
+    return Column(name, kind, unit, description, __name__, "pipeline")
+
+
+COLUMNS = tuple(_column(*row) for row in [
+    ("pipe_stages", "int", "", "the pipeline's stages, S"),
+    ("pipe_split", "str", "", "the layers of each stage in order, e.g. 5,10"),
+    ("stage_compute_ms", "list", "ms", "each stage's forward + backward compute per step"),
+    ("stage_imbalance", "float", "", "the slowest stage's compute over the mean (1: balanced)"),
+    ("stage_imbalance_predicted", "float", "", "the same, from the profile the split used"),
+    ("bubble_measured", "float", "", "each stage's idle share of the schedule, mean over stages"),
+    ("bubble_gpipe", "float", "", "GPipe's predicted bubble, (S-1)/(M+S-1)"),
+    ("pipe_step_ms", "float", "ms", "the schedule's time per step (the slowest stage's)"),
+    ("pipe_step_ms_predicted", "float", "ms", "the pipeline model's step"),
+    ("pipe_step_vs_predicted", "float", "", "measured step over predicted"),
+    ("pipe_bytes_floor_per_step", "int", "bytes", "the least bytes a step must move"),
+    ("link_mbit_s", "float", "Mbit/s", "the link rate measured before training"),
+    ("stage_stash_mb", "list", "MB", "per stage, the most activations held for backward"),
+    ("infer_latency_ms", "float", "ms", "--task infer: a batch's time through the pipeline"),
+    ("infer_period_ms", "float", "ms", "--task infer: time between two batches leaving it"),
+])
 
 
 def columns(workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:

@@ -50,7 +50,8 @@ def sections(records: list[dict], engine: str) -> list[ReportSection]:
         return []
     rows = [(r, [r.get(column) for _heading, column in TABLE]) for r in shown]
     return [ReportSection("pipeline", "Pipeline stages", NOTE,
-                          [heading for heading, _ in TABLE], rows, figure(shown))]
+                          [heading for heading, _ in TABLE], rows, figure(shown),
+                          [column for _, column in TABLE])]
 
 
 def cells(records: list[dict], engine: str) -> list[dict]:
