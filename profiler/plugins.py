@@ -58,7 +58,7 @@ class Registry(MutableMapping[str, T], Generic[T]):
         self.group, self.base, self.kind = group, base, kind
         self.instances, self.named, self.check = instances, named, check
         self._items: dict[str, T] = dict(builtins)
-        self._builtins = frozenset(builtins)
+        self._builtins = tuple(builtins)
         self._origins: dict[str, str] = {}  # a plugin's name → its distribution
         self._broken: dict[str, str] = {}  # a plugin's name → what is wrong, one line
         self._loaded = False
@@ -106,7 +106,7 @@ class Registry(MutableMapping[str, T], Generic[T]):
         """Raise ``PluginError`` with the line of the first of ``names`` that is a
         plugin left out (the user named it); nothing for the others."""
         for name in names:
-            problem = self.problem(name)
+            problem = self.problem(name) if name not in self else None
             if problem is not None:
                 raise PluginError(problem)
 
@@ -150,7 +150,7 @@ class Registry(MutableMapping[str, T], Generic[T]):
                               f"entry point{' and its name' if self.named else ''}), or "
                               f"{uninstall}")
         if name in self._origins:
-            raise PluginError(f"{where} has the name of a {kind} of {self._origins[name]}: "
+            raise PluginError(f"{where} has the name of {_a(kind)} of {self._origins[name]}: "
                               f"uninstall one of the two distributions, or rename one")
         try:
             value = point.load()
@@ -159,7 +159,7 @@ class Registry(MutableMapping[str, T], Generic[T]):
                               f"or reinstall it, or {uninstall}") from None
         plugin = self._made(value, point, where)
         if self.named and getattr(plugin, "name", None) != name:
-            raise PluginError(f"{where} names a {kind} called "
+            raise PluginError(f"{where} names {_a(kind)} called "
                               f"{getattr(plugin, 'name', None)!r}: give the entry point its "
                               f"{kind}'s name, or the {kind} its entry point's")
         problem = self.check(plugin) if self.check is not None else None
@@ -177,9 +177,9 @@ class Registry(MutableMapping[str, T], Generic[T]):
             try:
                 return value()
             except Exception as exc:  # noqa: BLE001 - any failure of the plugin's own code
-                raise PluginError(f"{where}: {point.value}() fails ({_said(exc)}): a "
-                                  f"{self.kind} plugin's class must build with no "
-                                  "arguments") from None
+                raise PluginError(f"{where} does not build ({point.value}(): "
+                                  f"{_said(exc)}): give its class a constructor that "
+                                  "takes no arguments, or name an instance") from None
         if self.instances and isinstance(value, self.base):
             return value  # type: ignore[return-value]
         wanted = (f"a {base} subclass or instance" if self.instances
@@ -205,6 +205,10 @@ def _said(exc: BaseException) -> str:
     """An exception as one short line."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
+
+
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
 
 
 def _what(value: object) -> str:

@@ -98,10 +98,10 @@ def _clash(cls: type[Collector]) -> str | None:
     if not cls.FIELDS or not all(isinstance(f, Field) for f in cls.FIELDS):
         return ("says no FIELDS: list every field it writes as a "
                 "profiler.agent.collectors.Field (unit, meaning)")
-    owners = {(f.measurement, f.name): builtin for builtin in REGISTRY
-              for f in builtin.FIELDS}
     for field in cls.FIELDS:
-        owner = owners.get((field.measurement, field.name))
+        owner = next((builtin for builtin in REGISTRY
+                      if (field.measurement, field.name) in
+                      {(f.measurement, f.name) for f in builtin.FIELDS}), None)
         if owner is not None:
             return (f"writes {field.measurement}.{field.name}, a field of the built-in "
                     f"collector {owner.__name__}: give its points a measurement of their "
