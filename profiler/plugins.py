@@ -59,9 +59,9 @@ class Registry(MutableMapping[str, T], Generic[T]):
         self.instances, self.named, self.check = instances, named, check
         self._items: dict[str, T] = dict(builtins)
         self._builtins = tuple(builtins)
-        self._origins: dict[str, str] = {}  # a plugin's name → its distribution
+        self._origins: dict[str, tuple[str, str]] = {}  # name → distribution, version
         self._broken: dict[str, str] = {}  # a plugin's name → what is wrong, one line
-        self._loaded = False
+        self._loaded = self._loading = False
         self._lock = threading.RLock()
 
     # The mapping: every access loads the plugins first.
@@ -89,7 +89,12 @@ class Registry(MutableMapping[str, T], Generic[T]):
     def origin(self, name: str) -> str | None:
         """The distribution (``name version``) a plugin came from; None for a built-in."""
         self._all()
-        return self._origins.get(name)
+        return " ".join(self._origins[name]) if name in self._origins else None
+
+    def distribution(self, name: str) -> str | None:
+        """The name of the distribution a plugin came from; None for a built-in."""
+        self._all()
+        return self._origins[name][0] if name in self._origins else None
 
     def problem(self, name: str) -> str | None:
         """Why the plugin ``name`` was left out (one line naming its distribution and
@@ -119,12 +124,15 @@ class Registry(MutableMapping[str, T], Generic[T]):
 
     def _all(self) -> dict[str, T]:
         if not self._loaded:
-            with self._lock:
-                if not self._loaded:
-                    # Set first: a plugin's module that reads the registry while it
-                    # loads sees the built-ins, not a second load.
-                    self._loaded = True
-                    self._load()
+            with self._lock:  # another thread waits for the plugins
+                # A plugin's module that reads the registry while it loads (this thread
+                # again) sees what is loaded so far, not a second load.
+                if not self._loaded and not self._loading:
+                    self._loading = True
+                    try:
+                        self._load()
+                    finally:
+                        self._loaded, self._loading = True, False
         return self._items
 
     def _load(self) -> None:
@@ -138,7 +146,7 @@ class Registry(MutableMapping[str, T], Generic[T]):
                 log.warning("%s", exc)
                 continue
             self._items[name] = plugin
-            self._origins[name] = " ".join(origin)
+            self._origins[name] = origin
 
     def _plugin(self, point: EntryPoint, distribution: str, version: str) -> T:
         """The checked plugin an entry point names, or ``PluginError``."""
@@ -150,7 +158,7 @@ class Registry(MutableMapping[str, T], Generic[T]):
                               f"entry point{' and its name' if self.named else ''}), or "
                               f"{uninstall}")
         if name in self._origins:
-            raise PluginError(f"{where} has the name of {_a(kind)} of {self._origins[name]}: "
+            raise PluginError(f"{where} has the name of {_a(kind)} of {self.origin(name)}: "
                               f"uninstall one of the two distributions, or rename one")
         try:
             value = point.load()

@@ -44,8 +44,12 @@ def all_models() -> tuple[str, ...]:
 
 
 def distributions(names: Iterable[str]) -> list[str]:
-    """The Python distributions the engines ``names`` run on, sorted, each once."""
-    return sorted({p.distribution for name in names for p in get_engine(name).packages})
+    """The Python distributions the engines ``names`` run on, sorted, each once: their
+    packages and, for a plugin, the distribution it came from (its version recorded)."""
+    names = list(names)
+    plugins = {ENGINES.distribution(name) for name in names} - {None}
+    return sorted({p.distribution for name in names for p in get_engine(name).packages}
+                  | plugins)
 
 
 def host_check(names: Iterable[str]) -> dict[str, dict]:

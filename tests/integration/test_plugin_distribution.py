@@ -140,7 +140,10 @@ def test_a_sweep_runs_the_installed_plugins_engine_on_its_provider(venv, tmp_pat
     assert record["status"] == "ok", record.get("reason")
     assert (record["engine"], record["cluster"]) == ("ddp-solo", "local-solo")
     assert record["samples_per_s"] > 0 and 0 <= record["val_accuracy"] <= 1
-    assert json.loads((out / "sweep.json").read_text())["identity"]["cluster"] == "local-solo"
+    meta = json.loads((out / "sweep.json").read_text())
+    assert meta["identity"]["cluster"] == "local-solo"
+    assert meta["versions"]["edgeprof-solo"] == "0.1"  # the plugin's, beside torch's
+    assert "torch" in meta["versions"]
     # The agent beside the cell built the plugin's collector after its own.
     spool = "".join(p.read_text() for p in out.glob("cells/*/attempt-1/metrics/*/seg-*.lp"))
     assert [line for line in spool.splitlines() if line.startswith("solo,")]

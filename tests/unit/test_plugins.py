@@ -73,6 +73,7 @@ def test_an_engine_plugin_loads_on_the_first_lookup_once(site, monkeypatch):
     assert registry["ddp-solo"].name == "ddp-solo" and "mxnet" in registry
     assert list(registry)[:len(ENGINES)] == list(ENGINES)  # the built-ins first, in order
     assert registry.origin("ddp-solo") == "edgeprof-solo 0.1"
+    assert registry.distribution("ddp-solo") == "edgeprof-solo"
     assert registry.origin("mxnet") is None and registry.broken() == {}
     assert calls == [{"group": "edgeprof.engines"}]  # once
 
