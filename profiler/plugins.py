@@ -141,7 +141,7 @@ class Registry(MutableMapping[str, T], Generic[T]):
             try:
                 plugin = self._plugin(point, *origin)
             except PluginError as exc:
-                # A broken plugin under a built-in's name must not hide the built-in.
+                # Left out (a built-in keeps its name); a name's first problem is said.
                 self._broken.setdefault(name, str(exc))
                 log.warning("%s", exc)
                 continue
