@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from typing import Callable, Iterable
 
 import click
 
@@ -24,6 +25,23 @@ class UsageFailure(click.ClickException):
 
     def show(self, file=None) -> None:
         click.echo(f"edgeprof: error: {self.format_message()}", err=True)
+
+
+class RegistryChoice(click.Choice):
+    """``click.Choice`` among a registry's names (``profiler.plugins.Registry``: its
+    built-ins and installed plugins); a plugin that failed to load, named, is refused
+    with its own line (exit 2), not Click's list of the others."""
+
+    def __init__(self, choices: Iterable[str], problem: Callable[[str], str | None]):
+        super().__init__(choices)
+        self.problem = problem  # a registry's ``problem``
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and value not in self.choices:
+            problem = self.problem(value)
+            if problem is not None:
+                raise UsageFailure(problem)
+        return super().convert(value, param, ctx)
 
 
 def reports_errors(func):

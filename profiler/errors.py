@@ -19,3 +19,8 @@ class DataError(EdgeprofError):
 
 class ClusterError(EdgeprofError):
     """A cluster that cannot be used (not root, kernel feature missing, node unreachable)."""
+
+
+class PluginError(ConfigError):
+    """An installed plugin (an entry point of ``profiler.plugins``) that cannot be used:
+    it does not import, is not what its group takes, or its name is taken."""

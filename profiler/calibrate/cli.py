@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from ..cell import DEFAULT_ENGINE
-from ..cli_errors import reports_errors
+from ..cli_errors import RegistryChoice, reports_errors
 from ..engines import ENGINES
 
 
@@ -30,7 +30,8 @@ from ..engines import ENGINES
               help="Batch size of that measurement.")
 @click.option("--engine", default=DEFAULT_ENGINE, show_default=True,
               # A board measured training a model: not the script engine's own scripts.
-              type=click.Choice([n for n, e in ENGINES.items() if not e.takes_script]),
+              type=RegistryChoice([n for n, e in ENGINES.items() if not e.takes_script],
+                                  ENGINES.problem),
               help="The engine the board was measured with (its one-device training).")
 @click.option("--check-workload", default=None,
               help="A second workload to check the quota with (e.g. lenet-cnn).")

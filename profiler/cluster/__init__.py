@@ -6,7 +6,9 @@ the refusal of an option a provider does not take, what ``--resume`` compares, t
 messages that name the providers able to do something) reads them from here; only
 the defaults are named where they apply (a sweep's ``local``, a study's ``emulated``). A new
 provider is one module with a ``Cluster`` subclass and a ``ClusterSettings`` subclass
-(``base.py`` says what each must do) and one line below.
+(``base.py`` says what each must do) and one line below, or an installed distribution's
+entry point of the group ``edgeprof.providers`` naming the ``ClusterSettings`` subclass
+(``profiler.plugins``: loaded on the registry's first lookup).
 
 The provider modules import what is heavy (YAML profiles) where they use it:
 ``remote_exec``, which runs on every node for every process, imports this package.
@@ -15,19 +17,22 @@ The provider modules import what is heavy (YAML profiles) where they use it:
 from __future__ import annotations
 
 from ..errors import ConfigError
+from ..plugins import Registry
 from .base import Cluster, ClusterSettings, GridNeeds, Node, NodeScope, ProviderOption
 from .emulated import EmulatedSettings
 from .inventory import InventorySettings
 from .local import LocalSettings
 
-PROVIDERS: dict[str, type[ClusterSettings]] = {settings.name: settings for settings in (
-    LocalSettings, EmulatedSettings, InventorySettings)}
+PROVIDERS: Registry[type[ClusterSettings]] = Registry(
+    "edgeprof.providers", ClusterSettings, {settings.name: settings for settings in (
+        LocalSettings, EmulatedSettings, InventorySettings)}, kind="node provider")
 
 
 def get_provider(name: str) -> type[ClusterSettings]:
     try:
         return PROVIDERS[name]
     except KeyError:
+        PROVIDERS.refuse_broken([name])  # an installed plugin that failed: its own line
         raise ConfigError(f"unknown cluster {name!r}: use one of "
                           f"{', '.join(PROVIDERS)}") from None
 

@@ -4,7 +4,9 @@ What lists or checks engine names (the CLI's choices, the grid's rules on sync m
 and models, preflight, the inventory host check, recorded versions, the report, the
 study) reads them from here. One name is written elsewhere: the default engine,
 ``profiler.cell.DEFAULT_ENGINE`` (a cell's, and the ``--engine`` options'). A new engine
-is one file with an ``Engine`` subclass and one line below. Engine modules import no
+is one file with an ``Engine`` subclass and one line below, or an installed
+distribution's entry point of the group ``edgeprof.engines`` naming one
+(``profiler.plugins``: loaded on the registry's first lookup). Engine modules import no
 framework at import time (a controller plans cells without loading MXNet or torch).
 """
 
@@ -14,6 +16,7 @@ from typing import Iterable
 
 from ..errors import ConfigError
 from ..column import Column
+from ..plugins import Registry
 from .base import Engine, ReportSection
 from .horovod import HorovodEngine
 from .mxnet import MXNetEngine
@@ -21,15 +24,17 @@ from .pipeline import TorchPipelineEngine
 from .pytorch import TorchDDPEngine, TorchPSEngine
 from .script import ScriptEngine
 
-ENGINES: dict[str, Engine] = {engine.name: engine for engine in (
-    MXNetEngine(), HorovodEngine(), TorchPSEngine(), TorchDDPEngine(), ScriptEngine(),
-    TorchPipelineEngine())}
+ENGINES: Registry[Engine] = Registry("edgeprof.engines", Engine, {
+    engine.name: engine for engine in (
+        MXNetEngine(), HorovodEngine(), TorchPSEngine(), TorchDDPEngine(), ScriptEngine(),
+        TorchPipelineEngine())}, kind="engine", instances=True)
 
 
 def get_engine(name: str) -> Engine:
     try:
         return ENGINES[name]
     except KeyError:
+        ENGINES.refuse_broken([name])  # an installed plugin that failed: its own line
         raise ConfigError(f"unknown engine {name!r}: use one of "
                           f"{', '.join(ENGINES)}") from None
 
@@ -40,8 +45,12 @@ def all_models() -> tuple[str, ...]:
 
 
 def distributions(names: Iterable[str]) -> list[str]:
-    """The Python distributions the engines ``names`` run on, sorted, each once."""
-    return sorted({p.distribution for name in names for p in get_engine(name).packages})
+    """The Python distributions the engines ``names`` run on, sorted, each once: their
+    packages and, for a plugin, the distribution it came from (its version recorded)."""
+    names = list(names)
+    plugins = {ENGINES.distribution(name) for name in names} - {None}
+    return sorted({p.distribution for name in names for p in get_engine(name).packages}
+                  | plugins)
 
 
 def host_check(names: Iterable[str]) -> dict[str, dict]:

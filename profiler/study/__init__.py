@@ -1,22 +1,24 @@
 """Published studies as preset sweeps: ``edgeprof study NAME``, one plugin per study.
 
 A study is one package (``park2019/``) with a ``base.Study`` subclass, registered here
-with one line in ``STUDIES``; ``edgeprof study`` lists them, ``plan.plan`` and
-``plan.run`` run any of them, and ``edgeprof report`` asks this registry for the section
-of the study that made a sweep (sweep.json's ``extra.study``). docs/study.md, "Adding a
-study".
+with one line in ``STUDIES`` (or an installed distribution's entry point of the group
+``edgeprof.studies`` naming it: ``profiler.plugins``); ``edgeprof study`` lists them,
+``plan.plan`` and ``plan.run`` run any of them, and ``edgeprof report`` asks this
+registry for the section of the study that made a sweep (sweep.json's ``extra.study``).
+docs/study.md, "Adding a study".
 """
 
 from __future__ import annotations
 
 from ..errors import ConfigError
+from ..plugins import Registry
 from .base import Grid, Study, StudyOption
 from .park2019 import Park2019
 from .plan import StudyPlan, StudySettings, plan, run
 
-STUDIES: dict[str, Study] = {study.name: study for study in (
+STUDIES: Registry[Study] = Registry("edgeprof.studies", Study, {study.name: study for study in (
     Park2019(),
-)}
+)}, kind="study", instances=True)
 
 __all__ = ["STUDIES", "Grid", "Study", "StudyOption", "StudyPlan", "StudySettings",
            "get_study", "plan", "run"]
@@ -24,5 +26,6 @@ __all__ = ["STUDIES", "Grid", "Study", "StudyOption", "StudyPlan", "StudySetting
 
 def get_study(name: str) -> Study:
     if name not in STUDIES:
+        STUDIES.refuse_broken([name])  # an installed plugin that failed: its own line
         raise ConfigError(f"unknown study {name!r}: use {', '.join(sorted(STUDIES))}")
     return STUDIES[name]

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from ..cell import DEFAULT_ENGINE
-from ..cli_errors import reports_errors
+from ..cli_errors import RegistryChoice, UsageFailure, reports_errors
 from ..cluster import providers_help
 from ..cluster.cli_options import provider_params
 from ..cluster.prices import PRICE_HELP, price_spec
@@ -33,7 +33,7 @@ def _common_options(study) -> list[click.Option]:
         # Each provider's own options (ProviderOption), from the registry.
         *provider_params({"profile": "Emulated node profile" + profile + "."}),
         click.Option(["--engine"], default=DEFAULT_ENGINE, show_default=True,
-                     type=click.Choice(list(ENGINES)),
+                     type=RegistryChoice(ENGINES, ENGINES.problem),
                      help="The study's engine, or another (an engine without async runs "
                           "the sync cells only)."),
         click.Option(["--profile-check"], default="recalibrate", show_default=True,
@@ -97,6 +97,8 @@ class _Studies(click.Group):
 
     def get_command(self, ctx, name):
         from . import STUDIES
+        if name not in STUDIES and STUDIES.problem(name) is not None:
+            raise UsageFailure(STUDIES.problem(name))  # an installed plugin that failed
         return _command(STUDIES[name]) if name in STUDIES else None
 
 

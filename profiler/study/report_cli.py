@@ -42,7 +42,8 @@ def report_of(sweep_dir: Path, out: Path | None = None, *, cloud=None,
         name = recorded_study(sweep_dir)
         section = STUDIES[name].section if name in STUDIES else None
         if name is not None and section is None:
-            note = (f"the sweep was made by study {name!r}, which this edgeprof does not "
+            note = (STUDIES.problem(name) or  # an installed plugin that failed
+                    f"the sweep was made by study {name!r}, which this edgeprof does not "
                     f"have ({', '.join(sorted(STUDIES))}): no study section")
     return build_report(sweep_dir, out, cloud=cloud, study_section=section), note
 @click.command()

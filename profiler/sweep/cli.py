@@ -25,7 +25,7 @@ from ..cell import DEFAULT_ENGINE
 from ..cli_errors import reports_errors
 from ..cluster.cli_options import ProviderCommand
 from ..cluster.prices import PRICE_HELP, price_spec
-from ..engines import ENGINES
+from ..engines import ENGINES, all_models
 from ..errors import EdgeprofError
 from .. import option_lists
 from . import grid
@@ -36,11 +36,11 @@ def _models_help() -> str:
     only = []
     # The engines that train models (the script engine runs a --script instead).
     model_engines = [e for e in ENGINES.values() if not e.takes_script]
-    for name in grid.MODELS:
+    for name in all_models():
         engines = [e.name for e in model_engines if name in e.models]
         if len(engines) < len(model_engines):
             only.append(f"{name} on {'/'.join(engines)}")
-    return (f"{', '.join(grid.MODELS)} (comma-separated for a sweep"
+    return (f"{', '.join(all_models())} (comma-separated for a sweep"
             + (f"; {', '.join(only)} only" if only else "") + "), or your own "
             "torch.nn.Module: PATH.py:FACTORY or package.module:FACTORY (torch engines; "
             "docs/your-own-training.md).")
@@ -226,6 +226,7 @@ def _model_cells(kw: dict, data_resolver, dataset_names) -> tuple[list, tuple]:
     and the user's model files they carry (``sweep.user_model``)."""
     from . import user_model
 
+    ENGINES.refuse_broken(kw["engine"].split(","))  # a plugin that failed: its own line
     engines = option_lists.parse_choice_list(kw["engine"], "--engine", ENGINES)
     dataset_items = _dataset_items(kw, data_resolver.AUTO, dataset_names)
     # A user's factory (PATH.py:FACTORY) is checked on the data and registered here.

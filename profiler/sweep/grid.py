@@ -16,11 +16,10 @@ from workloads.datasets import resolver as data_resolver
 from workloads.optim import LR_SCALINGS
 
 from ..cell import CellConfig
-from ..engines import ENGINES, all_models, get_engine
+from ..engines import ENGINES, get_engine
 from ..errors import ConfigError
 from . import stragglers as straggler_settings
 
-MODELS = all_models()
 SYNC_MODES = ("sync", "async")
 PLACEMENTS = ("master", "colocated")
 DATA_PARTITIONS = data_resolver.PARTITIONS

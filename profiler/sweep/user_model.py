@@ -72,10 +72,10 @@ def parse(text: str, engines: Sequence[str], datasets: Sequence[str]
           ) -> tuple[list[str], list[UserModel]]:
     """``--model``'s list as model names (a factory by its label, once checked and
     registered: ``prepare``) and the user models it names."""
-    from . import grid
+    from ..engines import all_models
 
     refs = split(part.strip() for part in str(text).split(","))[1]
-    items = option_lists.parse_choice_list(text, "--model", (*grid.MODELS, *refs))
+    items = option_lists.parse_choice_list(text, "--model", (*all_models(), *refs))
     check_engines(refs, engines)
     checked = prepare(refs, datasets)
     labels = dict(zip(dict.fromkeys(refs), (m.label for m in checked)))

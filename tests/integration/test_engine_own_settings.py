@@ -22,8 +22,9 @@ import pytest
 from profiler.cell import CellConfig
 from profiler.cluster.base import Node
 from profiler.engines import ENGINES
-from profiler.engines.base import (Engine, EngineColumn, EngineOption, Package, ProcessSpec,
-                                   ReportSection, TrainOptions)
+from profiler.column import Column
+from profiler.engines.base import (Engine, EngineOption, Package, ProcessSpec, ReportSection,
+                                   TrainOptions)
 from profiler.option_lists import parse_int_list
 from tests.conftest import need
 
@@ -40,8 +41,9 @@ class ToyEngine(Engine):
     models = ("lenet-mlp",)
     packages = (Package("torch", "torch"),)
     options = (EngineOption("knob", "1", lambda text: parse_int_list(text, "--knob"),
-                            "The toy engine's knob (toy)."),)
-    columns = (EngineColumn("toy_start_batch", "", "the batch the worker started with"),)
+                            "The toy engine's knob (toy).", "int"),)
+    columns = (Column("toy_start_batch", "int", "samples", "the batch the worker started with",
+                      __name__, "toy"),)
     compare_measures = (("toy_start_batch", "start batch"),)
 
     def comm(self, cell: CellConfig) -> str:

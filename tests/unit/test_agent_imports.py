@@ -24,7 +24,8 @@ UNIT = ROOT / "ansible" / "roles" / "agent" / "templates" / "edgeprof-agent.serv
 HEAVY = ("numpy", "yaml", "jinja2", "influxdb_client", "requests", "tqdm", "matplotlib",
          "mxnet", "torch")
 # What the agent may import of edgeprof besides its own package: tiny shared modules.
-SHARED = {"profiler", "profiler.errors", "profiler.cli_errors", "profiler.cgroupfs"}
+SHARED = {"profiler", "profiler.errors", "profiler.cli_errors", "profiler.cgroupfs",
+          "profiler.plugins"}
 RSS_MAX_MB = 25.0
 
 

@@ -2,6 +2,7 @@
 
 import pytest
 
+from profiler.engines import all_models
 from profiler.errors import ConfigError
 from profiler import option_lists
 from profiler.engines.mxnet import kvstore
@@ -73,7 +74,7 @@ def test_list_parsing():
     with pytest.raises(ConfigError, match="--batch ',' is an empty list"):
         option_lists.parse_int_list(",", "--batch")
     with pytest.raises(ConfigError, match="--model '' is an empty list"):
-        option_lists.parse_choice_list("", "--model", grid.MODELS)
+        option_lists.parse_choice_list("", "--model", all_models())
     with pytest.raises(ConfigError, match="unknown"):
         option_lists.parse_choice_list("sync,maybe", "--sync", grid.SYNC_MODES)
 

@@ -1,12 +1,13 @@
 """The agent's collectors, one small class per file; every agent builds the ones below.
 
 Registering a collector is one line here (its order is the order of the points in a
-tick); ``base`` says what a collector is, ``profiler.agent.schema`` turns their
-``FIELDS`` into docs/metrics.md's table.
+tick), or an installed distribution's entry point of the group ``edgeprof.collectors``
+naming its class (``base.PLUGINS``, built after these). ``base`` says what a collector
+is, ``profiler.agent.schema`` turns the built-ins' ``FIELDS`` into docs/metrics.md's table.
 """
 
 from .agent_self import AgentSelf
-from .base import REGISTRY, Collector, Field, Sample, Unavailable, build, register
+from .base import PLUGINS, REGISTRY, Collector, Field, Sample, Unavailable, build, register
 from .cgroup_cpu import CgroupCpu
 from .cgroup_memory import CgroupMemory
 from .cpu_freq import CpuFreq
@@ -38,7 +39,8 @@ register(Rapl)
 register(Processes)
 register(AgentSelf)
 
-__all__ = ["REGISTRY", "Collector", "Field", "Sample", "Unavailable", "build", "register",
+__all__ = ["PLUGINS", "REGISTRY", "Collector", "Field", "Sample", "Unavailable", "build",
+           "register",
            "AgentSelf", "CgroupCpu", "CgroupMemory", "CpuFreq", "Disk", "HostCpu",
            "HostMemory", "HwmonPower", "Load", "Network", "Pi5Pmic", "PiThrottling", "Processes",
            "Rapl", "Temperature"]

@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
+from ...plugins import Registry
+
 log = logging.getLogger(__name__)
 
 MB = 1024 * 1024
@@ -90,13 +92,37 @@ def register(cls: type[Collector]) -> type[Collector]:
     return cls
 
 
+def _clash(cls: type[Collector]) -> str | None:
+    """What keeps a plugin's collector from writing beside the built-ins: no fields
+    said, or a field a built-in collector writes (the types and meanings would mix)."""
+    if not cls.FIELDS or not all(isinstance(f, Field) for f in cls.FIELDS):
+        return ("says no FIELDS: list every field it writes as a "
+                "profiler.agent.collectors.Field (unit, meaning)")
+    for field in cls.FIELDS:
+        owner = next((builtin for builtin in REGISTRY
+                      if (field.measurement, field.name) in
+                      {(f.measurement, f.name) for f in builtin.FIELDS}), None)
+        if owner is not None:
+            return (f"writes {field.measurement}.{field.name}, a field of the built-in "
+                    f"collector {owner.__name__}: give its points a measurement of their "
+                    "own")
+    return None
+
+
+# Collectors of installed distributions (the entry points of ``edgeprof.collectors``,
+# each naming a ``Collector`` subclass), loaded when an agent first builds its own.
+PLUGINS: Registry[type[Collector]] = Registry(
+    "edgeprof.collectors", Collector, {}, kind="collector", named=False, check=_clash)
+
+
 def build(config, spool) -> list[Collector]:
-    """The registered collectors that apply to ``config`` and whose hardware is here.
+    """The registered collectors, then the installed plugins' (``PLUGINS``), that apply
+    to ``config`` and whose hardware is here.
 
     Missing hardware is said once, at INFO, here: the collector is left out for good.
     """
     built = []
-    for cls in REGISTRY:
+    for cls in (*REGISTRY, *PLUGINS.values()):
         try:
             collector = cls.create(config, spool)
         except Unavailable as exc:
