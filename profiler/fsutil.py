@@ -15,13 +15,23 @@ from pathlib import Path
 
 def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None:
     """Replace ``path`` with ``text`` atomically; ``mode`` sets its permission bits."""
+    atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None,
+                       fsync: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically; ``mode`` sets its permission bits.
+
+    A link at ``path`` is replaced, never written through (the temporary file is made
+    with ``O_EXCL``). ``fsync=False`` for files a crash may lose (a report's figures)."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if fsync:
+                os.fsync(handle.fileno())
         if mode is not None:
             os.chmod(tmp, mode)
         os.replace(tmp, path)

@@ -44,7 +44,11 @@ Epochs come from ``edgeprof_hooks.log`` only (a script's epoch loop is invisible
 hooks): each call closes the epoch, and the steps after it count from 0 in the next.
 An epoch's ``epoch_s`` runs from the previous call (the first step's begin, for the
 first) to the end of its last step: the validation a script runs before it logs is not
-in it, as the built-in workers measure accuracy outside ``epoch_s``.
+in it, as the built-in workers measure accuracy outside ``epoch_s``. A script that never
+calls it ran one epoch as far as the hooks know: its ``end`` carries that epoch's
+``first_step_s`` beside ``train_s`` (its first step's begin to its last step's end), so
+that the controller's steady step time, and the breakdown's check against it, need no
+``log`` call (``profiler.timeline.steps``).
 """
 
 from __future__ import annotations
@@ -219,11 +223,16 @@ class StepRecorder:
         # 0 all the same, as the results' sum over workers needs a number.
         samples = self.samples if self.samples_known and self.steps else None
         rate = samples / train_s if samples and train_s else 0.0
+        unlogged = {}
+        if not self.epochs_logged and self.t_first_step_end is not None:
+            # The run was one epoch: its first step, as a logged first epoch says it.
+            unlogged["first_step_s"] = self.t_first_step_end - self.t_train_begin
         return self.events.emit(
             "end", elapsed_s=time.time() - self.t_wall_start, train_s=train_s,
             steps=self.steps, samples=samples, samples_per_s=rate,
             syncs=self.steps, steps_per_epoch=self.first_epoch_steps,
-            epochs_logged=self.epochs_logged, accuracy_reported=self.accuracy_reported)
+            epochs_logged=self.epochs_logged, accuracy_reported=self.accuracy_reported,
+            **unlogged)
 
     def error(self, kind: str, message: str, exit_status: int | None) -> dict:
         """The script failed: the steps timed so far, and the ``error`` event."""

@@ -1,4 +1,9 @@
-"""``build_report``: a sweep folder → ``report.html`` (self-contained) and ``report/*.png``.
+"""``build_report``: a sweep folder → ``report.html`` (self-contained) and
+``report-figures/*.png``.
+
+The figures' folder is the report's own: a link there pointing out of the page's folder
+is refused, and each PNG replaces whatever has its name (a link too) rather than being
+written through it; a sweep folder may come from another machine.
 
 A study's section is the caller's to give (``study_section``): the report knows no
 study, and the CLI asks the study registry for the one that made the sweep.
@@ -23,7 +28,7 @@ from ..engines import ENGINES, distributions
 from ..cell import DEFAULT_ENGINE
 from ..cluster import PROVIDERS
 from ..errors import ConfigError
-from ..fsutil import atomic_write_text
+from ..fsutil import atomic_write_bytes, atomic_write_text
 from .study_section import StudySection
 from .sweep_data import Sweep, config_label, load_sweep, read_cell_series
 
@@ -46,7 +51,7 @@ def build_report(sweep_dir: Path, out: Path | None = None, *,
     """
     sweep = load_sweep(Path(sweep_dir))
     out = Path(out) if out is not None else sweep.path / "report.html"
-    figures_dir = out.parent / f"{out.stem}-figures"  # the PNGs, beside the page
+    figures_dir = _figures_dir(out)
     try:
         from . import figures as figs
         from .html import render
@@ -92,12 +97,29 @@ def build_report(sweep_dir: Path, out: Path | None = None, *,
                        + [s.figure for s in sections if s.figure]
                        + ([energy_fig] if energy_fig else [])
                        + (study.figures if study else [])):
-            (figures_dir / f"{figure.name}.png").write_bytes(figure.png)
+            # Replaced, not written through: a link planted under a figure's name (to
+            # a file elsewhere) becomes the figure, the file it named is left alone.
+            atomic_write_bytes(figures_dir / f"{figure.name}.png", figure.png, fsync=False)
         atomic_write_text(out, page)
     except OSError as exc:
         raise ConfigError(f"cannot write the report to {out} ({exc.strerror}): give "
                           "--out FILE in a writable folder") from None
     return out
+
+
+def _figures_dir(out: Path) -> Path:
+    """``<page>-figures``, the PNGs' folder beside the page.
+
+    Raises ``ConfigError`` when it is a link out of the page's folder: a sweep folder
+    from elsewhere could point it at any folder the report's user may write to."""
+    figures_dir = out.parent / f"{out.stem}-figures"
+    if figures_dir.is_symlink():
+        home, target = out.parent.resolve(), figures_dir.resolve()
+        if target != home and home not in target.parents:
+            raise ConfigError(f"{figures_dir} is a link to {target}, outside {home}: remove "
+                              "the link (the report makes the folder) or give --out FILE "
+                              "in another folder")
+    return figures_dir
 
 
 def _cpus() -> int:

@@ -5,11 +5,20 @@
 data, threads, seed, validation set), which a resumed sweep must match: otherwise its
 results would mix two setups. Each run of a cell is an attempt with a folder of its own
 (``cells/<cell_id>/attempt-<N>/``, ``next_attempt``).
+
+``--resume`` rewrites ``sweep.json`` (``resumed_meta``): its id, creation time, identity
+and first ``versions`` stay; the run's own settings (timeout, sampling interval,
+shipping, inputs) become the resumed run's, ``extra`` takes the resumed run's keys over
+the earlier ones, the grid's new cells are added after the recorded ones, and
+``resumed`` lists each resumed run (when, its versions and settings). It also removes the
+temporary files a killed controller left (``remove_stale_temps``): nothing else writes
+the folder while its sweep runs.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from dataclasses import asdict
@@ -19,7 +28,9 @@ from typing import Protocol, Sequence
 from ..cluster import declared_options
 from ..engines import ENGINES, distributions
 from ..errors import ConfigError
-from ..fsutil import atomic_write_text
+from ..fsutil import atomic_write_text, remove_stale_temps
+
+log = logging.getLogger(__name__)
 
 
 class SweepFolderSettings(Protocol):
@@ -33,6 +44,7 @@ class SweepFolderSettings(Protocol):
     interval_s: float | None
     extra: dict
     user_files: Sequence
+    ship_target: object | None
 
     def identity(self) -> dict: ...
 
@@ -73,8 +85,15 @@ def prepare_sweep_dir(settings: SweepFolderSettings) -> tuple[str, Path]:
     """Create (or, with ``resume``, reopen and check) the sweep folder; check it is writable."""
     meta = check_sweep_dir(settings)
     if meta is not None:
-        _check_writable(Path(settings.out_dir))
-        return meta["sweep_id"], Path(settings.out_dir)
+        out = Path(settings.out_dir)
+        _check_writable(out)
+        removed = remove_stale_temps_of_sweep(out)
+        if removed:
+            log.info("--resume: removed %d temporary file(s) a stopped run left in %s",
+                     removed, out)
+        atomic_write_text(out / "sweep.json",
+                          json.dumps(resumed_meta(meta, settings), indent=1, sort_keys=True))
+        return meta["sweep_id"], out
     sweep_id = new_sweep_id()
     out = Path(settings.out_dir) if settings.out_dir is not None else Path("runs") / sweep_id
     try:
@@ -83,9 +102,20 @@ def prepare_sweep_dir(settings: SweepFolderSettings) -> tuple[str, Path]:
         raise ConfigError(f"--out {out} cannot be created ({exc.strerror}): "
                           "choose a writable folder") from None
     _check_writable(out)
-    meta = {"sweep_id": sweep_id, "created": time.time(), "timeout_s": settings.timeout_s,
-            "interval_s": settings.interval_s, "identity": settings.identity(),
-            "cells": [asdict(c) for c in settings.cells], "versions": _versions(),
+    meta = {"sweep_id": sweep_id, "created": time.time(), "identity": settings.identity(),
+            "cells": _cells(settings), "versions": _versions(), **_run_settings(settings)}
+    atomic_write_text(out / "sweep.json", json.dumps(meta, indent=1, sort_keys=True))
+    return sweep_id, out
+
+
+def _cells(settings: SweepFolderSettings) -> list[dict]:
+    """The grid's cells as sweep.json keeps them (JSON's own types: pairs as lists)."""
+    return json.loads(json.dumps([asdict(c) for c in settings.cells]))
+
+
+def _run_settings(settings: SweepFolderSettings) -> dict:
+    """What one run of the sweep was given besides its identity and grid."""
+    return {"timeout_s": settings.timeout_s, "interval_s": settings.interval_s,
             **({"extra": settings.extra} if settings.extra else {}),
             # Where metrics were shipped and how (TLS verified or --influx-insecure).
             **({"shipping": settings.ship_target.recorded()} if settings.ship_target else {}),
@@ -93,8 +123,46 @@ def prepare_sweep_dir(settings: SweepFolderSettings) -> tuple[str, Path]:
             **({"inputs": [{"kind": f.kind, "source": str(f.source), "sha256": f.digest,
                             "staged": f.staged_name} for f in settings.user_files]}
                if settings.user_files else {})}
-    atomic_write_text(out / "sweep.json", json.dumps(meta, indent=1, sort_keys=True))
-    return sweep_id, out
+
+
+def resumed_meta(meta: dict, settings: SweepFolderSettings) -> dict:
+    """``sweep.json`` after ``--resume`` with ``settings`` (module docstring): what
+    ``check_resume`` compared, the id and the first run's versions kept."""
+    now = _run_settings(settings)
+    recorded = meta.get("cells") if isinstance(meta.get("cells"), list) else []
+    seen = {json.dumps(c, sort_keys=True) for c in recorded}
+    added = [c for c in _cells(settings) if json.dumps(c, sort_keys=True) not in seen]
+    extra = {**(meta.get("extra") if isinstance(meta.get("extra"), dict) else {}),
+             **now.pop("extra", {})}
+    runs = meta.get("resumed") if isinstance(meta.get("resumed"), list) else []
+    return {**meta, **now, "cells": recorded + added, **({"extra": extra} if extra else {}),
+            "resumed": [*runs, {"at": time.time(), "versions": _versions(),
+                                "cells_added": len(added), **now}]}
+
+
+# What ``fsutil.atomic_write_text`` leaves beside a file when its writer is killed: the
+# controller's own files of a sweep folder (its results table and settings; each
+# attempt's cell.json, trace.json and agents' pids files). The spools' shipping state is
+# the shippers' (``profiler.metrics.ship``, under their lock).
+_SWEEP_FILES = ("results.csv", "sweep.json")
+_ATTEMPT_TEMPS = (".cell.json.*.tmp", ".trace.json.*.tmp", "pids/.*.json.*.tmp")
+
+
+def remove_stale_temps_of_sweep(out: Path) -> int:
+    """Remove the temporary files a killed controller left in the sweep folder ``out``
+    (only with no other run of the sweep under way); how many were removed."""
+    removed = sum(remove_stale_temps(out / name) for name in _SWEEP_FILES)
+    for attempt in (out / "cells").glob("*/attempt-*"):
+        if attempt.is_symlink() or not attempt.is_dir():
+            continue
+        for pattern in _ATTEMPT_TEMPS:
+            for stale in attempt.glob(pattern):
+                try:
+                    stale.unlink()
+                    removed += 1
+                except FileNotFoundError:
+                    pass
+    return removed
 
 
 def _versions() -> dict:

@@ -50,7 +50,8 @@ def breakdown_columns(cell, cell_dir: Path, events, specs: Sequence,
         server_nodes=node_of_ranks(events, specs, "server"), offsets_s=offsets_s)
     start0 = events.start0()
     columns = step_lines.summarize(loaded, events.epochs_by_rank(),
-                                   start0.get("steps_per_epoch"), cell.sync == "sync")
+                                   start0.get("steps_per_epoch"), cell.sync == "sync",
+                                   ends=events.of("end"))
     columns.update(robust_columns(loaded.workers, events.epochs_by_rank(), start0,
                                   every_step_timed=not loaded.sampled))
     starts = {e["rank"]: e for e in events.of("start") if isinstance(e.get("rank"), int)}

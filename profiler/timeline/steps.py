@@ -18,7 +18,10 @@ offsets the runner measured (``offsets_s``: node clock minus controller clock); 
 and emulated nodes share the host's clock.
 
 The summary's step time to check the breakdown against comes from the epoch events
-(``epoch_s`` per step, without the run's first step), not from the step lines.
+(``epoch_s`` per step, without the run's first step), not from the step lines; for a
+user's script that never called ``edgeprof_hooks.log`` (no epoch events), from its
+``end``: the run's ``train_s`` per step, without its ``first_step_s``
+(``workloads.script_hooks``).
 """
 
 from __future__ import annotations
@@ -129,8 +132,11 @@ def percentile(values: list[float], q: int) -> float:
 
 
 def summarize(steps: CellSteps, epochs_by_rank: dict[int, list[dict]],
-              steps_per_epoch: int | None, sync: bool) -> dict:
-    """The breakdown's results columns (ms per step); all None when nothing was timed."""
+              steps_per_epoch: int | None, sync: bool, ends: list[dict] = ()) -> dict:
+    """The breakdown's results columns (ms per step); all None when nothing was timed.
+
+    ``ends``: the workers' ``end`` events (a script's that logged no epoch gives the
+    steady step time)."""
     measured = steps.measured()
     columns: dict = dict.fromkeys(columns_of("breakdown"))
     if not measured:
@@ -146,7 +152,7 @@ def summarize(steps: CellSteps, epochs_by_rank: dict[int, list[dict]],
     for phase in ("compute", "comm", "wait"):
         columns[f"{phase}_ms_p50"] = _r(percentile(ms[phase], 50))
         columns[f"{phase}_ms_p95"] = _r(percentile(ms[phase], 95))
-    steady = _steady_step_ms(epochs_by_rank, steps_per_epoch)
+    steady = _steady_step_ms(epochs_by_rank, steps_per_epoch, ends)
     parts = sum(columns[f"{phase}_ms_mean"] for phase in PHASES)
     columns["steady_step_ms"] = _r(steady)
     columns["breakdown_vs_step"] = round(parts / steady, 3) if steady else None
@@ -191,13 +197,20 @@ def _slowest_rank(steps: CellSteps, by_worker: dict[int, list[dict]], sync: bool
     return max(by_worker, key=lambda rank: _mean([line["step_s"] for line in by_worker[rank]]))
 
 
-def _steady_step_ms(epochs_by_rank: dict[int, list[dict]], steps_per_epoch: int | None
-                    ) -> float | None:
-    """The workers' mean step time from their epoch events, the run's first step out."""
-    if not steps_per_epoch:
-        return None
+def _steady_step_ms(epochs_by_rank: dict[int, list[dict]], steps_per_epoch: int | None,
+                    ends: list[dict] = ()) -> float | None:
+    """The workers' mean step time from their epoch events, the run's first step out;
+    a script's run without epoch events (``epochs_logged`` 0) counts as one epoch of
+    its ``end``'s ``steps``, ``train_s`` and ``first_step_s``."""
     times, steps = 0.0, 0
-    for epochs in epochs_by_rank.values():
+    for end in ends:
+        if end.get("epochs_logged") == 0 and all(
+                isinstance(end.get(k), (int, float)) for k in ("train_s", "first_step_s",
+                                                                "steps")):
+            if end["steps"] >= 2:
+                times += end["train_s"] - end["first_step_s"]
+                steps += end["steps"] - 1
+    for epochs in epochs_by_rank.values() if steps_per_epoch else ():
         for e in epochs:
             if not isinstance(e.get("epoch_s"), (int, float)):
                 continue

@@ -163,6 +163,36 @@ def test_a_script_without_log_says_accuracy_was_not_reported(tmp_path):
     assert not (tmp_path / "events" / "steps-worker-0.jsonl").exists()  # breakdown off
 
 
+def test_a_script_without_log_gets_its_steady_step_and_breakdown_check(tmp_path):
+    """Every step of a script that never calls ``edgeprof_hooks.log`` is timed; the row's
+    ``steady_step_ms`` and ``breakdown_vs_step`` come from its ``end`` event."""
+    from types import SimpleNamespace
+
+    from profiler.sweep.events import read_cell_events
+    from profiler.timeline.record import breakdown_columns
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),\n"
+        "                            torch.nn.Linear(256, 10))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(40):\n"
+        "    opt.zero_grad()\n"
+        "    model(torch.randn(128, 64)).sum().backward()\n"
+        "    opt.step()\n")
+    code, _, err = _finish(_launch(tmp_path / "cell" / "events", script))
+    assert code == 0, err[-2000:]
+    events = read_cell_events(tmp_path / "cell" / "events")
+    end = events.of("end")[0]
+    assert (end["steps"], end["epochs_logged"]) == (40, 0) and end["first_step_s"] > 0
+    columns = breakdown_columns(SimpleNamespace(sync="sync", label="script"),
+                                tmp_path / "cell", events, specs=[])
+    assert columns["breakdown_steps"] == 39 and columns["steady_step_ms"] > 0
+    # Steps follow each other with nothing between them: they cover the run's window.
+    assert columns["breakdown_vs_step"] == pytest.approx(1.0, abs=0.05)
+
+
 def test_the_example_trains_the_factory_files_network():
     """examples/ddp_train.py repeats examples/cnn_model.py's layers: the same initial
     weights from the same seed, the same outputs."""

@@ -228,3 +228,42 @@ def test_a_loop_without_torch_optim_has_no_steps(tmp_path):
     assert _steps(tmp_path) == []
     assert [e["event"] for e in _events(tmp_path)] == ["start", "end"]
     assert (end["steps"], end["samples"], end["samples_per_s"]) == (0, None, 0.0)
+
+
+def test_a_script_that_never_logs_still_gets_its_steady_step(tmp_path):
+    """No ``edgeprof_hooks.log`` call: every step was timed, and the row's steady step
+    time and the breakdown's check against it come from the run's ``end``."""
+    from types import SimpleNamespace
+
+    from profiler.sweep.events import read_cell_events
+    from profiler.timeline.record import breakdown_columns
+
+    clock = Clock()
+    events_dir = tmp_path / "events"
+    events = EventWriter(events_dir, 0)
+    recorder = StepRecorder(events, StepLog(events_dir, "worker", 0), world_size=1,
+                            script="train.py", clock=clock)
+    # A first step of 50 ms (one-off costs), then three of 10 ms; a 20 ms validation
+    # after the second, which no step holds but the run's window does.
+    t = 100.0
+    for step_s in (0.050, 0.010, 0.010, 0.010):
+        clock.at(t)
+        recorder.training_forward(8)
+        clock.at(t + step_s)
+        recorder.optimizer_stepped()
+        t += step_s
+        if step_s == 0.010 and t < 100.065:
+            clock.at(t + 0.020)
+            recorder.evaluated()
+            t += 0.020
+    end = recorder.finish()
+    events.close()
+    assert end["epochs_logged"] == 0
+    assert end["first_step_s"] == pytest.approx(0.050)
+    assert end["train_s"] == pytest.approx(0.100)
+    columns = breakdown_columns(SimpleNamespace(sync="sync", label="script"), tmp_path,
+                                read_cell_events(events_dir), specs=[])
+    assert columns["breakdown_steps"] == 3 and columns["step_ms_mean"] == pytest.approx(10)
+    # (100 - 50) ms over 3 steps, the validation in it: the breakdown covers 30 of 50 ms.
+    assert columns["steady_step_ms"] == pytest.approx(50 / 3, abs=1e-3)
+    assert columns["breakdown_vs_step"] == pytest.approx(0.6, abs=1e-3)

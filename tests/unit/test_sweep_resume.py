@@ -172,3 +172,52 @@ def test_a_sweep_written_before_providers_were_plugins_still_resumes(tmp_path):
                           cluster=_emulated(speedup=4))
     with pytest.raises(ConfigError, match="--speedup 4 differs from the sweep's 2.0"):
         prepare_sweep_dir(other)
+
+
+def test_resume_rewrites_sweep_json_keeping_its_id_identity_and_first_versions(tmp_path):
+    first_cell, second_cell = CellConfig(batch=32), CellConfig(batch=64)
+    prepare_sweep_dir(SweepSettings(cells=[first_cell], out_dir=tmp_path / "s",
+                                    timeout_s=100.0, extra={"study": "park2019", "scale": 1}))
+    path = tmp_path / "s" / "sweep.json"
+    before = json.loads(path.read_text())
+    before["versions"]["edgeprof"] = "0.0-the-first-run"  # as an older install wrote it
+    path.write_text(json.dumps(before))
+    again = SweepSettings(cells=[second_cell, first_cell], out_dir=tmp_path / "s",
+                          resume=True, timeout_s=250.0, interval_s=5.0,
+                          extra={"scale": 2})
+    assert prepare_sweep_dir(again) == (before["sweep_id"], tmp_path / "s")
+    after = json.loads(path.read_text())
+    for kept in ("sweep_id", "created", "identity", "versions"):
+        assert after[kept] == before[kept], kept
+    # The resumed run's settings; extra's keys merged; the new cell after the recorded.
+    assert (after["timeout_s"], after["interval_s"]) == (250.0, 5.0)
+    assert after["extra"] == {"study": "park2019", "scale": 2}
+    assert [c["batch"] for c in after["cells"]] == [32, 64]
+    [resumed] = after["resumed"]
+    assert resumed["cells_added"] == 1 and resumed["timeout_s"] == 250.0
+    assert resumed["versions"]["edgeprof"] != "0.0-the-first-run"
+    # A second resume adds its own entry; nothing to add to the grid.
+    prepare_sweep_dir(again)
+    assert [r["cells_added"] for r in json.loads(path.read_text())["resumed"]] == [1, 0]
+
+
+def test_resume_removes_the_temporary_files_a_killed_run_left(tmp_path):
+    _made(tmp_path)
+    sweep = tmp_path / "s"
+    attempt = sweep / "cells" / "abc" / "attempt-1"
+    (attempt / "pids").mkdir(parents=True)
+    (attempt / "cell.json").write_text("{}")
+    stale = [sweep / ".results.csv.k3j2_x.tmp", sweep / ".sweep.json.q9a.tmp",
+             attempt / ".cell.json.zz1.tmp", attempt / ".trace.json.a1.tmp",
+             attempt / "pids" / ".n1.json.b2.tmp"]
+    kept = [sweep / ".report.html.c3.tmp",  # a report may be being written meanwhile
+            attempt / "pids" / "n1.json", attempt / "cell.json",
+            attempt / "metrics" / "n1" / ".ship-x.json.d4.tmp"]  # the shipper's, locked
+    for path in stale + kept:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("half")
+    again = SweepSettings(cells=[CellConfig()], out_dir=sweep, resume=True)
+    prepare_sweep_dir(again)
+    assert [p for p in stale if p.exists()] == []
+    assert all(p.exists() for p in kept)
+    assert not list(sweep.glob(".sweep.json.*.tmp"))  # its own rewrite left none

@@ -14,12 +14,21 @@ constructor: ``build`` logs that once at INFO and leaves it out, and it is never
 again. A ``collect()`` that fails at run time (any exception: a ``vcgencmd`` that times
 out, a file that vanished) costs that collector its tick only: the sampler logs it once
 at WARNING and goes on.
+
+The hardware collectors' files and command can be moved, to check them from outside
+without a private mount namespace: ``$EDGEPROF_SYSFS_ROOT`` is put before every /sys and
+/proc/device-tree path they read (``system_path``), ``$EDGEPROF_VCGENCMD`` is the
+``vcgencmd`` they run (``vcgencmd_path``). Both are read once, when the agent builds its
+collectors; psutil's readings (CPU, memory, network, disk, /proc/cpuinfo) stay the host's.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import time
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
@@ -131,6 +140,33 @@ def build(config, spool) -> list[Collector]:
         if collector is not None:
             built.append(collector)
     return built
+
+
+SYSFS_ROOT_ENV = "EDGEPROF_SYSFS_ROOT"
+VCGENCMD_ENV = "EDGEPROF_VCGENCMD"
+
+
+def system_path(path: str | Path) -> Path:
+    """``path`` (absolute: /sys/..., /proc/device-tree/...) under ``$EDGEPROF_SYSFS_ROOT``,
+    or itself when that is unset or empty."""
+    root = os.environ.get(SYSFS_ROOT_ENV)
+    path = Path(path)
+    return Path(root) / path.relative_to(path.anchor) if root else path
+
+
+def vcgencmd_path() -> str | None:
+    """The ``vcgencmd`` to run: ``$EDGEPROF_VCGENCMD`` (a path, or a name on PATH) when
+    set, else ``vcgencmd`` on PATH; None when that is not an executable.
+
+    Raises ``Unavailable`` when ``$EDGEPROF_VCGENCMD`` names no executable: a setting that
+    points nowhere is said, not taken for a board without the command."""
+    chosen = os.environ.get(VCGENCMD_ENV)
+    if not chosen:
+        return shutil.which("vcgencmd")
+    found = shutil.which(chosen)
+    if found is None:
+        raise Unavailable(f"vcgencmd (${VCGENCMD_ENV}={chosen} is not an executable)")
+    return found
 
 
 def read_int(path) -> int:

@@ -7,6 +7,8 @@ three times the reads for the one number kept here. Without cpufreq in sysfs (mo
 psutil's /proc/cpuinfo reading is the fallback, every ``CPUINFO_EVERY_S`` (the last
 reading is repeated in between): /proc/cpuinfo lists every field of every core, the
 dearest read of a tick, for a clock that no cpufreq driver of this kernel changes.
+The policies are looked for under ``$EDGEPROF_SYSFS_ROOT`` when it is set
+(``base.system_path``); the fallback is psutil's, the host's.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import glob
 
 import psutil
 
-from .base import Collector, Field, Periodic, Sample, Unavailable
+from .base import Collector, Field, Periodic, Sample, Unavailable, system_path
 
 POLICY_GLOB = "/sys/devices/system/cpu/cpufreq/policy[0-9]*/scaling_cur_freq"
 
@@ -25,7 +27,8 @@ class CpuFreq(Collector):
     CPUINFO_EVERY_S = 10.0
 
     def __init__(self, policy_files: list[str] | None = None):
-        self.files = sorted(glob.glob(POLICY_GLOB)) if policy_files is None else policy_files
+        self.files = (sorted(glob.glob(str(system_path(POLICY_GLOB)))) if policy_files is None
+                      else policy_files)
         if not self.files:
             mhz = _cpuinfo_mhz()
             if mhz is None:

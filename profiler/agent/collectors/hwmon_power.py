@@ -10,7 +10,8 @@ power monitor's are read: a workstation's hwmon also holds GPUs and fans whose w
 not the board's (``is_power_monitor``).
 
 Without such a device the collector is ``Unavailable``. No power monitor here: tests
-build a fake hwmon tree and pass its root to the constructor.
+build a fake hwmon tree and pass its root to the constructor (or put a whole fake /sys
+under ``$EDGEPROF_SYSFS_ROOT``, ``base.system_path``).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .base import Collector, Field, Sample, Unavailable, read_int
+from .base import Collector, Field, Sample, Unavailable, read_int, system_path
 
-HWMON_ROOT = Path("/sys/class/hwmon")
+HWMON_ROOT = Path("/sys/class/hwmon")  # under $EDGEPROF_SYSFS_ROOT when set
 # Driver names of board power monitors: TI's INA2xx/INA3221 family. A USB-C meter's
 # driver name can be added here.
 MONITOR_NAME = re.compile(r"^ina\d+")
@@ -84,10 +85,10 @@ class HwmonPower(Collector):
             "channel": "power_hwmon: the channel's index K in its files"}
 
     def __init__(self, root: Path | None = None):
-        self.channels = find_channels(HWMON_ROOT if root is None else root)
+        root = system_path(HWMON_ROOT) if root is None else root
+        self.channels = find_channels(root)
         if not self.channels:
-            raise Unavailable("hwmon power monitors (no ina2xx-class device in "
-                              f"{HWMON_ROOT if root is None else root})")
+            raise Unavailable(f"hwmon power monitors (no ina2xx-class device in {root})")
 
     def collect(self) -> list[Sample]:
         return [("power_hwmon", dict(channel.tags), channel.read())

@@ -19,25 +19,26 @@ estimate kept here beside the raw sum.
 most every ``VCGENCMD_EVERY_S`` (``Periodic``; the last reading is repeated in
 between), as ``pi_throttling`` does. Off a Pi 5 (its device tree is not a BCM2712's,
 or no ``vcgencmd``) the collector is ``Unavailable``, found without spawning anything.
-No Pi 5 here: tests pass a fake device-tree ``compatible`` file to the constructor and
-put a fake ``vcgencmd`` on PATH that prints jfikar's published output.
+No Pi 5 here: tests pass a fake device-tree ``compatible`` file to the constructor (or
+put it under ``$EDGEPROF_SYSFS_ROOT``) and a fake ``vcgencmd`` on PATH (or in
+``$EDGEPROF_VCGENCMD``) that prints jfikar's published output.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-from .base import Collector, Field, Periodic, Sample, Unavailable
+from .base import (Collector, Field, Periodic, Sample, Unavailable, system_path,
+                   vcgencmd_path)
 
 # jfikar/RPi5-power (README): board watts against a USB-C meter, from the rails' sum.
 BOARD_FIT_SLOPE = 1.1451
 BOARD_FIT_OFFSET_W = 0.5879
 _LINE = re.compile(r"^\s*(?P<rail>\S+)_(?P<kind>[AV])\s+(?:current|volt)\(\d+\)="
                    r"(?P<value>[-+0-9.eE]+)[AV]\s*$")
-COMPATIBLE = Path("/proc/device-tree/compatible")
+COMPATIBLE = Path("/proc/device-tree/compatible")  # under $EDGEPROF_SYSFS_ROOT when set
 PI5_SOC = b"brcm,bcm2712"
 INPUT_RAIL = "EXT5V"  # the 5 V input: a voltage with no current, not a rail of the sum
 
@@ -86,14 +87,14 @@ class Pi5Pmic(Collector):
     def __init__(self, vcgencmd: str | None = None, compatible: Path | None = None):
         # The board is known from its device tree, without spawning anything: only a
         # BCM2712 (Pi 5, CM5, Pi 500) has this PMIC.
-        compatible = COMPATIBLE if compatible is None else compatible
+        compatible = system_path(COMPATIBLE) if compatible is None else compatible
         try:
             soc = compatible.read_bytes().split(b"\0")
         except OSError:
             soc = []
         if PI5_SOC not in soc:
             raise Unavailable("Pi 5 PMIC power (not a BCM2712 board)")
-        self.vcgencmd = vcgencmd or shutil.which("vcgencmd")
+        self.vcgencmd = vcgencmd or vcgencmd_path()
         if not self.vcgencmd:
             raise Unavailable("Pi 5 PMIC power (no vcgencmd)")
         # A vcgencmd that fails or hangs is tried again only after VCGENCMD_EVERY_S (the

@@ -1,12 +1,15 @@
-"""``throttle``: the Raspberry Pi firmware's throttling word, from sysfs or ``vcgencmd``."""
+"""``throttle``: the Raspberry Pi firmware's throttling word, from sysfs or ``vcgencmd``.
+
+Both can be moved (``$EDGEPROF_SYSFS_ROOT``, ``$EDGEPROF_VCGENCMD``: ``base.system_path``).
+"""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
-from .base import Collector, Field, Periodic, Sample, Unavailable
+from .base import (Collector, Field, Periodic, Sample, Unavailable, system_path,
+                   vcgencmd_path)
 
 # Bits of the Raspberry Pi firmware's get_throttled word.
 THROTTLE_BITS = {"under_voltage": 0, "freq_capped": 1, "throttled": 2, "soft_temp_limit": 3,
@@ -28,9 +31,9 @@ class PiThrottling(Collector):
     VCGENCMD_TIMEOUT_S = 5.0
 
     def __init__(self, sysfs: Path | None = None):
-        sysfs = THROTTLED_SYSFS if sysfs is None else sysfs
+        sysfs = system_path(THROTTLED_SYSFS) if sysfs is None else sysfs
         self.sysfs = sysfs if sysfs.exists() else None
-        self.vcgencmd = None if self.sysfs else shutil.which("vcgencmd")
+        self.vcgencmd = None if self.sysfs else vcgencmd_path()
         if not self.sysfs and not self.vcgencmd:
             raise Unavailable("Raspberry Pi throttling flags (no vcgencmd)")
         # A vcgencmd that fails or hangs is tried again only after VCGENCMD_EVERY_S, not

@@ -12,7 +12,8 @@ This is the host's power, not a slot's: the local cluster's nodes share it
 (``profiler.metrics.energy`` splits it among them). Where the zones are missing (VMs,
 ARM boards) or ``energy_uj`` is readable by root only (Linux 5.10 on, against the
 PLATYPUS side channel) the collector is ``Unavailable``. No RAPL here: tests build a
-fake powercap tree, with a wrapping counter, and pass its root to the constructor.
+fake powercap tree, with a wrapping counter, and pass its root to the constructor (or
+put a whole fake /sys under ``$EDGEPROF_SYSFS_ROOT``, ``base.system_path``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .base import Collector, Field, Sample, Unavailable, read_int
+from .base import Collector, Field, Sample, Unavailable, read_int, system_path
 
-POWERCAP_ROOT = Path("/sys/class/powercap")
+POWERCAP_ROOT = Path("/sys/class/powercap")  # under $EDGEPROF_SYSFS_ROOT when set
 
 
 class Zone:
@@ -87,7 +88,7 @@ class Rapl(Collector):
     TAGS = {"domain": "power_rapl: the RAPL zone (package-0, package-0/dram)"}
 
     def __init__(self, root: Path | None = None):
-        self.zones = find_zones(POWERCAP_ROOT if root is None else root)
+        self.zones = find_zones(system_path(POWERCAP_ROOT) if root is None else root)
 
     def collect(self) -> list[Sample]:
         return [("power_rapl", {"domain": zone.domain}, zone.read()) for zone in self.zones]

@@ -9,12 +9,14 @@ node's agent its pid; its environment goes to ``remote_exec`` on ssh's stdin, ne
 command line. Paths of the cell folder are mapped to the host's ``edgeprof_workdir``;
 after the cell, ``collect`` brings that folder (events, metrics spools) back into the
 local cell folder with one ``tar`` stream per node over the same SSH, all nodes at once,
-so results have the same columns as on the emulated cluster. Logs come back live through
-ssh's output. Each node's clock is read through one Python kept running on it for the
-sweep (``ClockEcho``): a cell pays a few round trips for it, not a session and an
-interpreter's start. The user's files a sweep stages (``<sweep>/inputs``: a model file,
-a dataset, a script; ``profiler.inputs``) go to a node as one ``tar`` stream before
-its first process that names one, and are removed from every node when the sweep ends.
+so results have the same columns as on the emulated cluster; the stream is unpacked
+without trusting the node (``unpack``: no link or path out of the cell folder). Logs
+come back live through ssh's output. Each node's clock is read through one Python kept
+running on it for the sweep (``ClockEcho``): a cell pays a few round trips for it, not a
+session and an interpreter's start. The user's files a sweep stages (``<sweep>/inputs``:
+a model file, a dataset, a script; ``profiler.inputs``) go to a node as one ``tar``
+stream before its first process that names one, and are removed from every node when the
+sweep ends.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -34,10 +37,11 @@ from .connections import Connections
 from .hosts import SSH_CONNECT_TIMEOUT_S, Host, last_line, plain_env
 from .probe import CHECK_TIMEOUT_S
 from .straggler import STRAGGLER_WAIT_S, cpu_max_command, straggler_answer, straggler_group
+from .unpack import UnsafeMember, unpack_stream
 
 COLLECT_TIMEOUT_S = 300
 # On the node: the cell folder as a tar stream on stdout, then (stdout closed, so that the
-# local tar sees the stream's end) the folder removed if the controller answers ``ok``.
+# local unpacking sees the stream's end) the folder removed if the controller answers ``ok``.
 _PACK_THEN_REMOVE = ('tar -C "$1" --exclude=./pids -cf - . || exit $?; exec >&-; '
                      'read answer; if [ "$answer" = ok ]; then rm -rf -- "$1" || true; fi')
 # On the node: the sweep's inputs unpacked from stdin (an old copy replaced whole), and
@@ -193,20 +197,30 @@ class InventoryCluster(Cluster):
 
     def _fetch(self, node: Node, cell_dir: Path) -> str | None:
         """One session: the node's tar stream comes in, and once it is unpacked here
-        whole, an ``ok`` on its stdin removes the remote copy (anything else keeps it)."""
+        whole, an ``ok`` on its stdin removes the remote copy (anything else keeps it:
+        a stream with a member that would reach out of the cell folder too)."""
         host = self.host(node)
         remote_dir = str(self.remote_cell_dir(node, cell_dir))
         pack = self.ssh_argv(host, ["sh", "-c", _PACK_THEN_REMOVE, "edgeprof-collect",
                                     remote_dir])
+        unpack_error = None
         try:
             with subprocess.Popen(pack, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   stdin=subprocess.PIPE, env=plain_env()) as sender:
-                unpacked = subprocess.run(["tar", "-C", str(cell_dir), "-xf", "-"],
-                                          stdin=sender.stdout, capture_output=True,
-                                          timeout=COLLECT_TIMEOUT_S)
+                # A node that stops sending mid-stream: its ssh is killed, the stream ends.
+                timer = threading.Timer(COLLECT_TIMEOUT_S, sender.kill)
+                timer.start()
+                try:
+                    unpack_stream(sender.stdout, cell_dir)
+                except UnsafeMember as exc:
+                    unpack_error = f"refused what it sent: {exc}"
+                except (tarfile.TarError, OSError) as exc:
+                    unpack_error = f"cannot unpack what it sent: {exc}"
+                finally:
+                    timer.cancel()
                 sender.stdout.close()
                 try:
-                    if unpacked.returncode == 0:
+                    if unpack_error is None:
                         sender.stdin.write(b"ok\n")
                     sender.stdin.close()
                 except OSError:
@@ -215,8 +229,10 @@ class InventoryCluster(Cluster):
                 sender.wait(timeout=COLLECT_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"{node.name}: {exc}"
-        if sender.returncode != 0 or unpacked.returncode != 0:
-            return f"{node.name}: {last_line(error or unpacked.stderr.decode())}"
+        if unpack_error is not None:  # before the node's own error: a broken pipe then
+            return f"{node.name}: {unpack_error}"
+        if sender.returncode != 0:
+            return f"{node.name}: {last_line(error)}"
         return None
 
     def clock_offsets(self, nodes: Sequence[Node]) -> dict[str, float]:
