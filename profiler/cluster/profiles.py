@@ -279,6 +279,31 @@ def _mapping(doc: dict, key: str, path: Path) -> dict:
     return value
 
 
+def _is_env(value) -> bool:
+    """An ``env_by_model`` entry: environment names to text."""
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and k.isidentifier() and isinstance(x, str)
+        for k, x in value.items())
+
+
+# The per-model mappings of a profile, checked in this order: the key, what each model's
+# entry must be, and the fix (``{known}``: the registered models; ``{depth}``: those
+# with a depth rule).
+MODEL_MAPS = (
+    ("cpu_cores_by_model", lambda v: True,
+     "cpu_cores_by_model must map {known} to cores, e.g. {{lenet-cnn: 0.01}}"),
+    ("cpu_cores_dilated", lambda v: isinstance(v, dict),
+     "cpu_cores_dilated must map {known} to {{speedup: cores}}, e.g. "
+     "{{lenet-cnn: {{10: 0.3}}}}"),
+    ("board_rates", lambda v: isinstance(v, dict) and "samples_per_s" in v and "batch" in v,
+     "board_rates must map {known} to {{batch: B, samples_per_s: R}} (with layers: N for "
+     "{depth})"),
+    ("env_by_model", _is_env,
+     "env_by_model must map {known} to {{NAME: text}}, e.g. "
+     "{{lenet-mlp: {{MXNET_ENGINE_TYPE: ThreadedEngine}}}} (quote numbers)"),
+)
+
+
 def _parse_profile(path: Path, name: str, spec) -> Profile:
     if not isinstance(spec, dict):
         raise ConfigError(f"{path}: profile {name} must be a mapping with link_mbit, "
@@ -286,51 +311,55 @@ def _parse_profile(path: Path, name: str, spec) -> Profile:
     missing = [k for k in ("link_mbit", "memory_mb", "cpu_cores") if k not in spec]
     if missing:
         raise ConfigError(f"{path}: profile {name} lacks {', '.join(missing)}: add them")
-    known = model_registry.MODELS
-    by_model = spec.get("cpu_cores_by_model") or {}
-    if not isinstance(by_model, dict) or not set(by_model) <= set(known):
-        raise ConfigError(f"{path}: profile {name}: cpu_cores_by_model must map "
-                          f"{', '.join(known)} to cores, e.g. {{lenet-cnn: 0.01}}")
-    dilated = spec.get("cpu_cores_dilated") or {}
-    if not isinstance(dilated, dict) or not set(dilated) <= set(known) or not all(
-            isinstance(v, dict) for v in dilated.values()):
-        raise ConfigError(f"{path}: profile {name}: cpu_cores_dilated must map "
-                          f"{', '.join(known)} to {{speedup: cores}}, e.g. "
-                          "{lenet-cnn: {10: 0.3}}")
-    rates = spec.get("board_rates") or {}
-    if not isinstance(rates, dict) or not set(rates) <= set(known) or not all(
-            isinstance(v, dict) and "samples_per_s" in v and "batch" in v
-            for v in rates.values()):
-        raise ConfigError(f"{path}: profile {name}: board_rates must map "
-                          f"{', '.join(known)} to {{batch: B, samples_per_s: R}} (with "
-                          f"layers: N for {', '.join(model_registry.with_depth())})")
-    env = spec.get("env_by_model") or {}
-    if not isinstance(env, dict) or not set(env) <= set(known) or not all(
-            isinstance(v, dict) and all(isinstance(k, str) and k.isidentifier()
-                                        and isinstance(x, str) for k, x in v.items())
-            for v in env.values()):
-        raise ConfigError(f"{path}: profile {name}: env_by_model must map "
-                          f"{', '.join(known)} to {{NAME: text}}, e.g. "
-                          "{lenet-mlp: {MXNET_ENGINE_TYPE: ThreadedEngine}} (quote numbers)")
+    maps = {key: _model_map(path, name, spec, key, entry_ok, fix)
+            for key, entry_ok, fix in MODEL_MAPS}
     try:
-        board_rates = {str(m): BoardRate(str(m), int(v["layers"]) if v.get("layers") else None,
-                                         int(v["batch"]), float(v["samples_per_s"]))
-                       for m, v in rates.items()}
-        profile = Profile(name=str(name), link_mbit=float(spec["link_mbit"]),
-                          memory_mb=int(spec["memory_mb"]), cpu_cores=float(spec["cpu_cores"]),
-                          description=str(spec.get("description", "")),
-                          cpu_cores_by_model={str(k): float(v) for k, v in by_model.items()},
-                          cpu_cores_dilated={str(m): {float(k): float(q) for k, q in v.items()}
-                                             for m, v in dilated.items()},
-                          board_cores=(int(spec["board_cores"])
-                                       if spec.get("board_cores") is not None else None),
-                          board_rates=board_rates,
-                          power=_parse_power(path, name, spec.get("power")),
-                          env_by_model={str(m): dict(v) for m, v in env.items()})
+        profile = _build_profile(path, name, spec, maps)
     except (TypeError, ValueError, OverflowError) as exc:  # Overflow: int(.inf)
         raise ConfigError(f"{path}: profile {name}: link_mbit, memory_mb, cpu_cores, "
                           f"cpu_cores_by_model, cpu_cores_dilated, board_cores and "
                           "board_rates must be numbers") from exc
+    _check_ranges(path, name, profile)
+    return profile
+
+
+def _model_map(path: Path, name: str, spec: dict, key: str, entry_ok, fix: str) -> dict:
+    """``spec[key]`` ({} when absent) if it maps registered models to entries
+    ``entry_ok`` accepts; else ``ConfigError`` with ``fix``."""
+    value = spec.get(key) or {}
+    known = model_registry.MODELS
+    if not isinstance(value, dict) or not set(value) <= set(known) or not all(
+            entry_ok(v) for v in value.values()):
+        raise ConfigError(f"{path}: profile {name}: " + fix.format(
+            known=", ".join(known), depth=", ".join(model_registry.with_depth())))
+    return value
+
+
+def _build_profile(path: Path, name: str, spec: dict, maps: dict[str, dict]) -> Profile:
+    """The profile ``spec`` describes, its per-model ``maps`` checked; TypeError,
+    ValueError or OverflowError where a number is not one."""
+    board_rates = {str(m): _board_rate(m, v) for m, v in maps["board_rates"].items()}
+    return Profile(name=str(name), link_mbit=float(spec["link_mbit"]),
+                   memory_mb=int(spec["memory_mb"]), cpu_cores=float(spec["cpu_cores"]),
+                   description=str(spec.get("description", "")),
+                   cpu_cores_by_model={str(k): float(v)
+                                       for k, v in maps["cpu_cores_by_model"].items()},
+                   cpu_cores_dilated={str(m): {float(k): float(q) for k, q in v.items()}
+                                      for m, v in maps["cpu_cores_dilated"].items()},
+                   board_cores=(int(spec["board_cores"])
+                                if spec.get("board_cores") is not None else None),
+                   board_rates=board_rates,
+                   power=_parse_power(path, name, spec.get("power")),
+                   env_by_model={str(m): dict(v) for m, v in maps["env_by_model"].items()})
+
+
+def _board_rate(model, entry: dict) -> BoardRate:
+    return BoardRate(str(model), int(entry["layers"]) if entry.get("layers") else None,
+                     int(entry["batch"]), float(entry["samples_per_s"]))
+
+
+def _check_ranges(path: Path, name: str, profile: Profile) -> None:
+    """Refuse speedups not above 1 and rates, memory, quotas and cores out of range."""
     # Written as ``not (x >= y)`` so that .nan (which YAML reads as a float) is refused.
     quotas = [profile.cpu_cores, *profile.cpu_cores_by_model.values(),
               *(q for v in profile.cpu_cores_dilated.values() for q in v.values())]
@@ -343,7 +372,6 @@ def _parse_profile(path: Path, name: str, spec) -> Profile:
         raise ConfigError(f"{path}: profile {name}: need link_mbit > 0, memory_mb >= 16, "
                           f"cpu_cores (and each of cpu_cores_by_model) >= {MIN_CPU_CORES}, "
                           "board_cores >= 1")
-    return profile
 
 
 def _parse_mix(path: Path, name: str, spec) -> tuple[str, ...]:

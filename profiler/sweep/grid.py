@@ -30,6 +30,19 @@ def validate(cell: CellConfig) -> CellConfig:
     engine = get_engine(cell.engine)  # an unknown engine: one line naming the choices
     # An unknown model: one line naming the models. A script's cells name the script.
     spec = None if engine.takes_script else model_registry.get(cell.model)
+    _check_engine_fits(cell, engine, spec)
+    _check_placement(cell)
+    straggler_settings.parse(cell.straggler)  # none, F or F@T: else one line
+    _check_layers(cell, spec)
+    _check_counts(cell)
+    _check_optimizer(cell, engine)
+    _check_max_samples(cell)
+    engine.check_cell(cell)  # the engine's own settings (a pipeline's stages)
+    return cell
+
+
+def _check_engine_fits(cell: CellConfig, engine, spec) -> None:
+    """The engine trains the cell: its script, its sync mode and its model."""
     if engine.takes_script and not cell.model_digest:
         raise ConfigError(f"--engine {engine.name} runs your own training script: give "
                           "--script train.py (or another --engine for a model)")
@@ -45,21 +58,36 @@ def validate(cell: CellConfig) -> CellConfig:
         others = [e.name for e in ENGINES.values() if cell.model in e.models]
         raise ConfigError(f"{cell.model} runs on the {_and(others)} engines only, "
                           f"not on {engine.name}: use --engine {','.join(others)}")
+
+
+def _check_placement(cell: CellConfig) -> None:
+    """Where the servers run and how the training set is split are known ones."""
     if cell.placement not in PLACEMENTS:
         raise ConfigError(f"unknown placement {cell.placement!r}: use master or colocated")
     if cell.data_partition not in DATA_PARTITIONS:
         raise ConfigError(f"unknown data partition {cell.data_partition!r}: use shard or "
                           "replicate")
-    straggler_settings.parse(cell.straggler)  # none, F or F@T: else one line
+
+
+def _check_layers(cell: CellConfig, spec) -> None:
+    """``--layers`` is a depth the model can have, and only for a model with a depth rule."""
     if spec is not None and spec.depth is not None:
         spec.depth.blocks(cell.layers)  # a depth it cannot have: one line, the rule
     elif cell.layers is not None:
         raise ConfigError(f"--layers does not apply to {cell.model} (its depth is fixed): "
                           f"drop --layers or use --model {','.join(model_registry.with_depth())}")
+
+
+def _check_counts(cell: CellConfig) -> None:
+    """Batch, devices and epochs are at least 1."""
     for name, example in (("batch", 32), ("devices", 2), ("epochs", 1)):
         if getattr(cell, name) < 1:
             raise ConfigError(f"--{name} {getattr(cell, name)} must be at least 1: "
                               f"give e.g. --{name} {example}")
+
+
+def _check_optimizer(cell: CellConfig, engine) -> None:
+    """The learning rate, momentum, weight decay and learning-rate scaling."""
     # ``not lr > 0`` is also true for nan, which every comparison fails. A script's
     # cells without --lr leave the rate to the script.
     if not (cell.lr is None and engine.takes_script) and not (
@@ -75,13 +103,15 @@ def validate(cell: CellConfig) -> CellConfig:
     if cell.lr_scaling not in LR_SCALINGS:
         raise ConfigError(f"--lr-scaling {cell.lr_scaling!r} is unknown: use "
                           f"{' or '.join(LR_SCALINGS)}")
+
+
+def _check_max_samples(cell: CellConfig) -> None:
+    """``--max-samples``, when given, is at least 1 and gives every worker a batch."""
     if cell.max_samples is not None:
         if cell.max_samples < 1:
             raise ConfigError(f"--max-samples {cell.max_samples} must be at least 1: give "
                               "e.g. --max-samples 2000, or leave it out for the whole set")
         check_shards(cell, cell.max_samples, "--max-samples")
-    engine.check_cell(cell)  # the engine's own settings (a pipeline's stages)
-    return cell
 
 
 def _and(names: Sequence[str]) -> str:

@@ -141,24 +141,39 @@ def summarize(steps: CellSteps, epochs_by_rank: dict[int, list[dict]],
     columns: dict = dict.fromkeys(columns_of("breakdown"))
     if not measured:
         return columns
+    columns.update(_phase_columns(steps, measured))
+    steady = _steady_step_ms(epochs_by_rank, steps_per_epoch, ends)
+    parts = sum(columns[f"{phase}_ms_mean"] for phase in PHASES)
+    columns["steady_step_ms"] = _r(steady)
+    columns["breakdown_vs_step"] = round(parts / steady, 3) if steady else None
+    columns.update(_worker_columns(steps, sync))
+    columns.update(_server_columns(steps))
+    return columns
+
+
+def _phase_columns(steps: CellSteps, measured: list[dict]) -> dict:
+    """How the measured steps were sampled, and each phase's mean and percentiles."""
     ms = {phase: [1000.0 * line.get(f"{phase}_s", 0.0) for line in measured]
           for phase in PHASES}
-    columns["breakdown"] = (f"1 in {steps.sample_every} steps" if steps.sampled
-                            else "every step")
-    columns["breakdown_steps"] = len(measured)
-    columns["step_ms_mean"] = _r(_mean([1000.0 * line["step_s"] for line in measured]))
+    columns: dict = {
+        "breakdown": (f"1 in {steps.sample_every} steps" if steps.sampled
+                      else "every step"),
+        "breakdown_steps": len(measured),
+        "step_ms_mean": _r(_mean([1000.0 * line["step_s"] for line in measured]))}
     for phase in PHASES:
         columns[f"{phase}_ms_mean"] = _r(_mean(ms[phase]))
     for phase in ("compute", "comm", "wait"):
         columns[f"{phase}_ms_p50"] = _r(percentile(ms[phase], 50))
         columns[f"{phase}_ms_p95"] = _r(percentile(ms[phase], 95))
-    steady = _steady_step_ms(epochs_by_rank, steps_per_epoch, ends)
-    parts = sum(columns[f"{phase}_ms_mean"] for phase in PHASES)
-    columns["steady_step_ms"] = _r(steady)
-    columns["breakdown_vs_step"] = round(parts / steady, 3) if steady else None
+    return columns
+
+
+def _worker_columns(steps: CellSteps, sync: bool) -> dict:
+    """Each worker's mean wait, compute and step, its node, and the slowest worker."""
     by_worker = {rank: [line for line in lines if (line.get("epoch"), line.get("step")) != (1, 0)]
                  for rank, lines in sorted(steps.workers.items())}
     by_worker = {rank: lines for rank, lines in by_worker.items() if lines}
+    columns: dict = {}
     for phase, key in (("wait", "wait_s"), ("compute", "compute_s"), ("step", "step_s")):
         columns[f"{phase}_ms_by_worker"] = {
             str(rank): _r(_mean([1000.0 * line.get(key, 0.0) for line in lines]))
@@ -169,12 +184,17 @@ def summarize(steps: CellSteps, epochs_by_rank: dict[int, list[dict]],
     if slowest is not None:
         columns["slowest_rank"] = slowest
         columns["slowest_worker"] = steps.worker_nodes.get(slowest, f"rank {slowest}")
-    server_lines = [line for lines in steps.servers.values() for line in lines]
-    if server_lines:
-        for phase in ("recv", "update", "send"):
-            columns[f"server_{phase}_ms_mean"] = _r(
-                _mean([1000.0 * line.get(f"{phase}_s", 0.0) for line in server_lines]))
     return columns
+
+
+def _server_columns(steps: CellSteps) -> dict:
+    """The servers' mean recv, update and send per round (none without servers)."""
+    server_lines = [line for lines in steps.servers.values() for line in lines]
+    if not server_lines:
+        return {}
+    return {f"server_{phase}_ms_mean": _r(
+                _mean([1000.0 * line.get(f"{phase}_s", 0.0) for line in server_lines]))
+            for phase in ("recv", "update", "send")}
 
 
 def _slowest_rank(steps: CellSteps, by_worker: dict[int, list[dict]], sync: bool) -> int | None:

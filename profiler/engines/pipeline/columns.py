@@ -61,23 +61,50 @@ def columns(workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
     stages = first.get("stages")
     if not stages:
         return {}
-    micro = first.get("microbatches") or 1
-    link = first.get("link_bytes_per_s")
-    boundary = first.get("boundary_bytes") or []
-    replicas = first.get("replicas") or 1
+    micro, link, boundary = _shape(first)
     compute, pipe, wire, stash = [], [], [], []
     for stage in range(stages):
-        lines = [line for rank, lines in workers.items()
-                 if (starts.get(rank) or {}).get("stage") == stage
-                 for line in lines if (line.get("epoch"), line.get("step")) != (1, 0)
-                 and "pipe_s" in line]
+        lines = _stage_lines(workers, starts, stage)
         if not lines:
             return {"pipe_stages": stages, "pipe_split": _split_text(first)}
         compute.append(statistics.fmean(s["fwd_s"] + s["bwd_s"] for s in lines))
         pipe.append(statistics.fmean(s["pipe_s"] for s in lines))
         stash.append(max(s.get("stash_mb", 0.0) for s in lines))
-        touched = [boundary[b] for b in (stage - 1, stage) if 0 <= b < len(boundary)]
-        wire.append(2 * micro * sum(touched) / link if link else 0.0)
+        wire.append(_wire_s(stage, micro, boundary, link))
+    return _stage_columns(workers, starts, first, compute, pipe, wire, stash)
+
+
+def _shape(first: dict) -> tuple[int, float | None, list[int]]:
+    """A pipeline's micro-batches, link bytes/s and boundary bytes, from the first
+    stage's start event."""
+    return (first.get("microbatches") or 1, first.get("link_bytes_per_s"),
+            first.get("boundary_bytes") or [])
+
+
+def _stage_lines(workers: dict[int, list[dict]], starts: dict[int, dict],
+                 stage: int) -> list[dict]:
+    """The measured schedule lines of ``stage``'s processes (the run's first step out)."""
+    return [line for rank, lines in workers.items()
+            if (starts.get(rank) or {}).get("stage") == stage
+            for line in lines if (line.get("epoch"), line.get("step")) != (1, 0)
+            and "pipe_s" in line]
+
+
+def _wire_s(stage: int, micro: int, boundary: list[int], link: float | None) -> float:
+    """A step's time on the wire for ``stage``: the activations and gradients of each
+    boundary it touches, M micro-batches, at the link's rate (0 with no rate known)."""
+    touched = [boundary[b] for b in (stage - 1, stage) if 0 <= b < len(boundary)]
+    return 2 * micro * sum(touched) / link if link else 0.0
+
+
+def _stage_columns(workers: dict[int, list[dict]], starts: dict[int, dict], first: dict,
+                   compute: list[float], pipe: list[float], wire: list[float],
+                   stash: list[float]) -> dict:
+    """The columns from each stage's mean compute, schedule and wire time and its most
+    stashed MB, beside what the pipeline model predicts."""
+    stages = first.get("stages")
+    micro, link, boundary = _shape(first)
+    replicas = first.get("replicas") or 1
     bubbles = [max(0.0, (p - c - w) / p) for p, c, w in zip(pipe, compute, wire) if p > 0]
     per_micro = [c / micro + (2 * boundary[s] / link if link and s < len(boundary) else 0.0)
                  for s, c in enumerate(compute)]
