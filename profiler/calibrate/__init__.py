@@ -35,9 +35,9 @@ from typing import Callable
 
 from ..cell import DEFAULT_ENGINE, CellConfig
 from ..cluster import profiled_provider
-from ..cluster.profiles import (MAX_NODE_CORES, MAX_SPEEDUP, MIN_CPU_CORES, BoardRate,
-                                Profile)
+from ..cluster.profiles import MAX_NODE_CORES, MAX_SPEEDUP, MIN_CPU_CORES, BoardRate, Profile
 from ..errors import ClusterError, ConfigError
+from ..status import Status
 from ..sweep.grid import validate
 from ..sweep.sweep import SweepSettings, run_sweep
 from .profiles_file import named_base_profile, profile_to_extend
@@ -261,7 +261,7 @@ class _Measurer:
                                  interval_s=None, val_samples=workload.batch)
         record = run_sweep(settings, progress=False).records[0]
         s_per_sample = record.get("robust_s_per_sample") or record.get("steady_s_per_sample")
-        if record["status"] != "ok" or not s_per_sample:
+        if record["status"] != Status.OK or not s_per_sample:
             raise ClusterError(f"the calibration cell ({workload.label} at {quota:.4f} "
                                f"cores) ended {record['status']}: {record.get('reason')}")
         # The steady rate, without the first step's one-off set-up and the host's slow

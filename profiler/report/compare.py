@@ -19,6 +19,7 @@ from .. import engines
 from ..engines import engine_label
 from ..errors import ConfigError
 from ..results_schema import columns_of
+from ..status import Status
 from ..sweep.store import config_columns
 from .sweep_data import Sweep
 
@@ -60,10 +61,10 @@ def compare(a: Sweep, b: Sweep, ignore: tuple[str, ...] = ()) -> list[Row]:
 
     b_by_key: dict[tuple, dict] = {}
     for r in b.records:
-        if r.get("status") == "ok":
+        if r.get("status") == Status.OK:
             b_by_key.setdefault(key(r), r)
     rows = [Row(_label(r, ignore), r, b_by_key[key(r)]) for r in a.records
-            if r.get("status") == "ok" and key(r) in b_by_key]
+            if r.get("status") == Status.OK and key(r) in b_by_key]
     if not rows:
         raise ConfigError(f"{a.path} and {b.path} have no finished cell in common: compare "
                           "sweeps of the same grid, or match across a setting with "

@@ -18,10 +18,11 @@ import re
 from dataclasses import dataclass
 
 from ..cluster.prices import Price, PriceTable
+from ..engines import engine_label
 from ..errors import ConfigError
 from ..results_schema import columns_of, help_of
+from ..status import Status
 from ..sweep import board_time
-from ..engines import engine_label
 
 # The energy and cost numbers a record may hold (profiler.results_schema's groups).
 NUMBERS = columns_of("energy", "cost", kind="float")
@@ -113,10 +114,10 @@ def figure(records: list[dict]):
     sync mode), its colour the model, its label the device count. None without energy."""
     from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-    from .figures import Figure, png_bytes, plt
+    from .figures import Figure, plt, png_bytes
 
     cells = [board_time.record(r) for r in records
-             if r.get("status") == "ok" and r.get("energy_j") is not None
+             if r.get("status") == Status.OK and r.get("energy_j") is not None
              and r.get("train_s") is not None]
     if not cells:
         return None

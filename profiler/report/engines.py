@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..cell import DEFAULT_ENGINE
 from ..engines import ENGINES, engine_label
+from ..status import Status
 
 # Every cell setting but the engine (and the engines' own, which the engine's label
 # carries), and what the cell does (``Engine.task``): what makes two cells "the same".
@@ -34,7 +35,7 @@ def side_by_side(records: list[dict]) -> tuple[list[str], list[Row]]:
     least two of them ran ``ok``."""
     rows: dict[tuple, Row] = {}
     for r in records:
-        if r.get("status") != "ok":
+        if r.get("status") != Status.OK:
             continue
         engine = ENGINES.get(str(r.get("engine")))
         task = engine.task(r) if engine else "train"

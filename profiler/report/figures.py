@@ -23,6 +23,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ..engines import engine_label  # noqa: E402
 from ..figure import DPI, Figure, png_bytes  # noqa: E402
+from ..status import Status
 from ..sweep import board_time  # noqa: E402
 
 
@@ -33,7 +34,7 @@ class Skipped:
 
 
 def _ok(records: list[dict]) -> list[dict]:
-    return [board_time.record(r) for r in records if r.get("status") == "ok"]
+    return [board_time.record(r) for r in records if r.get("status") == Status.OK]
 
 
 def _series_label(r: dict, *, without: tuple[str, ...] = ()) -> str:

@@ -33,6 +33,7 @@ from statistics import median
 from typing import Callable
 
 from ..cell import DEFAULT_ENGINE
+from ..status import Status
 from ..sweep import board_time
 
 
@@ -141,7 +142,7 @@ def judge_steps(rows: list[Ratio], min_steps: int) -> list[Ratio]:
     row about that is judged as it is."""
     marked = []
     for row in rows:
-        ran = [r for r in row.cells if r and r.get("status", "ok") == "ok"]
+        ran = [r for r in row.cells if r and r.get("status", Status.OK) == Status.OK]
         few = any(s is not None and s < min_steps for s in map(steps_per_worker, ran))
         short = too_short(*ran) if row.timed else ""
         note = "; ".join(n for n in (row.note, short) if n)
@@ -198,7 +199,7 @@ class Cells:
                                                       r.get("engine", "")))
 
     def get(self, model: str, batch: int, devices: int, sync: str = "sync",
-            layers: int | None = None, epochs: int | None = None, status: str = "ok"):
+            layers: int | None = None, epochs: int | None = None, status: str = Status.OK):
         for r in self.records:
             if (r.get("model"), r.get("batch"), r.get("devices"), r.get("layers")) != \
                     (model, batch, devices, layers):

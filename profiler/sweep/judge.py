@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+from ..status import Status
 from .cell_run import CellRun, Ending
 from .events import CellEvents
 
@@ -24,16 +25,16 @@ def judge(run: CellRun, events: CellEvents) -> tuple[str, str]:
     oom_kills = sum(run.req.cluster.oom_killed(n) - run.oom_before.get(n.name, 0)
                     for n in run.nodes)
     if ending.outcome == "interrupted":
-        return "failed", run.req.stop.reason
+        return Status.FAILED, run.req.stop.reason
     if ending.error:
-        return "failed", f"could not run the cell: {ending.error}"[:REASON_MAX_CHARS]
+        return Status.FAILED, f"could not run the cell: {ending.error}"[:REASON_MAX_CHARS]
     if ending.outcome == "timeout":
-        return "timeout", f"no result within --timeout {run.req.timeout_s:g} s"
+        return Status.TIMEOUT, f"no result within --timeout {run.req.timeout_s:g} s"
     if ending.outcome == "thrashing":
-        return "oom", run.thrash_watch.reason or "a node thrashed at its memory limit"
+        return Status.OOM, run.thrash_watch.reason or "a node thrashed at its memory limit"
     oom = _oom_reason(ending, events, oom_kills)
     if oom:
-        return "oom", oom
+        return Status.OOM, oom
     return _exit_verdict(ending, events, run.req.cell_dir)
 
 
@@ -55,12 +56,12 @@ def _exit_verdict(ending: Ending, events: CellEvents, cell_dir: Path) -> tuple[s
     last line of its log."""
     if ending.outcome == "ok":
         if events.complete():
-            return "ok", ""
-        return "failed", "workers exited without an end event"
+            return Status.OK, ""
+        return Status.FAILED, "workers exited without an end event"
     culprit = ending.culprit
     if culprit is None:
-        return "failed", "unknown failure"
-    return "failed", f"{culprit.spec.title} {_exit_text(culprit.returncode)}: " + _last_line(
+        return Status.FAILED, "unknown failure"
+    return Status.FAILED, f"{culprit.spec.title} {_exit_text(culprit.returncode)}: " + _last_line(
         cell_dir / "logs" / f"{culprit.spec.name}.log")
 
 

@@ -21,10 +21,7 @@ from ..cell import param_columns
 from ..column import Column
 from ..fsutil import atomic_write_text
 from ..results_schema import columns_of, csv_columns
-
-# Statuses that a resumed sweep does not run again; ``failed`` cells are retried
-# because failures are mostly transient (a port taken, an interrupted run).
-FINAL_STATUSES = ("ok", "oom", "timeout")
+from ..status import FINAL
 
 
 def config_columns() -> list[str]:
@@ -69,7 +66,7 @@ class ResultsStore:
         return {r["cell_id"]: r for r in self.records()}
 
     def finished_ids(self) -> set[str]:
-        return {cid for cid, r in self.latest().items() if r.get("status") in FINAL_STATUSES}
+        return {cid for cid, r in self.latest().items() if r.get("status") in FINAL}
 
     def append(self, record: dict) -> None:
         line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()

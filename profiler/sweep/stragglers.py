@@ -35,6 +35,7 @@ from typing import Sequence
 from ..cluster import slowing_clusters
 from ..cluster.base import Node
 from ..errors import ClusterError, ConfigError
+from ..status import Status
 
 log = logging.getLogger(__name__)
 
@@ -198,5 +199,5 @@ class Straggler:
             if problem:
                 record["reason"] = "; ".join(r for r in (record.get("reason"),
                                                          f"straggler: {problem}") if r)
-        if self.problem and record.get("status") == "ok":
-            record["status"] = "failed"
+        if self.problem and record.get("status") == Status.OK:
+            record["status"] = Status.FAILED

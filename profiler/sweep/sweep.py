@@ -20,24 +20,25 @@ from typing import TYPE_CHECKING, Callable
 
 from tqdm import tqdm
 
-from ..metrics import TRAFFIC_FILE
 from ..cell import CELL_FORMAT, CellConfig
 from ..cluster import ClusterSettings, cluster_settings
 from ..cluster.base import Cluster
+from ..cluster.prices import PriceSpec
 from ..engines import cell_label, get_engine
 from ..engines.base import Engine, TrainOptions
-from ..cluster.prices import PriceSpec
 from ..errors import ConfigError
-from .folder import next_attempt, prepare_sweep_dir
 from ..inputs import UserFile, stage
-from .interrupts import StopRequest
-from .needs import grid_needs
+from ..metrics import TRAFFIC_FILE
+from ..status import Status
 from .cell_run import CellRequest
 from .cost import cost_columns
-from .train_points import spool_cell_points
+from .folder import next_attempt, prepare_sweep_dir
+from .interrupts import StopRequest
+from .needs import grid_needs
 from .runner import run_attempt
 from .store import ResultsStore
 from .timeouts import cell_timeout_s
+from .train_points import spool_cell_points
 
 if TYPE_CHECKING:
     from ..metrics.ship import LiveShipper
@@ -216,7 +217,7 @@ def _run_one(run: SweepRun, cell: CellConfig, on_epoch: Callable[[int], None]) -
     except Exception as exc:  # noqa: BLE001 - one cell's failure must not end the sweep
         log.warning("cell %s failed outside its processes: %s", cell_label(cell), exc)
         record = {**cell.fields_record(), "cell_id": cell.cell_id, "sweep_id": run.sweep_id,
-                  "cluster": run.cluster.name, "attempt": attempt, "status": "failed",
+                  "cluster": run.cluster.name, "attempt": attempt, "status": Status.FAILED,
                   "reason": f"could not run the cell: {type(exc).__name__}: {exc}"[:500]}
     finally:
         if record is not None and settings.price is not None:

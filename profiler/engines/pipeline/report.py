@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ...figure import Figure, png_bytes, pyplot
+from ...status import Status
 from ..base import ReportSection
 
 # (heading, results column): a per-stage column is a list in stage order.
@@ -58,7 +59,7 @@ def cells(records: list[dict], engine: str) -> list[dict]:
     """The finished pipeline cells that measured their stages, in the board's time, each
     with ``pipe_bytes_floor_mb`` and its split as a list of layer counts."""
     return [_board(r) for r in records
-            if r.get("status") == "ok" and r.get("engine") == engine
+            if r.get("status") == Status.OK and r.get("engine") == engine
             and r.get("stage_compute_ms")]
 
 

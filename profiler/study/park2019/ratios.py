@@ -30,9 +30,14 @@ Bands (``ours / study`` must lie within [1/band, band]):
 
 from __future__ import annotations
 
-from ...report.ratios import Cells as _Cells, Ratio
-from ...report.ratios import accuracy as _accuracy, div as _div, measure as _measure
-from ...report.ratios import per_repeat as _per_repeat, per_sample_s as _per_sample_s
+from ...report.ratios import Cells as _Cells
+from ...report.ratios import Ratio
+from ...report.ratios import accuracy as _accuracy
+from ...report.ratios import div as _div
+from ...report.ratios import measure as _measure
+from ...report.ratios import per_repeat as _per_repeat
+from ...report.ratios import per_sample_s as _per_sample_s
+from ...status import Status
 from .grid import MIN_STEPS
 from .reference import STUDY_DATA, load_reference, study_cnn
 
@@ -212,7 +217,7 @@ def _figure5(cells: _Cells, ref: dict) -> list[Ratio]:
     too_big = [r for r in cells.records if r.get("model") == "resnet"
                and r.get("layers") == 110 and r.get("batch") == 128]
     if too_big:
-        all_oom = all(r.get("status") == "oom" for r in too_big)
+        all_oom = all(r.get("status") == Status.OOM for r in too_big)
         rows.append(Ratio("Figure 5", "out of memory", "ResNet-110 x 128", True, all_oom,
                           1.0, note=", ".join(f"{r['devices']} devices: {r.get('status')}"
                                               for r in too_big)))

@@ -24,6 +24,7 @@ import yaml
 
 from ...report.study_section import Match
 from ...report.sweep_data import config_label as _config
+from ...status import Status
 from ...sweep import board_time
 
 REFERENCE = Path(__file__).with_name("park2019.yaml")
@@ -104,7 +105,7 @@ def _time_and_accuracy(source: str, r: dict, study_s: float, study_acc: float,
 
 def _finished(records: list[dict]) -> list[dict]:
     # The study's boards were alike: a cell with a straggler is not its cell.
-    return [r for r in records if r.get("status") == "ok"
+    return [r for r in records if r.get("status") == Status.OK
             and r.get("straggler", "none") == "none"]
 
 
