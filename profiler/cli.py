@@ -19,7 +19,7 @@ _LAZY_COMMANDS = {
     "sweep": "profiler.cli_sweep:sweep",
     "run": "profiler.sweep.cli:run",
     "agent": "profiler.agent.cli:agent",
-    "ship": "profiler.metrics.cli:ship",
+    "ship": "profiler.agent.shipping.cli:ship",
     "cluster": "profiler.cluster.cli:cluster",
     "data": "profiler.data.cli:data",
     "report": "profiler.study.report_cli:report",  # asks the study registry

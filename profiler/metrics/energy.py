@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .spool_reader import read_points
+from ..agent.spool_reader import read_points
 
 if TYPE_CHECKING:
     from ..cluster.profiles import PowerModel

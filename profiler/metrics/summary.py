@@ -50,7 +50,7 @@ from statistics import fmean
 
 from .energy import ENERGY_COLUMNS, CellWork, NodePower, energy_columns
 from .reducers import REDUCERS, Window, throttled_during
-from .spool_reader import read_points
+from ..agent.spool_reader import read_points
 
 # throttled_during is re-exported: its tests import it from here, where it was first.
 __all__ = ["SUMMARY_COLUMNS", "PACKETS_PER_REQUEST", "summarize_cell", "throttled_during"]
@@ -80,8 +80,8 @@ def summarize_cell(cell_dir: Path, worker_nodes: list[str], t_start: float,
     """The cell's ``SUMMARY_COLUMNS`` (floats, ints or None) from ``cell_dir/metrics``.
 
     ``traffic_file``: the live shipper's ``shipper-traffic.jsonl`` (the sweep's
-    ``metrics.TRAFFIC_FILE``) whose loopback bytes are taken out of ``lo``; None when nothing
-    shipped live. ``power`` and ``work``: what the energy columns need
+    ``agent.shipping.TRAFFIC_FILE``) whose loopback bytes are taken out of ``lo``; None
+    when nothing shipped live. ``power`` and ``work``: what the energy columns need
     (``energy.energy_columns``).
     """
     cell_dir = Path(cell_dir)

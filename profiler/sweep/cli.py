@@ -153,9 +153,11 @@ def grid_options(func):
 
 
 def agent_options(func):
-    # The agent contributes --interval and the InfluxDB options; imported here, not at
-    # the top, so that a broken optional piece cannot take the whole CLI down silently.
-    from ..agent.options import influx_options, interval_option
+    # The agent contributes --interval, its shipper the InfluxDB options; imported here,
+    # not at the top, so that a broken optional piece cannot take the whole CLI down
+    # silently.
+    from ..agent.options import interval_option
+    from ..agent.shipping.options import influx_options
     return interval_option(influx_options(func))
 
 
@@ -170,7 +172,7 @@ def settings_from_options(kw: dict, resume: bool, max_cells: int | None = None):
     from workloads.datasets.catalog import NAMES as DATASET_NAMES, SPECS as DATASET_SPECS
 
     from ..cluster.cli_options import cluster_from_options
-    from ..metrics.targets import check_server, target_from_options
+    from ..agent.shipping.targets import check_server, target_from_options
     from .preflight import preflight
     from .sweep import SweepSettings
 

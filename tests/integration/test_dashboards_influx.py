@@ -86,7 +86,7 @@ def _stand_in_power_and_energy(server, sweep_dir: Path, sweep_id: str) -> None:
     and each cell's energy columns, spooled by ``train_points`` and written as shipped."""
     from profiler.agent import lineproto
     from profiler.cell import CellConfig
-    from profiler.metrics.spool_reader import Position, read_batch
+    from profiler.agent.spool_reader import Position, read_batch
     from profiler.sweep.train_points import SPOOL_NAME, spool_cell_points
 
     now_ms = int(time.time() * 1000)
