@@ -2,14 +2,16 @@
 
 A study is one package (``park2019/``) with a ``base.Study`` subclass, registered here
 with one line in ``STUDIES``; ``edgeprof study`` lists them, ``plan.plan`` and
-``plan.run`` run any of them, and ``edgeprof report`` asks this registry for the section
-of the study that made a sweep (sweep.json's ``extra.study``). docs/study.md, "Adding a
-study".
+``plan.run`` run any of them, and ``edgeprof report`` finds the section of the study that
+made a sweep (sweep.json's ``extra.study``) in what this registry offers the report
+(``report.study_section.offer_studies``: the report imports no study). docs/study.md,
+"Adding a study".
 """
 
 from __future__ import annotations
 
 from ..errors import ConfigError
+from ..report.study_section import offer_studies
 from .base import Grid, Study, StudyOption
 from .park2019 import Park2019
 from .plan import StudyPlan, StudySettings, plan, run
@@ -17,6 +19,9 @@ from .plan import StudyPlan, StudySettings, plan, run
 STUDIES: dict[str, Study] = {study.name: study for study in (
     Park2019(),
 )}
+
+# Read when a report asks, so that a study added to STUDIES later is offered too.
+offer_studies(lambda: {name: study.section for name, study in STUDIES.items()})
 
 __all__ = ["STUDIES", "Grid", "Study", "StudyOption", "StudyPlan", "StudySettings",
            "get_study", "plan", "run"]
