@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT))  # run as a script from a checkout
 
 from profiler.agent import lineproto  # noqa: E402
 from tests.support.servers import LocalServer  # noqa: E402
-from profiler.metrics.ship import ship_sweep  # noqa: E402
+from profiler.agent.shipping.ship import ship_sweep  # noqa: E402
 from profiler.agent.spool import SpoolWriter  # noqa: E402
-from profiler.metrics.targets import InfluxTarget  # noqa: E402
+from profiler.agent.shipping.targets import InfluxTarget  # noqa: E402
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1",
        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from profiler.metrics.launch import agent_argv  # noqa: E402
-from profiler.metrics.spool_reader import read_points  # noqa: E402
+from profiler.agent.spool_reader import read_points  # noqa: E402
 from profiler.cluster import emulated  # noqa: E402
 from profiler.cluster.base import kill_group  # noqa: E402
 

@@ -59,7 +59,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from profiler.cell import CellConfig  # noqa: E402
 from profiler.cluster import cluster_settings, emulated  # noqa: E402
-from profiler.metrics.spool_reader import read_points  # noqa: E402
+from profiler.agent.spool_reader import read_points  # noqa: E402
 from profiler.sweep.grid import validate  # noqa: E402
 from profiler.sweep.sweep import SweepSettings, run_sweep  # noqa: E402
 from workloads import pipeline_split  # noqa: E402

@@ -163,7 +163,7 @@ def series_key(measurement: str, tags: dict[str, str]) -> tuple:
 def spooled_points(sweep_dir: Path) -> tuple[Counter, Counter, int]:
     """Per series: points in the spools (lines) and distinct timestamps; and the points
     the agents reported dropped on a full disk (their last ``points_dropped``)."""
-    from profiler.metrics.spool_reader import find_spools, read_points
+    from profiler.agent.spool_reader import find_spools, read_points
     lines, distinct, dropped = Counter(), Counter(), 0
     for spool in find_spools(sweep_dir):
         seen = set()

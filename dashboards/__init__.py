@@ -1,1 +1,3 @@
-"""Grafana dashboards as code: ``generate.py`` writes the JSON files beside it."""
+"""Grafana dashboards as code: ``generate.py`` writes their JSON into the package
+(``profiler/dashboards/*.json``), ``layout.py`` draws it for the docs; ``provisioning/``
+holds the files the Ansible ``monitor`` role gives Grafana."""

@@ -1,5 +1,7 @@
 """Grafana dashboards of edgeprof as code: ``python -m dashboards.generate`` writes
-``node-resources.json`` and ``sweep-overview.json`` beside this file.
+``node-resources.json`` and ``sweep-overview.json`` into ``profiler/dashboards/``
+(``BOARDS_DIR``), as package data: an installed ``edgeprof dashboards push`` finds them
+there, and the Ansible ``monitor`` role copies them from there.
 
 Built with grafana-foundation-sdk (Grafana's own typed builders, pinned to its 11.6 build:
 the default 10.1 build cannot read its own JSON back). The SDK has no InfluxDB query
@@ -33,7 +35,7 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models.dashboard import (DashboardCursorSync, DataSourceRef,
                                                      VariableRefresh, VariableSort)
 
-HERE = Path(__file__).resolve().parent
+BOARDS_DIR = Path(__file__).resolve().parents[1] / "profiler" / "dashboards"
 DATASOURCE = DataSourceRef(type_val="influxdb", uid="${datasource}")
 WIDTH = 24
 
@@ -251,7 +253,7 @@ def render(builder: dashboard.Dashboard) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    out = Path((argv or sys.argv[1:] or [str(HERE)])[0])
+    out = Path((argv or sys.argv[1:] or [str(BOARDS_DIR)])[0])
     for name, build in BOARDS.items():
         (out / name).write_text(render(build()))
         print(f"wrote {out / name}")

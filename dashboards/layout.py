@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
+BOARDS_DIR = Path(__file__).resolve().parents[1] / "profiler" / "dashboards"
 COLOURS = {"timeseries": "#dbe9f6", "barchart": "#e3f1df", "table": "#fbeed7"}
 
 
@@ -57,7 +57,7 @@ def draw(board: dict, path: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     out = Path((argv or sys.argv[1:] or ["docs/img"])[0])
     out.mkdir(parents=True, exist_ok=True)
-    for source in sorted(HERE.glob("*.json")):
+    for source in sorted(BOARDS_DIR.glob("*.json")):
         board = json.loads(source.read_text())
         print(draw(board, out / f"dashboard-{board['uid']}.png"))
     return 0

@@ -26,19 +26,25 @@ def load(spec: str) -> click.Command:
 class LazyGroup(click.Group):
     """``lazy_subcommands``: name → ``"module:attr"``; ``lazy_nested``: a group's name →
     {name → spec} added to that group when it loads (commands a subgroup's own module
-    must not import, e.g. ``cluster calibrate``, which runs sweeps)."""
+    must not import, e.g. ``cluster calibrate``, which runs sweeps); ``lazy_plugins``: a
+    command's name → modules imported before it loads, each adding to it, through a
+    registry of its package, what that package must not import (it sits a layer above)."""
 
     def __init__(self, *args, lazy_subcommands: dict[str, str] | None = None,
-                 lazy_nested: dict[str, dict[str, str]] | None = None, **kwargs):
+                 lazy_nested: dict[str, dict[str, str]] | None = None,
+                 lazy_plugins: dict[str, tuple[str, ...]] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.lazy_subcommands = dict(lazy_subcommands or {})
         self.lazy_nested = dict(lazy_nested or {})
+        self.lazy_plugins = dict(lazy_plugins or {})
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy_subcommands})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy_subcommands and cmd_name not in self.commands:
+            for module_name in self.lazy_plugins.get(cmd_name, ()):
+                importlib.import_module(module_name)
             command = load(self.lazy_subcommands[cmd_name])
             for name, spec in self.lazy_nested.get(cmd_name, {}).items():
                 command.add_command(load(spec), name)

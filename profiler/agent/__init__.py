@@ -2,11 +2,15 @@
 
 - ``collectors``: one small class per file, registered in ``collectors/__init__.py``.
 - ``sampler``: the loop that writes one spool write per tick every ``interval_s``.
-- ``spool``: the writer of append-only, size-bounded segments of line protocol.
+- ``spool``: the writer of append-only, size-bounded segments of line protocol;
+  ``spool_reader`` reads them back (for the shipper, and the controller's summaries).
 - ``lineproto``: the line protocol the spool holds.
 - ``schema``: the collectors' fields as docs/metrics.md's table.
-- ``options`` / ``cli``: the ``agent`` command (``python -m profiler.agent``).
+- ``options`` / ``logs`` / ``cli``: the ``agent`` command (``python -m profiler.agent``).
+- ``shipping``: the spool's way to InfluxDB (``edgeprof ship``, and live with
+  ``--influx-url``); it alone imports influxdb-client and requests, and the command
+  loads more of it than its options only to ship.
 
-Everything that reads, ships or summarizes spools runs on the controller and lives in
-``profiler.metrics``; the agent imports it only when it ships live (``--influx-url``).
+Nothing here imports the controller (``.importlinter``): what the controller does with
+spools (a cell's summary columns) lives in ``profiler.metrics``, above this package.
 """

@@ -2,13 +2,13 @@
 
 The ``edgeprof`` group loads it lazily; ``python -m profiler.agent`` runs it alone (how
 the cell runner and the systemd unit start one per node). Importing it loads the agent
-package, Click and psutil only (tests/unit/test_agent_imports.py): an agent that ships
-live imports the controller's shipper when it starts shipping.
+package, Click and psutil only (tests/unit/test_agent_imports.py): an agent given
+``--influx-url`` imports the shipper (``shipping.targets``, ``shipping.ship``, with
+influxdb-client and requests) when it starts, an agent that only spools never does.
 """
 
 from __future__ import annotations
 
-import logging
 import signal
 import threading
 from pathlib import Path
@@ -17,8 +17,10 @@ import click
 
 from ..cli_errors import reports_errors
 from ..errors import ConfigError
-from .options import influx_options, interval_option
+from .logs import configure_logging
+from .options import interval_option
 from .sampler import AgentConfig, run_agent
+from .shipping.options import influx_options
 
 MB = 1024 * 1024
 
@@ -31,11 +33,6 @@ def _parse_tags(values: tuple[str, ...]) -> dict[str, str]:
             raise ConfigError(f"--tag {item!r} is not key=value: write e.g. --tag sweep=s1")
         tags[key.strip()] = value.strip()
     return tags
-
-
-def configure_logging() -> None:
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 @click.command()
@@ -80,14 +77,17 @@ def agent(node, spool_dir, interval, tag_items, pids_file, interfaces, cgroup_cp
         cgroup_cpu=cgroup_cpu, cgroup_memory=cgroup_memory, cpu_cores=cpu_cores,
         board_cores=board_cores,
         memory_mb=memory_mb, spool_max_bytes=spool_max_mb * MB)
-    target = None
+    shipper = None
     if any(influx.values()):
-        from ..metrics.targets import check_server, target_from_options  # when shipping
+        # Only an agent that ships loads the shipper (influxdb-client, requests).
+        from .shipping.ship import LiveShipper
+        from .shipping.targets import check_server, target_from_options
         target = target_from_options(**influx)
         check_server(target)  # TLS and credentials refused: one line, exit 2
+        shipper = LiveShipper(spool_dir, target)
     stop = threading.Event()
     # Signal handlers run in the main thread and only set the event: the loop wakes
     # at once, closes the spool and exits well within the runner's 2 s grace.
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
-    run_agent(config, target, stop=stop)
+    run_agent(config, shipper, stop=stop)

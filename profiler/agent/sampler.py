@@ -133,16 +133,15 @@ class Sampler:
         self._stop.set()
 
 
-def run_agent(config: AgentConfig, target=None, stop: threading.Event | None = None
+def run_agent(config: AgentConfig, shipper=None, stop: threading.Event | None = None
               ) -> Sampler:
     """Sample until ``stop`` is set (by a signal handler or another thread), shipping
-    the node's spool live when ``target`` is given."""
+    the node's spool live through ``shipper`` when given: a ``LiveShipper`` not yet
+    started, which the command makes (this module never imports the shipper, so an
+    agent that only spools never loads influxdb-client or requests)."""
     sampler = Sampler(config, stop)
-    shipper = None
-    if target is not None:
-        # The controller's shipper, imported only by an agent that ships live.
-        from ..metrics.ship import LiveShipper
-        shipper = LiveShipper(config.spool_dir, target).start()
+    if shipper is not None:
+        shipper.start()
         shipper.watch(config.spool_dir)
     # Everything loaded by now (modules, collectors) lives as long as the agent: frozen,
     # the garbage collector no longer walks it on every full pass of a long run.

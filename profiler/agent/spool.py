@@ -1,6 +1,7 @@
 """The on-disk spool of one node: append-only segments of line protocol, and its writer.
 
-The agent only writes spools; the controller reads them (``profiler.metrics.spool_reader``).
+The sampler writes spools here; ``spool_reader`` reads them (for the shipper, and for
+the controller's summaries).
 
 Layout of a spool directory::
 
@@ -8,7 +9,7 @@ Layout of a spool directory::
     seg-000002.lp   every agent start opens a new segment, so a line torn by a crash
                     stays at the end of a segment that is never appended to again
     ship-<target>.json   how far each shipping target has got (written by the
-                         controller's ``profiler.metrics.ship``)
+                         shipper, ``profiler.agent.shipping.ship``)
 
 Durability: each sampling tick is one ``write()`` on an ``O_APPEND`` descriptor, so a
 ``kill -9`` loses at most the tick being sampled; the kernel keeps what was written.

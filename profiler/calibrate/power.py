@@ -18,7 +18,7 @@ from statistics import StatisticsError, correlation, linear_regression
 from ..cluster.profiles import PowerModel, load_catalog
 from ..errors import ConfigError
 from ..metrics.energy import METERS, meter_watts
-from ..metrics.spool_reader import read_points
+from ..agent.spool_reader import read_points
 from .profiles_file import read_profiles_file, save_profiles_file
 
 MIN_SAMPLES = 10

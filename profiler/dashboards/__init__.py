@@ -1,2 +1,3 @@
-"""Grafana: ``edgeprof dashboards push`` (``push.py``) sends the dashboards of the
-repository's ``dashboards/`` folder, and the InfluxDB datasource they read, to Grafana."""
+"""Grafana: ``edgeprof dashboards push`` (``push.py``) sends edgeprof's dashboards
+(``*.json`` beside this file: package data, written by the repository's
+``dashboards/generate.py``) and the InfluxDB datasource they read to Grafana."""

@@ -1,4 +1,4 @@
-"""``edgeprof dashboards push``: the repository's dashboards (and datasource) into Grafana."""
+"""``edgeprof dashboards push``: edgeprof's dashboards (and datasource) into Grafana."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ..cli_errors import reports_errors
 
 @click.group()
 def dashboards() -> None:
-    """Grafana dashboards of edgeprof (dashboards/*.json; see docs/dashboards.md).
+    """Grafana dashboards of edgeprof (profiler/dashboards/*.json; see docs/dashboards.md).
 
     Example:
 
@@ -42,7 +42,8 @@ def dashboards() -> None:
 @click.option("--resend-secrets", is_flag=True,
               help="Send the datasource's secret even if its settings did not change.")
 @click.option("--dashboards-dir", default=None, type=click.Path(path_type=Path),
-              help="Folder of dashboard JSON files (default: the repository's dashboards/).")
+              help="Folder of dashboard JSON files (default: those edgeprof installs, "
+                   "profiler/dashboards/*.json).")
 @reports_errors
 def push(grafana_url, grafana_user, grafana_token_file, folder, influx_url, influx_db,
          influx_version, influx_token_file, resend_secrets, dashboards_dir) -> None:

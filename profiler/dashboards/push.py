@@ -27,7 +27,9 @@ from ..errors import ClusterError, ConfigError
 
 FOLDER_UID = "edgeprof"
 DATASOURCE_UID = "edgeprof-influxdb"
-DEFAULT_DASHBOARDS = Path(__file__).resolve().parents[2] / "dashboards"
+# Package data (setup.cfg), so that an installed edgeprof finds them as a checkout does;
+# written by the repository's dashboards/generate.py.
+DEFAULT_DASHBOARDS = Path(__file__).resolve().parent
 TIMEOUT_S = 10.0
 
 

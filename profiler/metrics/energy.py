@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..agent.spool_reader import read_points
 from ..results_schema import columns_of
-from .spool_reader import read_points
 
 if TYPE_CHECKING:
     from ..cluster.profiles import PowerModel

@@ -51,7 +51,7 @@ from statistics import fmean
 from ..results_schema import columns_of
 from .energy import CellWork, NodePower, energy_columns
 from .reducers import REDUCERS, Window, throttled_during
-from .spool_reader import read_points
+from ..agent.spool_reader import read_points
 
 # throttled_during is re-exported: its tests import it from here, where it was first.
 __all__ = ["SUMMARY_COLUMNS", "PACKETS_PER_REQUEST", "summarize_cell", "throttled_during"]
@@ -71,8 +71,8 @@ def summarize_cell(cell_dir: Path, worker_nodes: list[str], t_start: float,
     """The cell's ``SUMMARY_COLUMNS`` (floats, ints or None) from ``cell_dir/metrics``.
 
     ``traffic_file``: the live shipper's ``shipper-traffic.jsonl`` (the sweep's
-    ``metrics.TRAFFIC_FILE``) whose loopback bytes are taken out of ``lo``; None when nothing
-    shipped live. ``power`` and ``work``: what the energy columns need
+    ``agent.shipping.TRAFFIC_FILE``) whose loopback bytes are taken out of ``lo``; None
+    when nothing shipped live. ``power`` and ``work``: what the energy columns need
     (``energy.energy_columns``).
     """
     cell_dir = Path(cell_dir)

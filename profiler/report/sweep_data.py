@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..metrics.spool_reader import read_points
+from ..agent.spool_reader import read_points
 from ..errors import ConfigError
 from ..sweep.store import ResultsStore
 from .record_check import record_problem, with_defaults

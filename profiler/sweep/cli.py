@@ -1,9 +1,9 @@
-"""``edgeprof run``, and the grid's options of ``run`` and ``sweep``, parsed into ``SweepSettings``.
+"""``edgeprof sweep`` and ``run``: the grid's options, parsed into ``SweepSettings``.
 
 Thin, as every command: it parses options, checks everything that can be known to fail
 (``settings_from_options``), calls ``run_sweep`` and prints the table. ``edgeprof
-sweep`` adds calibration's profile check before it runs, so it is wired one layer up
-(``profiler.cli_sweep``): this package does not import calibration, which runs sweeps.
+sweep`` also runs the checks other packages register (``checks``): calibration's
+profile check, which this package cannot import (calibration runs sweeps).
 The ``edgeprof`` group (``profiler.cli``) loads this module only when a command runs: planning
 imports the engines, the grid and the workloads' model lists, which the agent on a
 1 GB Pi never needs.
@@ -28,7 +28,7 @@ from ..cluster.prices import PRICE_HELP, price_spec
 from ..engines import ENGINES, all_models
 from ..errors import EdgeprofError
 from .. import option_lists
-from . import grid
+from . import checks, grid
 
 
 def _models_help() -> str:
@@ -153,9 +153,11 @@ def grid_options(func):
 
 
 def agent_options(func):
-    # The agent contributes --interval and the InfluxDB options; imported here, not at
-    # the top, so that a broken optional piece cannot take the whole CLI down silently.
-    from ..agent.options import influx_options, interval_option
+    # The agent contributes --interval, its shipper the InfluxDB options; imported here,
+    # not at the top, so that a broken optional piece cannot take the whole CLI down
+    # silently.
+    from ..agent.options import interval_option
+    from ..agent.shipping.options import influx_options
     return interval_option(influx_options(func))
 
 
@@ -170,7 +172,7 @@ def settings_from_options(kw: dict, resume: bool, max_cells: int | None = None):
     from workloads.datasets.catalog import NAMES as DATASET_NAMES, SPECS as DATASET_SPECS
 
     from ..cluster.cli_options import cluster_from_options
-    from ..metrics.targets import check_server, target_from_options
+    from ..agent.shipping.targets import check_server, target_from_options
     from .preflight import preflight
     from .sweep import SweepSettings
 
@@ -364,6 +366,51 @@ def run_and_print(settings) -> None:
     failed = [r for r in outcome.records if r.get("status") == "failed"]
     for rec in failed:
         click.echo(f"failed: {rec['cell_id']} {rec.get('reason', '')}", err=True)
+
+
+class SweepCommand(ProviderCommand):
+    """``edgeprof sweep``: every provider's options (``ProviderCommand``), and the options
+    of the registered checks (``checks.CHECKS``) after ``--resume``, read each time it
+    parses."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        added = [option for check in checks.CHECKS.values() for option in check.options]
+        names = {option.name for option in added}
+        params = [p for p in params if p.name not in names]
+        at = next((i + 1 for i, p in enumerate(params) if p.name == "resume"), len(params))
+        return params[:at] + added + params[at:]
+
+
+@click.command(cls=SweepCommand)
+@grid_options
+@click.option("--resume", is_flag=True,
+              help="Continue the sweep in --out, skipping finished cells.")
+@agent_options
+@reports_errors
+def sweep(**kw) -> None:
+    """Run the cartesian sweep of real distributed training and keep every result.
+
+    Lists are comma-separated; every combination is one cell. Results go to
+    OUT/results.csv (one row per cell) as each cell ends; --resume --out OUT skips
+    the cells already done. Options, dataset files and OUT are all checked before
+    anything runs: bad input is one line and exit status 2.
+
+    Example:
+
+    \b
+        edgeprof sweep --model resnet --layers 20,32 --batch 32,64 --devices 1,2 \\
+            --sync sync,async --max-samples 2000
+        edgeprof sweep --script examples/ddp_train.py --devices 1,2,4 \\
+            --script-args "--epochs 2 --batch {batch}" --batch 32,64
+    """
+    resume = kw.pop("resume")
+    wanted = [(check, {option.name: kw.pop(option.name) for option in check.options})
+              for check in checks.CHECKS.values()]
+    settings = settings_from_options(kw, resume)
+    for check, values in wanted:
+        check.run(settings, values, lambda line: click.echo(line, err=True))
+    run_and_print(settings)
 
 
 # Every other command is imported when it runs (see lazy_group): ``edgeprof agent`` costs

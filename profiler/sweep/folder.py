@@ -143,7 +143,7 @@ def resumed_meta(meta: dict, settings: SweepFolderSettings) -> dict:
 # What ``fsutil.atomic_write_text`` leaves beside a file when its writer is killed: the
 # controller's own files of a sweep folder (its results table and settings; each
 # attempt's cell.json, trace.json and agents' pids files). The spools' shipping state is
-# the shippers' (``profiler.metrics.ship``, under their lock).
+# the shippers' (``profiler.agent.shipping.ship``, under their lock).
 _SWEEP_FILES = ("results.csv", "sweep.json")
 _ATTEMPT_TEMPS = (".cell.json.*.tmp", ".trace.json.*.tmp", "pids/.*.json.*.tmp")
 

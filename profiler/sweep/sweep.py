@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Callable
 
 from tqdm import tqdm
 
+from ..agent.shipping import TRAFFIC_FILE
 from ..cell import CELL_FORMAT, CellConfig
 from ..cluster import ClusterSettings, cluster_settings
 from ..cluster.base import Cluster
@@ -28,7 +29,6 @@ from ..engines import cell_label, get_engine
 from ..engines.base import Engine, TrainOptions
 from ..errors import ConfigError
 from ..inputs import UserFile, stage
-from ..metrics import TRAFFIC_FILE
 from ..status import Status
 from .cell_run import CellRequest
 from .cost import cost_columns
@@ -41,7 +41,7 @@ from .timeouts import cell_timeout_s
 from .train_points import spool_cell_points
 
 if TYPE_CHECKING:
-    from ..metrics.ship import LiveShipper
+    from ..agent.shipping.ship import LiveShipper
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class SweepSettings:
     threads_per_process: int = 1
     seed: int = 42
     val_samples: int | None = None
-    ship_target: object | None = None  # profiler.metrics.targets target, or None
+    ship_target: object | None = None  # profiler.agent.shipping.targets target, or None
     breakdown: bool = True  # workers time each step's phases (profiler.timeline)
     extra: dict = field(default_factory=dict)  # kept in sweep.json (e.g. the study's scale)
     # The user's files the cells need on their nodes (a model file, a dataset, a script),
@@ -239,7 +239,7 @@ def _run_one(run: SweepRun, cell: CellConfig, on_epoch: Callable[[int], None]) -
 def _start_shipper(sweep_dir: Path, target: object | None) -> LiveShipper | None:
     if target is None:
         return None
-    from ..metrics.ship import LiveShipper
+    from ..agent.shipping.ship import LiveShipper
     shipper = LiveShipper(sweep_dir, target)
     shipper.start()
     return shipper

@@ -80,7 +80,7 @@ def test_bad_study_input_is_one_line(args, words, tmp_path):
 
 def test_the_calibrated_study_on_the_emulated_cluster_gives_each_model_its_quota(tmp_path):
     need_root()
-    from profiler.metrics.spool_reader import read_points
+    from profiler.agent.spool_reader import read_points
     from profiler.cluster import emulated, netns
     from profiler.cluster.profiles import load_catalog
 

@@ -18,7 +18,7 @@ import pytest
 
 from profiler.agent import lineproto
 from profiler.agent.spool import SpoolWriter, segments
-from profiler.metrics.spool_reader import Position, read_batch, read_points
+from profiler.agent.spool_reader import Position, read_batch, read_points
 from tests.conftest import need, need_root
 
 pytestmark = pytest.mark.integration

@@ -459,7 +459,7 @@ def paths(shared, tmp_path) -> dict[str, Path]:
 def sentinels(monkeypatch) -> list[str]:
     """Replace what does the work of each command; a bad input must reach none of them."""
     import profiler.agent.cli
-    import profiler.metrics.ship
+    import profiler.agent.shipping.ship
     import profiler.cluster.emulated
     import profiler.data.fetch
     import profiler.sweep.folder
@@ -481,7 +481,7 @@ def sentinels(monkeypatch) -> list[str]:
                          (profiler.cluster.emulated, "_up"),
                          (profiler.cluster.emulated, "_down"),
                          (profiler.agent.cli, "run_agent"),
-                         (profiler.metrics.ship, "ship_sweep"),
+                         (profiler.agent.shipping.ship, "ship_sweep"),
                          (profiler.data.fetch, "fetch")):
         monkeypatch.setattr(module, name, sentinel(f"{module.__name__}.{name}"))
     return ran

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.metrics.spool_reader import find_spools, read_points
+from profiler.agent.spool_reader import find_spools, read_points
 from tests.support.servers import LocalServer, influx_query
 from tests.conftest import need_binary
 

@@ -88,8 +88,8 @@ def test_a_shipper_killed_while_saving_its_position_leaves_no_temp_file(tmp_path
     removes it, and ships from the saved position as before."""
     from profiler.agent import lineproto
     from profiler.agent.spool import SpoolWriter
-    from profiler.metrics.ship import _state_path, drain_spool
-    from profiler.metrics.targets import InfluxTarget
+    from profiler.agent.shipping.ship import _state_path, drain_spool
+    from profiler.agent.shipping.targets import InfluxTarget
 
     spool = tmp_path / "spool"
     writer = SpoolWriter(spool, {"node": "n1"})

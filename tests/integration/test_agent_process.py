@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from profiler.agent.spool import segments
-from profiler.metrics.spool_reader import read_points
+from profiler.agent.spool_reader import read_points
 from tests.conftest import need, need_root
 
 pytestmark = pytest.mark.integration

@@ -428,6 +428,7 @@ def test_grafana_provisioning_files_and_the_tls_made_on_the_host(tmp_path):
         "edgeprof_grafana_dashboards_dir": str(tmp_path / "dashboards"),
         "edgeprof_grafana_secrets_dir": str(tmp_path / "secrets"),
         "edgeprof_dashboards_src": str(ROOT / "dashboards"),
+        "edgeprof_dashboards_boards": str(ROOT / "profiler" / "dashboards"),
         "ansible_python_interpreter": "/usr/bin/python3", **SECRETS}))
     playbook = tmp_path / "grafana.yml"
     playbook.write_text("- name: Grafana provisioning\n  hosts: localhost\n"
@@ -471,8 +472,8 @@ def test_grafana_provisioning_files_and_the_tls_made_on_the_host(tmp_path):
     for name, mode in (("ca.pem", 0o644), ("server-cert.pem", 0o644),
                        ("server-key.pem", 0o600), ("ca-key.pem", 0o600)):
         assert stat.S_IMODE((tls / name).stat().st_mode) == mode, name
-    assert sorted(p.name for p in (tmp_path / "dashboards").iterdir()) == sorted(
-        p.name for p in (ROOT / "dashboards").glob("*.json"))
+    boards = sorted(p.name for p in (ROOT / "profiler" / "dashboards").glob("*.json"))
+    assert sorted(p.name for p in (tmp_path / "dashboards").iterdir()) == boards and boards
 
 
 def test_torch_is_a_stock_wheel_installed_without_compiling(provisioned):

@@ -4,7 +4,7 @@ Debian's InfluxDB 1.6.7 on loopback receives the points of a real small sweep sh
 live by ``edgeprof sweep --influx-url`` (agents' metrics and the cells' training
 points), and of a second one run with ``--no-agent`` (training points only, which the
 sweep overview must still list and show). The queries are those of the committed
-dashboards/*.json, with Grafana's
+profiler/dashboards/*.json, with Grafana's
 macros substituted as Grafana renders them (a third sweep, one ``torch-pipe`` cell,
 checks that a pipeline cell's points, tagged with its own settings, fill every panel
 too, and that the cells table names its shape): ``$timeFilter`` as a time range covering
@@ -37,7 +37,8 @@ from tests.support.servers import LocalServer, influx_query
 from tests.conftest import ROOT, need_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
-BOARDS = sorted((ROOT / "dashboards").glob("*.json"))
+BOARDS_DIR = ROOT / "profiler" / "dashboards"  # the committed dashboards
+BOARDS = sorted(BOARDS_DIR.glob("*.json"))
 DB = "edgeprof"
 
 
@@ -86,7 +87,7 @@ def _stand_in_power_and_energy(server, sweep_dir: Path, sweep_id: str) -> None:
     and each cell's energy columns, spooled by ``train_points`` and written as shipped."""
     from profiler.agent import lineproto
     from profiler.cell import CellConfig
-    from profiler.metrics.spool_reader import Position, read_batch
+    from profiler.agent.spool_reader import Position, read_batch
     from profiler.sweep.train_points import SPOOL_NAME, spool_cell_points
 
     now_ms = int(time.time() * 1000)
@@ -174,7 +175,7 @@ def test_sweep_overview_shows_a_sweep_run_without_agents(shipped, all_values):
     cells (from the ``cell`` measurement) and shows everything but the resources and the
     energy (nothing measured the nodes' CPU use to model it from); its cost is there."""
     server, _, no_agent_id, _ = shipped
-    board = json.loads((ROOT / "dashboards" / "sweep-overview.json").read_text())
+    board = json.loads((BOARDS_DIR / "sweep-overview.json").read_text())
     values = _variable_values(server, board, no_agent_id, all_values=all_values)
     assert "cpu" not in _measurements(server, no_agent_id)  # no agent ran indeed
     empty = {line.split(":", 1)[0] for line in _empty_panels(server, board, values)}

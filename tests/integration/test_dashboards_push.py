@@ -19,10 +19,11 @@ from tests.support.fake_grafana import FakeGrafana
 from tests.conftest import ROOT, assert_one_line
 
 pytestmark = pytest.mark.integration
+BOARDS_DIR = ROOT / "profiler" / "dashboards"  # the committed dashboards
 TOKEN = "glsa_test-token-0123456789"
 PASSWORD = "grafana-admin-password-77"
 INFLUX_SECRET = "grafana-reader:influx-secret-42"
-BOARD_UIDS = sorted(json.loads(p.read_text())["uid"] for p in (ROOT / "dashboards").glob("*.json"))
+BOARD_UIDS = sorted(json.loads(p.read_text())["uid"] for p in BOARDS_DIR.glob("*.json"))
 
 
 def _push(url: str, *args: str, token: str = TOKEN, extra_env=None) -> subprocess.CompletedProcess:
@@ -132,7 +133,7 @@ def test_push_leaves_what_grafana_provisions_from_files():
     from files (same uids), one dashboard an older version. Grafana refuses API saves of
     those; push must not try, and must say what it left."""
     boards = {json.loads(p.read_text())["uid"]: json.loads(p.read_text())
-              for p in (ROOT / "dashboards").glob("*.json")}
+              for p in BOARDS_DIR.glob("*.json")}
     current, older = BOARD_UIDS
     with FakeGrafana(token=TOKEN) as grafana:
         grafana.folders["edgeprof"] = {"uid": "edgeprof", "title": "edgeprof", "id": 1}

@@ -28,7 +28,7 @@ from click.testing import CliRunner
 
 from profiler.agent import lineproto
 from profiler.agent.spool import SpoolWriter
-from profiler.metrics.cli import ship
+from profiler.agent.shipping.cli import ship
 from tests.conftest import ROOT, need_binary
 from tests.support.servers import LocalServer
 

@@ -18,12 +18,12 @@ import pytest
 from click.testing import CliRunner
 
 from profiler.agent import lineproto
-from profiler.metrics.cli import ship
+from profiler.agent.shipping.cli import ship
 from tests.support.servers import LocalServer, influx_query, vm_export
-from profiler.metrics.ship import LiveShipper, ship_sweep
+from profiler.agent.shipping.ship import LiveShipper, ship_sweep
 from profiler.agent.spool import SpoolWriter
-from profiler.metrics.spool_reader import find_spools, read_points
-from profiler.metrics.targets import InfluxTarget
+from profiler.agent.spool_reader import find_spools, read_points
+from profiler.agent.shipping.targets import InfluxTarget
 from tests.conftest import need_binary
 
 pytestmark = pytest.mark.integration
@@ -250,7 +250,7 @@ def test_rejected_lines_are_quarantined_and_the_rest_stored_exactly_once(tmp_pat
     times = [v[0] for v in series[0]["values"]]
     assert times == [T0_MS + i * 10 for i in good]  # each good point once, in order
     assert [v[1] for v in series[0]["values"]] == [i / 4 for i in good]
-    from profiler.metrics.ship import quarantine_path
+    from profiler.agent.shipping.ship import quarantine_path
     quarantined = quarantine_path(spool, target).read_text().splitlines()
     kept = [line for line in quarantined if not line.startswith("#")]
     assert len(kept) == 3 and kept[0].startswith("cpu,") and "node=n1" in kept[0]
@@ -280,7 +280,7 @@ def _finished_cell(sweep: Path, cell: str, ticks: int = 20) -> Path:
 def test_live_shipper_leaves_finished_cells_alone(tmp_path, influxdb, monkeypatch):
     """A sweep-like layout with many finished cells: once drained, they cost nothing
     per round, and points appended later to a finished spool are not shipped live."""
-    from profiler.metrics import spool_reader as spool_mod
+    from profiler.agent import spool_reader as spool_mod
 
     sweep = tmp_path / "sweep"
     cells = [_finished_cell(sweep, f"c{i:02d}") for i in range(40)]

@@ -16,7 +16,7 @@ import pytest
 
 from profiler.agent import collectors, schema
 from profiler.agent.sampler import AgentConfig, Sampler
-from profiler.metrics.spool_reader import read_points
+from profiler.agent.spool_reader import read_points
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 

@@ -4,6 +4,8 @@ Every way a node starts the agent is checked in a fresh interpreter: its command
 module (``profiler.agent.cli``), ``edgeprof agent`` through the lazy ``edgeprof`` group,
 and real processes started as ``python -m profiler.agent``, as the ``edgeprof`` console
 script and as the systemd unit's ExecStart line rendered from the playbook's template.
+An agent that ships (``--influx-url``) loads its shipper too, and still nothing of the
+controller.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ HEAVY = ("numpy", "yaml", "jinja2", "influxdb_client", "requests", "tqdm", "matp
 # What the agent may import of edgeprof besides its own package: tiny shared modules.
 SHARED = {"profiler", "profiler.errors", "profiler.cli_errors", "profiler.cgroupfs",
           "profiler.plugins"}
+# What its shipper adds: the state files' atomic writes and the token file's check.
+SHIPPER_SHARED = {"profiler.fsutil", "profiler.secrets"}
+# The shipper's writers and what they load: only an agent given --influx-url imports them.
+SHIPPER = ("profiler.agent.shipping.ship", "profiler.agent.shipping.targets",
+           "profiler.agent.shipping.backoff", "profiler.agent.shipping.cli")
 RSS_MAX_MB = 25.0
 
 
@@ -43,6 +50,28 @@ def test_the_agent_command_imports_only_the_agent():
     outside = [m for m in ours if m not in SHARED and not m.startswith("profiler.agent")]
     assert outside == [], outside
     assert [m for m in loaded if m.split(".")[0] in HEAVY] == []
+    # Of the shipping package, only its options (plain Click) until it ships.
+    assert [m for m in ours if m.startswith(SHIPPER)] == []
+
+
+def test_an_agent_that_ships_imports_its_shipper_and_nothing_of_the_controller():
+    """What ``edgeprof agent --influx-url`` loads: the command, the shipper, both writers
+    made (they import influxdb-client and requests when made), and no controller module."""
+    loaded = _loaded_after(
+        "import profiler.agent.cli\n"
+        "from profiler.agent.shipping.ship import LiveShipper\n"
+        "from profiler.agent.shipping.targets import InfluxTarget, target_from_options\n"
+        "for target in (InfluxTarget(url='http://127.0.0.1:9', db='edgeprof'),\n"
+        "               InfluxTarget(url='http://127.0.0.1:9', org='lab', bucket='b')):\n"
+        "    target.writer().close()")
+    ours = [m for m in loaded if m.split(".")[0] in ("profiler", "workloads")]
+    outside = [m for m in ours if m not in SHARED | SHIPPER_SHARED
+               and not m.startswith("profiler.agent")]
+    assert outside == [], outside
+    assert {"influxdb_client", "requests"} <= set(loaded)
+    # influxdb-client imports NumPy itself (when installed); nothing else heavy comes.
+    allowed = {"influxdb_client", "requests", "numpy"}
+    assert [m for m in loaded if m.split(".")[0] in set(HEAVY) - allowed] == []
 
 
 def test_edgeprof_agent_loads_no_other_command():
@@ -51,7 +80,7 @@ def test_edgeprof_agent_loads_no_other_command():
         "assert cli.get_command(click.Context(cli), 'agent').name == 'agent'")
     assert [m for m in loaded if m.split(".")[0] in HEAVY] == []
     others = ("profiler.metrics", "profiler.report", "profiler.dashboards", "profiler.study",
-              "profiler.calibrate", "profiler.data", "profiler.sweep.sweep")
+              "profiler.calibrate", "profiler.data", "profiler.sweep.sweep", *SHIPPER)
     assert [m for m in loaded if m.startswith(others)] == []
 
 

@@ -9,9 +9,10 @@ from click.testing import CliRunner
 
 from profiler.agent.cli import agent
 from profiler.metrics.launch import agent_argv
-from profiler.agent.options import influx_options, interval_option
-from profiler.metrics.cli import ship
-from profiler.metrics.targets import target_from_options
+from profiler.agent.options import interval_option
+from profiler.agent.shipping.options import influx_options
+from profiler.agent.shipping.cli import ship
+from profiler.agent.shipping.targets import target_from_options
 from profiler.cluster.base import Node, NodeScope
 from profiler.errors import ConfigError
 

@@ -14,7 +14,7 @@ import pytest
 
 from profiler.agent import collectors as c
 from profiler.agent.sampler import AgentConfig, Sampler
-from profiler.metrics.spool_reader import read_points
+from profiler.agent.spool_reader import read_points
 
 
 def _vcgencmd(tmp_path: Path, monkeypatch, body: str) -> Path:

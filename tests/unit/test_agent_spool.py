@@ -4,7 +4,7 @@ import logging
 
 from profiler.agent import lineproto
 from profiler.agent.spool import SpoolWriter, segments
-from profiler.metrics.spool_reader import Position, find_spools, read_batch, read_points
+from profiler.agent.spool_reader import Position, find_spools, read_batch, read_points
 
 
 def _tick(i: int, n: int = 3) -> list[str]:

@@ -1,4 +1,5 @@
-"""The committed dashboards are what dashboards/generate.py makes, and are well formed."""
+"""The committed dashboards (profiler/dashboards/*.json) are what dashboards/generate.py
+makes, and are well formed."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import json
 import pytest
 
 from tests.conftest import ROOT, need
+
+BOARDS_DIR = ROOT / "profiler" / "dashboards"  # the committed dashboards
 
 try:
     from dashboards import generate
@@ -21,14 +24,15 @@ def _sdk():
 
 @pytest.mark.parametrize("name", ["node-resources.json", "sweep-overview.json"])
 def test_committed_json_is_the_generators_output(name):
-    committed = (ROOT / "dashboards" / name).read_text()
+    committed = (BOARDS_DIR / name).read_text()
     assert committed == generate.render(generate.BOARDS[name]()), (
-        f"dashboards/{name} differs from the generator: run python -m dashboards.generate")
+        f"profiler/dashboards/{name} differs from the generator: "
+        "run python -m dashboards.generate")
 
 
 @pytest.mark.parametrize("name", ["node-resources.json", "sweep-overview.json"])
 def test_every_panel_reads_the_chosen_datasource(name):
-    board = json.loads((ROOT / "dashboards" / name).read_text())
+    board = json.loads((BOARDS_DIR / name).read_text())
     assert board["uid"].startswith("edgeprof-")
     panels = [p for p in board["panels"] if p["type"] != "row"]
     assert len(panels) >= 4

@@ -94,3 +94,26 @@ def test_every_module_of_profiler_is_in_a_layer():
     modules = {f"profiler.{m.name}" for m in pkgutil.iter_modules([str(ROOT / "profiler")])}
     assert modules - layered == set()
     assert layered - modules - {"workloads"} == set()
+
+
+def _names(config: configparser.ConfigParser, contract: str) -> set[str]:
+    return set(config[f"importlinter:contract:{contract}"]["source_modules"].split())
+
+
+def test_every_module_of_the_agent_is_under_a_lightness_contract():
+    """A module added to the agent cannot escape what keeps it small: each is a source of
+    ``agent-light`` (with all it imports), of ``agent-command`` (the command), or part
+    of the shipping package, which only the command imports."""
+    import grimp
+
+    config = configparser.ConfigParser()
+    config.read(ROOT / ".importlinter")
+    light, command = _names(config, "agent-light"), _names(config, "agent-command")
+    graph = grimp.build_graph("profiler", cache_dir=None)
+    uncovered = [
+        module for module in sorted(graph.find_descendants("profiler.agent") | {"profiler.agent"})
+        if module not in command and not module.startswith("profiler.agent.shipping")
+        and not any(module == name or module.startswith(name + ".") for name in light)]
+    assert uncovered == []
+    assert "profiler.agent.shipping" in config["importlinter:contract:agent-light"][
+        "forbidden_modules"].split()

@@ -246,8 +246,7 @@ def test_a_named_broken_plugin_is_one_line_from_each_lookup(site, monkeypatch):
     with pytest.raises(click.BadParameter):
         choice.convert("nope", None, None)
     # edgeprof run --engine bad: exit 2, the one line.
-    from profiler import cli_sweep  # noqa: F401 - the sweep command, loaded
-    import profiler.sweep.cli as sweep_cli
+    from profiler.sweep import cli as sweep_cli  # the sweep command, loaded
     from profiler.cli import cli
 
     monkeypatch.setattr(sweep_cli, "ENGINES", engines)
@@ -271,7 +270,7 @@ calls = []
 real = metadata.entry_points
 metadata.entry_points = lambda **kw: calls.append(kw["group"]) or real(**kw)
 import profiler.engines, profiler.cluster, profiler.study, profiler.agent.collectors
-import profiler.sweep.grid, profiler.sweep.sweep, profiler.study.report_cli, profiler.report.build
+import profiler.sweep.grid, profiler.sweep.sweep, profiler.report.cli, profiler.report.build
 before = list(calls)
 profiler.engines.get_engine("mxnet")
 print(json.dumps([before, calls]))

@@ -20,7 +20,7 @@ import pytest
 from profiler.agent import collectors as c
 from profiler.agent.collectors import hwmon_power, pi5_pmic, rapl
 from profiler.agent.sampler import AgentConfig, Sampler
-from profiler.metrics.spool_reader import read_points
+from profiler.agent.spool_reader import read_points
 
 # jfikar/RPi5-power README: a Pi 5 under load (VDD_CORE at 10.9 A).
 JFIKAR = """\

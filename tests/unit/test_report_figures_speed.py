@@ -12,7 +12,7 @@ from pathlib import Path
 
 from profiler.agent import lineproto
 from profiler.agent.spool import SpoolWriter
-from profiler.metrics.spool_reader import read_points
+from profiler.agent.spool_reader import read_points
 from profiler.report.build import build_report
 from profiler.report.figures import node_series
 from profiler.report.sweep_data import MEASUREMENTS, read_cell_series

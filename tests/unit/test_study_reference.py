@@ -44,8 +44,9 @@ def test_the_packages_copy_holds_the_shared_references_data():
 
 def test_the_report_imports_nothing_of_the_study():
     """The study imports the report's generic pieces (its ratios, its section); the
-    report must not import a study back: ``edgeprof report`` (study/report_cli.py) hands
-    it the study's section."""
+    report must not import a study back: the study registry offers its sections to the
+    report (``report.study_section.offer_studies``), and ``edgeprof report``
+    (report/cli.py) takes the sweep's from them."""
     code = ("import sys, profiler.report.build, profiler.report.html, profiler.report.cli\n"
             "print(sorted(m for m in sys.modules if m.startswith('profiler.study')))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,

@@ -17,7 +17,7 @@ import pytest
 
 from profiler.agent.collectors import base
 from profiler.agent.sampler import AgentConfig, Sampler
-from profiler.metrics.spool_reader import read_points
+from profiler.agent.spool_reader import read_points
 
 from tests.unit.test_power_collectors import JFIKAR
 

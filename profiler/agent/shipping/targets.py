@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
-from ..errors import ConfigError
-from ..secrets import read_secret
+from ...errors import ConfigError
+from ...secrets import read_secret
 
 log = logging.getLogger(__name__)
 

@@ -40,11 +40,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from ..errors import ClusterError
-from ..fsutil import atomic_write_text, remove_stale_temps
-from . import TRAFFIC_FILE, spool_reader
+from ...errors import ClusterError
+from ...fsutil import atomic_write_text, remove_stale_temps
+from .. import spool_reader
+from ..spool_reader import Position
+from . import TRAFFIC_FILE
 from .backoff import Backoff
-from .spool_reader import Position
 from .targets import InfluxTarget, RejectedBatch, TransientError, check_server
 
 log = logging.getLogger(__name__)

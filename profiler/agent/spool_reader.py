@@ -1,7 +1,8 @@
-"""Reading spools on the controller: for shipping (in batches) and for summaries.
+"""Reading spools: for shipping (in batches, ``shipping.ship``) and for the controller's
+summaries, report and calibration (point by point).
 
-The format is the agent's (``profiler.agent.spool``): segments of line protocol, each
-opened by a ``# tags`` header. A reader skips a last line without its newline: in the
+The format is the one ``spool`` writes: segments of line protocol, each opened by a
+``# tags`` header. A reader skips a last line without its newline: in the
 newest segment it is still being written, in an older one it was torn by a crash (a
 segment is never appended to after its agent stopped).
 """
@@ -13,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Iterator
 
-from ..agent import lineproto
-from ..agent.spool import segments
+from . import lineproto
+from .spool import segments
 
 log = logging.getLogger(__name__)
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from ..agent.cli import configure_logging
-from ..agent.options import influx_options
-from ..cli_errors import reports_errors
-from ..errors import ConfigError
+from ...cli_errors import reports_errors
+from ...errors import ConfigError
+from ..logs import configure_logging
+from .options import influx_options
 from .targets import target_from_options
 
 
