@@ -26,9 +26,9 @@ MobileNetV2): their losses differ from one device's by that, LeNet's do not.
 Weights (``EDGEPROF_PIPE_WEIGHTS``): ``init``, the seed's fresh weights; ``train``, with
 ``--task infer``: the stages first train ``--epochs`` epochs as ``--task train`` does
 (start-up: no step lines, no validation; its losses in the ``start`` event's
-``pretrain_loss``), then stream the test set through the trained stages; or the path
-of a checkpoint, the whole model's ``state_dict``, loaded into the full model before it
-is cut, so each stage keeps its own layers' trained parameters.
+``pretrain_loss``), then stream the test set through the trained stages; or
+``checkpoint``: the file ``--checkpoint`` names, the whole model's ``state_dict``, loaded
+into the full model before it is cut, so each stage keeps its own layers' parameters.
 
 Step breakdown: the stage's ``forward_one_chunk`` and ``backward_one_chunk`` are timed
 (its compute), and what else the schedule spent is its time on the wire and idle
@@ -55,7 +55,8 @@ SCHEDULE_ENV, SPLIT_ENV = "EDGEPROF_PIPE_SCHEDULE", "EDGEPROF_PIPE_SPLIT"
 TASK_ENV, WEIGHTS_ENV = "EDGEPROF_PIPE_TASK", "EDGEPROF_PIPE_WEIGHTS"
 SCHEDULES = ("gpipe", "1f1b")
 TASKS = ("train", "infer")
-WEIGHTS = ("init", "train")  # or a checkpoint's path
+WEIGHTS = ("init", "train")  # or a checkpoint file's
+CHECKPOINT = "checkpoint"  # the environment's word for a file, given as --checkpoint
 PROFILE_REPEATS = 3  # each layer timed this often on one micro-batch; the median counts
 LINK_PROBE_BYTES = 1 << 20
 LINK_PROBE_ROUNDS = 3
@@ -76,7 +77,9 @@ class PipelineWorker(TorchWorker):
         self.split_setting = pipeline_split.parse(os.environ.get(SPLIT_ENV, "balanced"))
         self.task = os.environ.get(TASK_ENV, "train")
         weights = os.environ.get(WEIGHTS_ENV, "init")
-        self.weights_file = weights if weights not in WEIGHTS else None
+        # A checkpoint's path is an argument (a staged input: the inventory cluster
+        # ships it and rewrites the path for the node).
+        self.weights_file = self.args.checkpoint if weights == CHECKPOINT else None
         # --weights train: the stages train before the stream (``prepare``).
         self.trains_first = self.task == "infer" and weights == "train"
         self.pretrain_loss: list[float] = []

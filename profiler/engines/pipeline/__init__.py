@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Sequence
 
 from workloads import pipeline_split
-from workloads.torch_pipeline import (MICROBATCHES_ENV, SCHEDULE_ENV, SCHEDULES, SPLIT_ENV,
-                                      STAGES_ENV, TASK_ENV, TASKS, WEIGHTS, WEIGHTS_ENV)
+from workloads.torch_pipeline import (CHECKPOINT, MICROBATCHES_ENV, SCHEDULE_ENV, SCHEDULES,
+                                      SPLIT_ENV, STAGES_ENV, TASK_ENV, TASKS, WEIGHTS,
+                                      WEIGHTS_ENV)
 
 from ...cell import CellConfig
 from ...cluster.base import Node
@@ -246,6 +247,9 @@ class TorchPipelineEngine(_TorchEngine):
     def plan(self, cell: CellConfig, nodes: list[Node], cell_dir: Path,
              options: TrainOptions) -> list[ProcessSpec]:
         argv = self.train_argv(cell, cell_dir, options)
+        weights = cell.param("weights") or "init"
+        if weights not in WEIGHTS:  # a staged input goes in the argv (shipped, rewritten)
+            argv += ["--checkpoint", str(_staged_checkpoint(weights, options))]
         worker_nodes = nodes[:self.nodes_needed(cell)]
         replicas = cell.param("replicas") or 1
         stages = cell.devices // replicas
@@ -255,18 +259,16 @@ class TorchPipelineEngine(_TorchEngine):
                   SCHEDULE_ENV: cell.param("schedule") or "gpipe",
                   SPLIT_ENV: cell.param("split") or "balanced",
                   TASK_ENV: cell.param("task") or "train",
-                  WEIGHTS_ENV: _weights_env(cell.param("weights") or "init", options)}
+                  WEIGHTS_ENV: weights if weights in WEIGHTS else CHECKPOINT}
         return [ProcessSpec("worker", i, node, argv, _process_env(common, i, node),
                             part=_part(i, stages, replicas))
                 for i, node in enumerate(worker_nodes)]
 
 
-def _weights_env(weights: str, options: TrainOptions) -> str:
-    """``init``, ``train``, or where a node finds the staged checkpoint."""
-    if weights in WEIGHTS:
-        return weights
+def _staged_checkpoint(weights: str, options: TrainOptions) -> Path:
+    """Where the sweep staged the checkpoint a cell's ``name@digest`` names."""
     name, digest = weights.rsplit("@", 1)
-    return str(staged_path(options.inputs_dir, "weights", digest, Path(name).suffix))
+    return staged_path(options.inputs_dir, "weights", digest, Path(name).suffix)
 
 
 def _classes(cell: CellConfig) -> int:
