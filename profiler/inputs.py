@@ -1,4 +1,5 @@
-"""The user's files a sweep carries to its nodes: a model file, a dataset, a script.
+"""The user's files a sweep carries to its nodes: a model file, a dataset, a script, a
+checkpoint of trained weights (an engine's setting: ``torch-pipe --weights PATH``).
 
 A ``UserFile`` is checked and digested on the controller before anything runs
 (``user_file``); ``run_sweep`` then copies every one into ``<sweep>/inputs/`` under a
@@ -25,7 +26,7 @@ from typing import Iterable
 from .errors import ConfigError
 
 INPUTS_DIR = "inputs"
-KINDS = ("model", "dataset", "script")
+KINDS = ("model", "dataset", "script", "weights")
 _CHUNK_BYTES = 1 << 20
 
 

@@ -23,6 +23,13 @@ The loss: the schedule splits the batch and scales each micro-batch's gradients 
 device. BatchNorm normalises each micro-batch on its own statistics (ResNet,
 MobileNetV2): their losses differ from one device's by that, LeNet's do not.
 
+Weights (``EDGEPROF_PIPE_WEIGHTS``): ``init``, the seed's fresh weights; ``train``, with
+``--task infer``: the stages first train ``--epochs`` epochs as ``--task train`` does
+(start-up: no step lines, no validation; its losses in the ``start`` event's
+``pretrain_loss``), then stream the test set through the trained stages; or
+``checkpoint``: the file ``--checkpoint`` names, the whole model's ``state_dict``, loaded
+into the full model before it is cut, so each stage keeps its own layers' parameters.
+
 Step breakdown: the stage's ``forward_one_chunk`` and ``backward_one_chunk`` are timed
 (its compute), and what else the schedule spent is its time on the wire and idle
 waiting for a neighbour; the per-step lines carry each part and every micro-batch's
@@ -45,9 +52,11 @@ from .torch_worker import TorchWorker, init_gloo
 
 STAGES_ENV, MICROBATCHES_ENV = "EDGEPROF_PIPE_STAGES", "EDGEPROF_PIPE_MICROBATCHES"
 SCHEDULE_ENV, SPLIT_ENV = "EDGEPROF_PIPE_SCHEDULE", "EDGEPROF_PIPE_SPLIT"
-TASK_ENV = "EDGEPROF_PIPE_TASK"
+TASK_ENV, WEIGHTS_ENV = "EDGEPROF_PIPE_TASK", "EDGEPROF_PIPE_WEIGHTS"
 SCHEDULES = ("gpipe", "1f1b")
 TASKS = ("train", "infer")
+WEIGHTS = ("init", "train")  # or a checkpoint file's
+CHECKPOINT = "checkpoint"  # the environment's word for a file, given as --checkpoint
 PROFILE_REPEATS = 3  # each layer timed this often on one micro-batch; the median counts
 LINK_PROBE_BYTES = 1 << 20
 LINK_PROBE_ROUNDS = 3
@@ -67,6 +76,13 @@ class PipelineWorker(TorchWorker):
         self.schedule_name = os.environ.get(SCHEDULE_ENV, "gpipe")
         self.split_setting = pipeline_split.parse(os.environ.get(SPLIT_ENV, "balanced"))
         self.task = os.environ.get(TASK_ENV, "train")
+        weights = os.environ.get(WEIGHTS_ENV, "init")
+        # A checkpoint's path is an argument (a staged input: the inventory cluster
+        # ships it and rewrites the path for the node).
+        self.weights_file = self.args.checkpoint if weights == CHECKPOINT else None
+        # --weights train: the stages train before the stream (``prepare``).
+        self.trains_first = self.task == "infer" and weights == "train"
+        self.pretrain_loss: list[float] = []
         self.replicas = self.num_workers // self.stages
         self.stage, self.replica = self.rank % self.stages, self.rank // self.stages
         self.counts_samples = self.is_first
@@ -101,6 +117,8 @@ class PipelineWorker(TorchWorker):
         args = self.args
         torch.manual_seed(args.seed)  # every process builds the same initial weights
         full = torch_models.build(args.model, args.layers, self.data.classes)
+        if self.weights_file:
+            load_checkpoint(full, self.weights_file, args.model)
         layers = sequential_layers(full, args.model)
         micro = max(1, args.batch // self.microbatches)
         example = torch.zeros(micro, *self.data.x_train.shape[1:])
@@ -141,17 +159,18 @@ class PipelineWorker(TorchWorker):
         self.spans: list[tuple[str, int, float, float]] = []
         self.stash = [0, 0]  # activations kept for backward: bytes now, most this step
         self.pipe_stage = self.schedule = None
+        trains = self.task == "train" or self.trains_first
         if self.stages > 1:  # one stage (inference alone or side by side): no pipeline
             self.pipe_stage = PipelineStage(self.model, self.stage, self.stages,
                                             torch.device("cpu"), input_args=(stage_input,),
                                             group=self.pipe_group)
             _same_dtype_handshake(self.pipe_stage)
-            schedule = Schedule1F1B if self.schedule_name == "1f1b" else ScheduleGPipe
+            self.schedule_class = Schedule1F1B if self.schedule_name == "1f1b" else ScheduleGPipe
             # Inference has no loss: its last stage returns the outputs.
-            self.schedule = schedule(self.pipe_stage, self.microbatches,
-                                     loss_fn=self.loss_fn if self.task == "train" else None)
+            self.schedule = self.schedule_class(self.pipe_stage, self.microbatches,
+                                                loss_fn=self.loss_fn if trains else None)
             self._time_chunks()
-            if self.task == "train":
+            if trains:
                 self._settle_metadata()
         self.lr_applied = optim.applied_lr(args.lr, args.lr_scaling, "allreduce",
                                            self.replicas)
@@ -248,6 +267,8 @@ class PipelineWorker(TorchWorker):
         """The data and the stage; for inference, the stream: this pipeline's 1/R of the
         test set in whole batches, one pass an epoch."""
         super().prepare()
+        if self.trains_first:
+            self._train_first()
         if self.task == "infer":
             n = len(self.data.x_test) // self.replicas
             self.stream = slice(self.replica * n, (self.replica + 1) * n)
@@ -257,6 +278,20 @@ class PipelineWorker(TorchWorker):
                                   f"{self.args.batch} for each of {self.replicas} "
                                   "pipeline(s): raise --val-samples or lower --batch")
             self.tail_start = self.steps_per_epoch - max(1, self.steps_per_epoch // 4)
+
+    def _train_first(self) -> None:
+        """``--weights train``: the cell's epochs of training, as ``--task train`` runs
+        them, before the stream; a start-up phase of its own (``startup_s["train"]``),
+        without step lines or validation, and its steps are not the stream's syncs. The
+        stream then runs on a schedule without a loss (forward only), as ``init``'s."""
+        t0 = time.perf_counter()
+        self.pretrain_loss = [self._train_epoch(epoch, None)[0]
+                              for epoch in range(1, self.args.epochs + 1)]
+        if self.schedule is not None:
+            self.schedule = self.schedule_class(self.pipe_stage, self.microbatches,
+                                                loss_fn=None)
+        self.syncs = 0
+        self.startup_s["train"] = time.perf_counter() - t0
 
     def start_fields(self) -> dict:
         return {"task": self.task, "stage": self.stage, "replica": self.replica,
@@ -269,11 +304,15 @@ class PipelineWorker(TorchWorker):
                 # each layer's forward+backward seconds; each layer's output bytes.
                 "layer_s": [[round(t, 6) for t in p.seconds] for p in self.stage_profiles],
                 "layer_out_bytes": list(self.stage_profiles[0].out_bytes),
-                "counts_samples": self.is_first}
+                "counts_samples": self.is_first,
+                **({"pretrain_loss": self.pretrain_loss} if self.trains_first else {})}
 
     def train_epoch(self, epoch: int, on_first_step) -> tuple[float, float]:
         if self.task == "infer":
             return self._infer_epoch(epoch, on_first_step)
+        return self._train_epoch(epoch, on_first_step)
+
+    def _train_epoch(self, epoch: int, on_first_step) -> tuple[float, float]:
         import torch
 
         self.model.train()
@@ -289,7 +328,10 @@ class PipelineWorker(TorchWorker):
             self.stash[:] = [0, 0]
             self.optimizer.zero_grad()
             losses: list = []
-            if self.is_first:
+            if self.schedule is None:  # one stage (--weights train's replicas): no pipeline
+                losses.append(self.loss_fn(self.model(data), label))
+                losses[0].backward()
+            elif self.is_first:
                 self.schedule.step(data)
             elif self.is_last:
                 self.schedule.step(target=label, losses=losses)
@@ -440,6 +482,22 @@ class PipelineWorker(TorchWorker):
             correct /= counted
         dist.broadcast(correct, self.stages - 1)
         return float(correct[0]) if self.rank == 0 else None
+
+
+def load_checkpoint(model, path: str, name: str) -> None:
+    """The whole model's ``state_dict`` from ``path`` into ``model``; a file that does
+    not fit it is one line (the controller checked it before the sweep: this is for a
+    file given through the Python API or changed since)."""
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        model.load_state_dict(state)
+    except Exception as exc:  # noqa: BLE001 - torch's own words, on one line
+        text = " ".join(str(exc).split())
+        raise ConfigError(f"--weights {path} does not load into {name} "
+                          f"({type(exc).__name__}: {text[:200]}): save the state_dict of the "
+                          "model the cell trains") from None
 
 
 def sequential_layers(model, name: str) -> list:

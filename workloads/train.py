@@ -97,6 +97,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "replicate: all of it")
     parser.add_argument("--val-samples", type=int, default=None,
                         help="cap the test set used for validation accuracy")
+    parser.add_argument("--checkpoint", default=None,
+                        help="a torch state_dict of the whole model to start from instead "
+                             "of the seed's weights (an engine's worker that reads it: "
+                             "torch-pipe's --weights PATH, staged)")
     parser.add_argument("--breakdown", choices=steps.BREAKDOWNS, default="on",
                         help="time each step's phases into steps-*.jsonl "
                              "(workloads.steps)")

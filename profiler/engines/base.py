@@ -41,7 +41,7 @@ from ..cell import CellConfig
 from ..column import Column
 from ..errors import ClusterError
 from ..figure import Figure
-from ..inputs import staged_path
+from ..inputs import UserFile, staged_path
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,15 @@ class EngineOption:
     help: str
     kind: str = "str"  # its column's type (profiler.column.KINDS)
     description: str = ""  # its column's meaning, one line (default: help's first sentence)
+    # A setting added after cells of its engine had ids: at its default it stays out of
+    # the cell's engine_params (its cell_id, record and label), so those cells keep their
+    # ids and a resumed sweep finds them done, as ``cell.OPTIONAL_FIELDS`` does for the
+    # cell's own later fields. Its column is then empty, which reads as the default.
+    omit_default: bool = False
+
+    def default_value(self):
+        """The default as a cell holds it (the typed default, parsed)."""
+        return self.parse(self.default)[0]
 
 
 @dataclass
@@ -166,12 +175,18 @@ class Engine:
         ``keep`` refuses where the grid has another choice."""
         if not self.options:
             return [cell]
-        names = [option.name for option in self.options]
-        combos = itertools.product(*(values.get(name) or [option.parse(option.default)[0]]
-                                     for name, option in zip(names, self.options)))
-        cells = [dataclasses.replace(cell, engine_params=tuple(zip(names, combo)))
+        combos = itertools.product(*(values.get(option.name) or [option.default_value()]
+                                     for option in self.options))
+        cells = [dataclasses.replace(cell, engine_params=tuple(
+                    (option.name, value) for option, value in zip(self.options, combo)
+                    if not (option.omit_default and value == option.default_value())))
                  for combo in combos]
         return [c for c in cells if self.keep(c, values)]
+
+    def user_files(self, cell: CellConfig) -> tuple[UserFile, ...]:
+        """The user's files ``cell``'s settings name (a pipeline's checkpoint), for the
+        sweep to stage beside the user's model and dataset (``profiler.inputs``)."""
+        return ()
 
     def setting_column(self, option: EngineOption) -> Column:
         """The results column of one of the engine's settings (after the cell's own)."""

@@ -25,7 +25,7 @@ from ..cell import DEFAULT_ENGINE
 from ..cli_errors import reports_errors
 from ..cluster.cli_options import ProviderCommand
 from ..cluster.prices import PRICE_HELP, price_spec
-from ..engines import ENGINES, all_models
+from ..engines import ENGINES, all_models, get_engine
 from ..errors import EdgeprofError
 from .. import option_lists
 from . import checks, grid
@@ -190,6 +190,7 @@ def settings_from_options(kw: dict, resume: bool, max_cells: int | None = None):
     else:
         cells, user_files = _model_cells(kw, data_resolver, DATASET_NAMES)
     cells, user_files = _with_user_data(cells, user_files)
+    user_files = _with_engine_files(cells, user_files)
     for cell in cells:
         # Sets of a known size; a fetched MNIST or CIFAR-10 is checked by its worker.
         if cell.dataset in ("synthetic", "mnist-5k", "fashion-mnist") or cell.data_digest:
@@ -311,6 +312,15 @@ def _with_user_data(cells: list, user_files: tuple) -> tuple[list, tuple]:
             files += [info.user_file] if info.user_file not in files else []
         out.append(cell)
     return out, tuple(files)
+
+
+def _with_engine_files(cells: list, user_files: tuple) -> tuple:
+    """The files the cells' engine settings name (a pipeline's ``--weights PATH``),
+    staged as the user's model and dataset are (``Engine.user_files``)."""
+    files = list(user_files)
+    for cell in cells:
+        files += [f for f in get_engine(cell.engine).user_files(cell) if f not in files]
+    return tuple(files)
 
 
 def _shared_dimensions(kw: dict) -> dict:

@@ -141,6 +141,103 @@ def test_inference_streams_the_test_set_through_the_stages(tmp_path):
     assert alone["infer_latency_ms"] == pytest.approx(alone["infer_period_ms"], rel=0.05)
 
 
+def test_inference_with_trained_weights_is_as_accurate_as_training_says(tmp_path):
+    """--weights train: the cell trains its epochs, then streams the test set through the
+    trained stages, so its accuracy is the one a --task train cell of the same settings
+    validates at (the same seed, batches and schedule: the same weights), well above
+    chance; --weights init streams untrained weights, at chance. Accuracy counts
+    samples, not seconds: a loaded host and an idle one give the same."""
+    shape = dict(max_samples=640, epochs=2)
+    trained = _run(tmp_path, _cell(task="infer", weights="train", **shape))
+    fresh = _run(tmp_path, _cell(task="infer", **shape))
+    training = _run(tmp_path, _cell(**shape))
+    for record in (trained, fresh, training):
+        assert record["status"] == "ok", record["reason"]
+    # 0.578 measured (2 epochs of 640 fashion-mnist samples, 128 test samples; init 0.102).
+    assert trained["val_accuracy"] > 0.45
+    assert trained["val_accuracy"] == pytest.approx(training["val_accuracy"], abs=1 / 128)
+    assert fresh["val_accuracy"] < 0.25  # ten classes: 0.1 is chance
+    assert trained["weights"] == "train" and fresh.get("weights") is None  # init: left out
+    assert trained["infer_latency_ms"] > 0 and trained["train_loss_per_epoch"] == [None] * 2
+    # The stream's steps alone are measured: 4 batches of 32 a pass, 2 passes.
+    assert trained["syncs_per_worker"] == fresh["syncs_per_worker"] == 8
+    start = next(json.loads(line) for line in (tmp_path / trained["cell_id"] / "events" /
+                                               "worker-0.jsonl").read_text().splitlines()
+                 if '"start"' in line)
+    assert len(start["pretrain_loss"]) == 2 and start["startup_s"]["train"] > 0
+    no_children_left()
+
+
+def _trained_lenet(epochs: int = 3):
+    """A LeNet-CNN trained here, alone, on the samples a cell of 640 trains on, and its
+    accuracy on the cell's 128 test samples."""
+    import torch
+
+    from workloads import torch_models
+    from workloads.datasets import loader
+
+    data = loader.load("lenet-cnn", None, 640, 128, 7, raw=True, dataset="fashion-mnist")
+    torch.manual_seed(7)
+    net = torch_models.build("lenet-cnn", None, data.classes)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    x, y = torch.from_numpy(data.normalize(data.x_train)), torch.from_numpy(data.y_train)
+    for _ in range(epochs):
+        for start in range(0, len(x), 32):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(net(x[start:start + 32]),
+                                              y[start:start + 32].long()).backward()
+            optimizer.step()
+    test = loader.load("lenet-cnn", None, 640, 128, 42, raw=True, dataset="fashion-mnist")
+    with torch.no_grad():
+        out = net.eval()(torch.from_numpy(test.normalize(test.x_test)))
+    return net, float((out.argmax(dim=1).numpy() == test.y_test).mean())
+
+
+def test_inference_from_a_checkpoint_gives_its_models_accuracy(tmp_path):
+    """--weights PATH: a state_dict saved from a model built as the cell builds it is
+    staged to the nodes and loaded before the cut: the pipeline classifies the test set
+    as that model does here."""
+    import torch
+
+    net, accuracy = _trained_lenet()
+    assert accuracy > 0.45  # trained: well above chance (0.719 measured)
+    path = tmp_path / "lenet.pt"
+    torch.save(net.state_dict(), path)
+    done = subprocess.run([*EDGEPROF, "run", "--engine", "torch-pipe", "--model", "lenet-cnn",
+                           "--devices", "2", "--batch", "32", "--microbatches", "4",
+                           "--max-samples", "64", "--val-samples", "128", "--task", "infer",
+                           "--weights", str(path), "--dataset", "fashion-mnist", "--no-agent",
+                           "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads((tmp_path / "out" / "results.jsonl").read_text().splitlines()[-1])
+    assert record["status"] == "ok", record["reason"]
+    assert record["weights"].startswith("lenet.pt@")
+    assert record["val_accuracy"] == pytest.approx(accuracy, abs=1 / 128)
+    assert list((tmp_path / "out" / "inputs").glob("weights-*.pt"))  # staged by digest
+
+
+def test_a_checkpoint_that_does_not_fit_is_one_line(tmp_path):
+    """Checked on the controller before anything runs: another model's state_dict, and
+    a file torch cannot read as weights."""
+    import torch
+
+    from workloads import torch_models
+
+    other = tmp_path / "mlp.pt"
+    torch.save(torch_models.build("lenet-mlp", None, 10).state_dict(), other)
+    junk = tmp_path / "junk.pt"
+    junk.write_text("not a checkpoint\n")
+    for path, words in ((other, ["does not fit lenet-cnn", "save the state_dict"]),
+                        (junk, ["torch.load cannot read it"])):
+        done = subprocess.run([*EDGEPROF, "sweep", "--engine", "torch-pipe", "--model",
+                               "lenet-cnn", "--devices", "2", "--task", "infer",
+                               "--weights", str(path), "--out", str(tmp_path / "out")],
+                              cwd=ROOT, capture_output=True, text=True)
+        assert_one_line(done, f"--weights {path}", *words)
+        assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("args, words", [
     (["--devices", "2", "--microbatches", "64"], ["--microbatches 64 is more than the batch"]),
     (["--devices", "2", "--microbatches", "3"], ["does not divide into 3 micro-batches"]),
@@ -153,6 +250,9 @@ def test_inference_streams_the_test_set_through_the_stages(tmp_path):
     (["--devices", "1"], ["pipelines of 1 stage"]),
     (["--devices", "2", "--task", "infer", "--schedule", "1f1b", "--microbatches", "2"],
      ["--task infer streams forward only"]),
+    (["--devices", "2", "--weights", "train"], ["--weights train trains the cell before"]),
+    (["--devices", "2", "--task", "infer", "--weights", "nosuch.pt"],
+     ["--weights 'nosuch.pt' is neither init nor train nor a file"]),
 ])
 def test_bad_pipeline_settings_are_one_line(tmp_path, args, words):
     done = subprocess.run([*EDGEPROF, "sweep", "--engine", "torch-pipe", "--model", "lenet-cnn",

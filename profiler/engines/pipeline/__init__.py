@@ -11,6 +11,13 @@ default. Synchronous SGD only. ``--task infer`` streams the test set through the
 stages forward only (each pipeline 1/R of it): samples/s and each batch's latency; with
 one stage a "pipeline" is the whole model on one node, so ``--devices 1`` is one device
 and ``--replicas`` equal to ``--devices`` is R whole-model replicas, beside the split.
+Which weights it streams through is ``--weights``: ``init`` (freshly initialised, the
+default: accuracy at chance, a measurement of speed only), ``train`` (the cell first
+trains its ``--epochs`` as ``--task train`` would, unmeasured, then streams) or a
+checkpoint file (a ``torch.save``d ``state_dict`` of the whole model), which the sweep
+stages to the nodes as the user's other files (``profiler.inputs``): the cell's value is
+the file's name and digest, so its cell_id changes with the file's content, and the
+file is loaded here on the controller and compared with the model before anything runs.
 
 The engine is this folder: its settings (``options``) become grid dimensions for its
 cells only (``engine_params``) and results columns; its own columns are measured in
@@ -20,17 +27,20 @@ cells only (``engine_params``) and results columns; its own columns are measured
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Sequence
 
 from workloads import pipeline_split
-from workloads.torch_pipeline import (MICROBATCHES_ENV, SCHEDULE_ENV, SCHEDULES, SPLIT_ENV,
-                                      STAGES_ENV, TASK_ENV, TASKS)
+from workloads.torch_pipeline import (CHECKPOINT, MICROBATCHES_ENV, SCHEDULE_ENV, SCHEDULES,
+                                      SPLIT_ENV, STAGES_ENV, TASK_ENV, TASKS, WEIGHTS,
+                                      WEIGHTS_ENV)
 
 from ...cell import CellConfig
 from ...cluster.base import Node
 from ...errors import ConfigError
+from ...inputs import UserFile, staged_path, user_file
 from ...option_lists import parse_choice_list, parse_int_list
 from ..base import EngineOption, ProcessSpec, ReportSection, TrainOptions
 from ..pytorch import _process_env, _rendezvous, _TorchEngine
@@ -54,6 +64,31 @@ def _schedules(text: str) -> list[str]:
 
 def _tasks(text: str) -> list[str]:
     return parse_choice_list(text, "--task", TASKS)
+
+
+# The checkpoints ``--weights`` named, by the value their cells hold (``name@digest``):
+# where the controller finds each file to check and stage.
+_CHECKPOINTS: dict[str, UserFile] = {}
+_DIGEST_CHARS = 12
+
+
+def _weights(text: str) -> list[str]:
+    """``init``, ``train`` or a checkpoint's path, several separated by ','. A file is
+    checked, digested and held as ``<its name>@<12 hex digits of its sha256>``."""
+    values = []
+    for item in (part.strip() for part in str(text).split(",")):
+        if item in WEIGHTS:
+            values.append(item)
+            continue
+        if not item or not Path(item).expanduser().exists():
+            raise ConfigError(f"--weights {item!r} is neither {' nor '.join(WEIGHTS)} nor a "
+                              "file: give init, train, or the path of a checkpoint saved "
+                              "with torch.save(model.state_dict(), PATH)")
+        file = user_file("weights", item, "--weights")
+        value = f"{file.source.name}@{file.digest[:_DIGEST_CHARS]}"
+        _CHECKPOINTS[value] = file
+        values.append(value)
+    return values
 
 
 def _splits(text: str) -> list[str]:
@@ -93,6 +128,15 @@ class TorchPipelineEngine(_TorchEngine):
                      "times and the link), params, layers, or layer counts per stage such "
                      "as 3,5; several separated by ';'.", "str",
                      "where a pipeline's model is cut: balanced, or layer counts per stage"),
+        # Added after pipeline cells had ids: at init it stays out of the cell_id.
+        EngineOption("weights", "init", _weights,
+                     "The weights the stages start from (torch-pipe): init (freshly "
+                     "initialised: --task infer then measures speed only, its accuracy is "
+                     "chance), train (--task infer: first train the cell's --epochs, then "
+                     "infer), or a checkpoint file, torch.save(model.state_dict(), PATH) of "
+                     "the whole model.", "str",
+                     "a pipeline's starting weights: empty (init), train, or a checkpoint "
+                     "as name@sha256-prefix", omit_default=True),
     )
 
     columns = pipeline_columns.COLUMNS
@@ -122,6 +166,8 @@ class TorchPipelineEngine(_TorchEngine):
             parts.append(f"R{replicas}")
         if (rec.get("split") or "balanced") != "balanced":
             parts.append(f"split={rec['split']}")
+        if (rec.get("weights") or "init") != "init":  # a checkpoint by its file's name
+            parts.append(f"weights={str(rec['weights']).rsplit('@', 1)[0]}")
         return " ".join(parts)
 
     def task(self, rec: dict) -> str:
@@ -149,8 +195,16 @@ class TorchPipelineEngine(_TorchEngine):
         """A combination a schedule cannot run (1F1B with fewer micro-batches than
         stages, 1F1B inference) is left out where the grid has GPipe too, as the grid
         leaves out a sync mode an engine lacks."""
+        if (cell.param("weights") == "train" and cell.param("task") != "infer"
+                and len(set(values.get("task") or ())) > 1):
+            return False  # --weights train is training before inference
         return (len(set(values.get("schedule") or ())) < 2
                 or cell.param("schedule") != "1f1b" or _one_f_one_b_runs(cell))
+
+    def user_files(self, cell: CellConfig) -> tuple[UserFile, ...]:
+        """The checkpoint ``--weights PATH`` names (staged as ``weights-<digest>.pt``)."""
+        file = _CHECKPOINTS.get(cell.param("weights") or "init")
+        return (file,) if file is not None else ()
 
     def check_cell(self, cell: CellConfig) -> None:
         replicas, micro = cell.param("replicas") or 1, cell.param("microbatches") or 1
@@ -180,10 +234,22 @@ class TorchPipelineEngine(_TorchEngine):
                               "or --schedule gpipe")
         pipeline_split.check(pipeline_split.parse(cell.param("split") or "balanced"), stages,
                              stage_layers(cell.model, cell.layers), cell.model)
+        weights = cell.param("weights") or "init"
+        if weights == "train" and task != "infer":
+            raise ConfigError("--weights train trains the cell before it infers: give it "
+                              "with --task infer (--task train starts from init already)")
+        if weights in _CHECKPOINTS:
+            problem = checkpoint_problem(str(_CHECKPOINTS[weights].source), cell.model,
+                                         cell.layers, _classes(cell))
+            if problem:
+                raise ConfigError(f"--weights {_CHECKPOINTS[weights].source}: {problem}")
 
     def plan(self, cell: CellConfig, nodes: list[Node], cell_dir: Path,
              options: TrainOptions) -> list[ProcessSpec]:
         argv = self.train_argv(cell, cell_dir, options)
+        weights = cell.param("weights") or "init"
+        if weights not in WEIGHTS:  # a staged input goes in the argv (shipped, rewritten)
+            argv += ["--checkpoint", str(_staged_checkpoint(weights, options))]
         worker_nodes = nodes[:self.nodes_needed(cell)]
         replicas = cell.param("replicas") or 1
         stages = cell.devices // replicas
@@ -192,10 +258,74 @@ class TorchPipelineEngine(_TorchEngine):
                   MICROBATCHES_ENV: str(cell.param("microbatches") or 1),
                   SCHEDULE_ENV: cell.param("schedule") or "gpipe",
                   SPLIT_ENV: cell.param("split") or "balanced",
-                  TASK_ENV: cell.param("task") or "train"}
+                  TASK_ENV: cell.param("task") or "train",
+                  WEIGHTS_ENV: weights if weights in WEIGHTS else CHECKPOINT}
         return [ProcessSpec("worker", i, node, argv, _process_env(common, i, node),
                             part=_part(i, stages, replicas))
                 for i, node in enumerate(worker_nodes)]
+
+
+def _staged_checkpoint(weights: str, options: TrainOptions) -> Path:
+    """Where the sweep staged the checkpoint a cell's ``name@digest`` names."""
+    name, digest = weights.rsplit("@", 1)
+    return staged_path(options.inputs_dir, "weights", digest, Path(name).suffix)
+
+
+def _classes(cell: CellConfig) -> int:
+    """The classes the cell's model is built with: its data's."""
+    from workloads import models
+    from workloads.datasets import catalog
+
+    spec = catalog.SPECS.get(cell.dataset)
+    return spec.classes if spec is not None else models.get(cell.model).classes
+
+
+@functools.lru_cache(maxsize=None)
+def checkpoint_problem(path: str, model: str, layers: int | None, classes: int) -> str | None:
+    """What keeps the checkpoint at ``path`` from loading into ``model`` as a pipeline
+    builds it (None: nothing): read with ``torch.load(weights_only=True)``, its keys and
+    shapes compared with the model's ``state_dict``. Imports torch: only for a file."""
+    import torch
+
+    from workloads import models
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - whatever torch says of a file it cannot read
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return (f"torch.load cannot read it as weights ({text[:160]}): give a file saved "
+                "with torch.save(model.state_dict(), PATH)")
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor)
+                                              for v in state.values()):
+        return (f"it holds a {type(state).__name__}, not a state_dict of tensors: save "
+                "model.state_dict(), not the model or a training checkpoint's dict")
+    want = models.get(model).build("torch", layers, classes).state_dict()
+    name = f"{model}{layers or ''}"
+    missing = [k for k in want if k not in state]
+    extra = [k for k in state if k not in want]
+    wrong = [k for k in want if k in state and tuple(state[k].shape) != tuple(want[k].shape)]
+    if not (missing or extra or wrong):
+        return None
+    said = []
+    if missing:
+        said.append(f"lacks {_some(missing)}")
+    if extra:
+        said.append(f"has {_some(extra)}, which {name} has not")
+    if wrong:
+        key = wrong[0]
+        said.append(f"gives {key} the shape {_shape(state[key])} where {name} has "
+                    f"{_shape(want[key])}" + (f" (and {len(wrong) - 1} more)"
+                                                if len(wrong) > 1 else ""))
+    return (f"it does not fit {name} with {classes} classes: it {'; '.join(said)}: save the "
+            f"state_dict of the model the cell trains (--model {model})")
+
+
+def _some(keys: list[str]) -> str:
+    return ", ".join(keys[:2]) + (f" and {len(keys) - 2} more" if len(keys) > 2 else "")
+
+
+def _shape(tensor) -> str:
+    return "x".join(map(str, tensor.shape)) or "a scalar"
 
 
 def _one_f_one_b_runs(cell: CellConfig) -> bool:
