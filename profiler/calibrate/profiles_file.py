@@ -30,11 +30,33 @@ def write_profile(result: Calibration, path: Path | None = None) -> Path:
     """
     path = Path(path or USER_PROFILES).expanduser()
     doc = read_profiles_file(path, "give another --to FILE")
+    note = _calibration_note(result)
+    measured = _measured(result)
+    dilated = {float(k): round(m.quota_cores, 5) for k, m in sorted(result.dilations.items())}
+    dilated_model = result.model or _model_of(result.workload)
+    if result.model is not None:
+        entry = _with_model_quota(doc, result, path, measured, dilated)
+    else:
+        entry = _calibrated_profile(result, note, measured, dilated, dilated_model)
+    doc.setdefault("profiles", {})[result.profile] = entry
+    save_profiles_file(path, doc)
+    return path
+
+
+def _calibration_note(result: Calibration) -> str:
+    """The calibration in a line, for a new profile's description: its rate against its
+    target, and its check's when it has one."""
     note = (f"{result.workload} at {result.samples_per_s:.1f} samples/s (target "
             f"{result.target_samples_per_s:g})")
     if result.check_ratio is not None:
         note += (f"; {result.check_workload} {result.check_samples_per_s:.2f} samples/s, "
                  f"{result.check_ratio:.2f} x its reference {result.check_target_samples_per_s:g}")
+    return note
+
+
+def _measured(result: Calibration) -> dict:
+    """What the profile's ``calibration`` records of a calibration: where and when, its
+    figures, and the quotas found for each time dilation."""
     measured = {"host": platform.node(), "date": time.strftime("%Y-%m-%d"),
                 **{k: v for k, v in asdict(result).items()
                    if k not in ("steps", "model", "dilations", "board_rate")}}
@@ -42,37 +64,49 @@ def write_profile(result: Calibration, path: Path | None = None) -> Path:
         measured["dilations"] = {k: {"quota_cores": round(m.quota_cores, 5),
                                      "samples_per_s": m.samples_per_s}
                                  for k, m in sorted(result.dilations.items())}
-    dilated = {float(k): round(m.quota_cores, 5) for k, m in sorted(result.dilations.items())}
-    dilated_model = result.model or _model_of(result.workload)
-    if result.model is not None:
-        entry = dict((doc.get("profiles") or {}).get(result.profile) or
-                     profile_to_extend(result.profile, path).as_spec())
-        entry["cpu_cores_by_model"] = {**(entry.get("cpu_cores_by_model") or {}),
-                                       result.model: round(result.quota_cores, 5)}
-        calibration = entry.get("calibration")
-        if not isinstance(calibration, dict) or "workload" in calibration:
-            # An older profile kept one calibration, its cpu_cores'.
-            calibration = {"cpu_cores": calibration} if calibration else {}
-        entry["calibration"] = {**calibration, result.model: measured}
-        entry["board_rates"] = {**(entry.get("board_rates") or {}),
-                                result.model: result.board_rate.as_spec()}
-        if dilated:
-            entry["cpu_cores_dilated"] = {**(entry.get("cpu_cores_dilated") or {}),
-                                          result.model: dilated}
-    else:
-        base = named_base_profile(result.base)
-        entry = {"description": f"{base.description or base.name}, CPU calibrated ({note})",
-                 "link_mbit": base.link_mbit, "memory_mb": base.memory_mb,
-                 "cpu_cores": round(result.quota_cores, 5),
-                 **({"board_cores": base.board_cores} if base.board_cores else {}),
-                 **({"env_by_model": base.as_spec()["env_by_model"]}
-                    if base.env_by_model else {}),
-                 **({"cpu_cores_dilated": {dilated_model: dilated}} if dilated else {}),
-                 "board_rates": {dilated_model: result.board_rate.as_spec()},
-                 "calibration": {"cpu_cores": measured}}
-    doc.setdefault("profiles", {})[result.profile] = entry
-    save_profiles_file(path, doc)
-    return path
+    return measured
+
+
+def _with_model_quota(doc: dict, result: Calibration, path: Path, measured: dict,
+                      dilated: dict) -> dict:
+    """The existing profile (``path``'s, else the known one) with the model's quota,
+    calibration, board rate and dilated quotas added (or replaced)."""
+    entry = dict((doc.get("profiles") or {}).get(result.profile) or
+                 profile_to_extend(result.profile, path).as_spec())
+    entry["cpu_cores_by_model"] = {**(entry.get("cpu_cores_by_model") or {}),
+                                   result.model: round(result.quota_cores, 5)}
+    entry["calibration"] = {**_calibrations_by_model(entry.get("calibration")),
+                            result.model: measured}
+    entry["board_rates"] = {**(entry.get("board_rates") or {}),
+                            result.model: result.board_rate.as_spec()}
+    if dilated:
+        entry["cpu_cores_dilated"] = {**(entry.get("cpu_cores_dilated") or {}),
+                                      result.model: dilated}
+    return entry
+
+
+def _calibrations_by_model(calibration) -> dict:
+    """A profile's ``calibration`` as a mapping by quota (``cpu_cores`` or a model)."""
+    if not isinstance(calibration, dict) or "workload" in calibration:
+        # An older profile kept one calibration, its cpu_cores'.
+        calibration = {"cpu_cores": calibration} if calibration else {}
+    return calibration
+
+
+def _calibrated_profile(result: Calibration, note: str, measured: dict, dilated: dict,
+                        dilated_model: str) -> dict:
+    """A new profile: the base's link and memory (and board cores, environment) with
+    the calibrated ``cpu_cores``."""
+    base = named_base_profile(result.base)
+    return {"description": f"{base.description or base.name}, CPU calibrated ({note})",
+            "link_mbit": base.link_mbit, "memory_mb": base.memory_mb,
+            "cpu_cores": round(result.quota_cores, 5),
+            **({"board_cores": base.board_cores} if base.board_cores else {}),
+            **({"env_by_model": base.as_spec()["env_by_model"]}
+               if base.env_by_model else {}),
+            **({"cpu_cores_dilated": {dilated_model: dilated}} if dilated else {}),
+            "board_rates": {dilated_model: result.board_rate.as_spec()},
+            "calibration": {"cpu_cores": measured}}
 
 
 def read_profiles_file(path: Path, fix: str) -> dict:

@@ -176,53 +176,124 @@ def energy_columns(cell_dir: Path, t_start: float, t_end: float,
     start_ms, end_ms = int(t_start * 1000), int(t_end * 1000)
     row: dict = dict.fromkeys(columns_of("energy"))
     metrics = Path(cell_dir) / "metrics"
-    nodes = sorted(p.name for p in metrics.iterdir() if p.is_dir()) if metrics.is_dir() else []
+    nodes = _spooled_nodes(metrics)
     if not nodes or end_ms <= start_ms:
         return row
     read = {node: _read(metrics / node, start_ms) for node in nodes}
+    cell = _cell_power(read, power, start_ms, work.speedup)
+    by_node = {node: (round(cell.joules(node, end_ms), 3) if node in cell.watts else None)
+               for node in nodes}
+    row["energy_j_by_node"] = by_node
+    row["energy_j_by_role"] = _energy_by_role(read, by_node, end_ms)
+    row["energy_source"] = _energy_source(cell.sources)
+    if any(joules is None for joules in by_node.values()):
+        return row  # a total without some nodes would pass for the cell's
+    row.update(_cell_totals(cell, by_node, work, start_ms, end_ms))
+    return row
+
+
+def _spooled_nodes(metrics: Path) -> list[str]:
+    """The nodes with a spool directory under ``metrics``, sorted (none: no such folder)."""
+    return sorted(p.name for p in metrics.iterdir() if p.is_dir()) if metrics.is_dir() else []
+
+
+@dataclass(frozen=True)
+class _CellPower:
+    """The cell's nodes' watts: where each node's come from (``measured``/``modelled``;
+    a node with neither is in none of these), their step series, and how many of the
+    cell's nodes share its meters (1 when modelled)."""
+
+    sources: dict[str, str]
+    watts: dict[str, list[tuple[int, float]]]
+    sharing: dict[str, int]
+    start_ms: int
+    speedup: float
+
+    def joules(self, node: str, until_ms: int) -> float:
+        """The node's energy from the window's start to ``until_ms``, its board's (x the
+        dilation), its share of its host's meters."""
+        return (integrate_j(self.watts[node], self.start_ms, until_ms) * self.speedup
+                / self.sharing[node])
+
+
+def _cell_power(read: dict[str, _Series], power: dict[str, NodePower], start_ms: int,
+                speedup: float) -> _CellPower:
+    """Each node's watts, measured before modelled, and its meters' sharing."""
     sources: dict[str, str] = {}
     watts: dict[str, list[tuple[int, float]]] = {}
     for node, series in read.items():
-        node_power = power.get(node, NodePower())
-        meter = next((m for m in METERS if series.meters.get(m)), None) \
-            if node_power.own_meters else None
-        if meter is not None:
-            sources[node] = "measured"
-            watts[node] = sorted(series.meters[meter].items())
-        elif node_power.model is not None and series.cpu:
-            sources[node] = "modelled"
-            watts[node] = [(t, node_power.model.watts(cpu / 100.0)) for t, cpu in series.cpu]
-    # A host's meters measure it once, however many of the cell's nodes read them.
+        found = _node_watts(series, power.get(node, NodePower()))
+        if found is not None:
+            sources[node], watts[node] = found
+    return _CellPower(sources, watts, _meter_sharing(sources, power, list(read)),
+                      start_ms, speedup)
+
+
+def _own_meter(series: _Series, node_power: NodePower) -> str | None:
+    """The most direct meter with points in the node's spool, if its meters are its own."""
+    if not node_power.own_meters:
+        return None
+    return next((m for m in METERS if series.meters.get(m)), None)
+
+
+def _node_watts(series: _Series, node_power: NodePower
+                ) -> tuple[str, list[tuple[int, float]]] | None:
+    """(source, step series of watts) of one node: its own meter's, else its model's
+    from its CPU use; None when it has neither."""
+    meter = _own_meter(series, node_power)
+    if meter is not None:
+        return "measured", sorted(series.meters[meter].items())
+    if node_power.model is not None and series.cpu:
+        return "modelled", [(t, node_power.model.watts(cpu / 100.0)) for t, cpu in series.cpu]
+    return None
+
+
+def _meter_sharing(sources: dict[str, str], power: dict[str, NodePower],
+                   nodes: list[str]) -> dict[str, int]:
+    """By node with watts: how many of the cell's measured nodes read its host's meters
+    (a host's meters measure it once, however many nodes read them); 1 when modelled."""
     host = {node: power.get(node, NodePower()).host or node for node in nodes}
-    sharing: dict[str, int] = {}
-    for node in watts:
-        if sources[node] == "measured":
-            sharing[host[node]] = sharing.get(host[node], 0) + 1
+    readers: dict[str, int] = {}
+    for node, source in sources.items():
+        if source == "measured":
+            readers[host[node]] = readers.get(host[node], 0) + 1
+    return {node: readers[host[node]] if source == "measured" else 1
+            for node, source in sources.items()}
 
-    def node_j(node: str, until_ms: int) -> float:
-        share = sharing[host[node]] if sources[node] == "measured" else 1
-        return integrate_j(watts[node], start_ms, until_ms) * work.speedup / share
 
-    by_node = {node: (round(node_j(node, end_ms), 3) if node in watts else None)
-               for node in nodes}
-    row["energy_j_by_node"] = by_node
+def _energy_by_role(read: dict[str, _Series], by_node: dict[str, float | None],
+                    end_ms: int) -> dict[str, float] | None:
+    """The nodes' energy (those known) shared among the roles on them, by role name;
+    None when no node's is known."""
     by_role: dict[str, float] = {}
     for node, joules in by_node.items():
-        for role, share in _role_shares(read[node], end_ms).items() if joules is not None \
-                else ():
+        if joules is None:
+            continue
+        for role, share in _role_shares(read[node], end_ms).items():
             by_role[role] = by_role.get(role, 0.0) + joules * share
-    row["energy_j_by_role"] = {role: round(j, 3) for role, j in sorted(by_role.items())} or None
+    return {role: round(j, 3) for role, j in sorted(by_role.items())} or None
+
+
+def _energy_source(sources: dict[str, str]) -> str | None:
+    """``measured``/``modelled`` when every node with watts has that, ``mixed`` when
+    both, None when none has any."""
     found = set(sources.values())
-    row["energy_source"] = (None if not found else found.pop() if len(found) == 1
-                            else "mixed")
-    if any(joules is None for joules in by_node.values()):
-        return row  # a total without some nodes would pass for the cell's
+    if not found:
+        return None
+    return found.pop() if len(found) == 1 else "mixed"
+
+
+def _cell_totals(cell: _CellPower, by_node: dict[str, float], work: CellWork,
+                 start_ms: int, end_ms: int) -> dict:
+    """The columns of the whole cell (every node's energy known): its energy, mean
+    power, per sample (when samples are known) and to its accuracy (when reached)."""
     energy_j = sum(by_node.values())
-    row["energy_j"] = round(energy_j, 3)
-    row["avg_power_w"] = round(energy_j / ((end_ms - start_ms) / 1000 * work.speedup), 3)
+    totals = {"energy_j": round(energy_j, 3),
+              "avg_power_w": round(energy_j / ((end_ms - start_ms) / 1000 * work.speedup), 3)}
     if work.samples:
-        row["j_per_sample"] = round(energy_j / work.samples, 6)
+        totals["j_per_sample"] = round(energy_j / work.samples, 6)
     if work.accuracy_t is not None:
         until_ms = min(end_ms, int(work.accuracy_t * 1000))
-        row["energy_to_accuracy_j"] = round(sum(node_j(node, until_ms) for node in nodes), 3)
-    return row
+        totals["energy_to_accuracy_j"] = round(
+            sum(cell.joules(node, until_ms) for node in by_node), 3)
+    return totals

@@ -98,28 +98,51 @@ def read_cell_series(metrics_dir: Path, record: dict) -> dict:
     end_ms = int((record.get("reaped_at") or 0) * 1000) or None
     nodes = {}
     for node_dir in sorted(p for p in metrics_dir.iterdir() if p.is_dir()):
-        series: dict[str, list[tuple[float, float]]] = {}
-        net: dict[int, dict[str, dict[str, float]]] = {}
-        for _base, point in read_points(node_dir, MEASUREMENTS):
-            if point.time_ms < start_ms or (end_ms and point.time_ms > end_ms + 1000):
-                continue
-            t_s = (point.time_ms - start_ms) / 1000
-            if point.measurement == "net":
-                net.setdefault(point.time_ms, {})[point.tags.get("interface", "")] = point.fields
-                continue
-            for (measurement, name), column in SERIES.items():
-                if point.measurement == measurement and name in point.fields:
-                    series.setdefault(column, []).append((t_s, float(point.fields[name])))
-        for time_ms, interfaces in sorted(net.items()):
-            # A node's own NIC when it has one; the local cluster has only loopback.
-            counted = {k: v for k, v in interfaces.items() if k != "lo"} or interfaces
-            for name, column in NET_FIELDS.items():
-                total = sum(float(f.get(name, 0)) for f in counted.values())
-                series.setdefault(column, []).append(((time_ms - start_ms) / 1000,
-                                                      total / 1024))
+        series = _node_series(node_dir, start_ms, end_ms)
         if series:
             nodes[node_dir.name] = series
     return nodes
+
+
+def _node_series(node_dir: Path, start_ms: int, end_ms: int | None
+                 ) -> dict[str, list[tuple[float, float]]]:
+    """One node's series from its spool, in the window (a tick past its end kept)."""
+    series: dict[str, list[tuple[float, float]]] = {}
+    net: dict[int, dict[str, dict[str, float]]] = {}
+    for _base, point in read_points(node_dir, MEASUREMENTS):
+        if not _in_window(point.time_ms, start_ms, end_ms):
+            continue
+        if point.measurement == "net":
+            net.setdefault(point.time_ms, {})[point.tags.get("interface", "")] = point.fields
+            continue
+        _add_point(series, point, (point.time_ms - start_ms) / 1000)
+    _add_net(series, net, start_ms)
+    return series
+
+
+def _in_window(time_ms: int, start_ms: int, end_ms: int | None) -> bool:
+    """Whether a point is the cell's: from its launch to a tick after its reaping (no
+    end: the cell was not reaped)."""
+    return not (time_ms < start_ms or (end_ms and time_ms > end_ms + 1000))
+
+
+def _add_point(series: dict[str, list[tuple[float, float]]], point, t_s: float) -> None:
+    """Append the values of ``SERIES`` a point carries, at ``t_s``."""
+    for (measurement, name), column in SERIES.items():
+        if point.measurement == measurement and name in point.fields:
+            series.setdefault(column, []).append((t_s, float(point.fields[name])))
+
+
+def _add_net(series: dict[str, list[tuple[float, float]]],
+             net: dict[int, dict[str, dict[str, float]]], start_ms: int) -> None:
+    """Append the ``NET_FIELDS`` series, in KiB/s summed over the node's interfaces, by
+    time: its own NICs when it has one; the local cluster has only loopback."""
+    for time_ms, interfaces in sorted(net.items()):
+        counted = {k: v for k, v in interfaces.items() if k != "lo"} or interfaces
+        for name, column in NET_FIELDS.items():
+            total = sum(float(f.get(name, 0)) for f in counted.values())
+            series.setdefault(column, []).append(((time_ms - start_ms) / 1000,
+                                                  total / 1024))
 
 
 def config_label(r: dict) -> str:
