@@ -121,6 +121,11 @@ def read_profiles_file(path: Path, fix: str) -> dict:
                           f"{fix}") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"{path} is not a profiles file (no mapping at the top): {fix}")
+    if doc.get("profiles") is None:
+        doc.pop("profiles", None)  # `profiles:` with nothing under it: none yet
+    elif not isinstance(doc["profiles"], dict):
+        raise ConfigError(f"{path}: its profiles are not a mapping of names to profiles: "
+                          f"{fix}")
     return doc
 
 

@@ -214,3 +214,19 @@ def test_the_nodes_parent_group_outweighs_a_busy_hosts_processes(tmp_path):
     shares.unlink()
     cgroups.create_node_cgroup(layout, "n1", 0.1, 64)
     assert not shares.exists()
+
+
+def test_an_empty_profiles_key_takes_a_profile_and_a_list_is_refused(tmp_path):
+    """``profiles:`` with nothing under it is a file with no profile yet (it crashed with
+    a TypeError); profiles that are not a mapping are one line."""
+    from profiler.calibrate.check import write_user_profile
+    from profiler.errors import ConfigError
+
+    park = load_catalog([PACKAGED_PROFILES]).profiles["pi3b-park2019"]
+    path = tmp_path / "profiles.yaml"
+    path.write_text("profiles:\n")
+    write_user_profile(park, path)
+    assert "pi3b-park2019" in load_catalog([path]).profiles
+    path.write_text("profiles:\n  - pi3b\n")
+    with pytest.raises(ConfigError, match="profiles are not a mapping"):
+        write_user_profile(park, path)
