@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DataError
+from ..safe_tar import UnsafeMember, extract_members
 
 MNIST_MIRROR = "https://ossci-datasets.s3.amazonaws.com/mnist/"
 CIFAR_MIRROR = "https://www.cs.toronto.edu/~kriz/"
@@ -116,12 +117,13 @@ def _extract(archive: Path, folder_name: str) -> Path:
             if not members:
                 raise DataError(f"{archive} holds no {folder_name}/ folder; delete it and "
                                 f"run `edgeprof data fetch` again")
-            # filter="data" refuses absolute paths, links out of the tree and devices.
-            tar.extractall(scratch, members=members, filter="data")
+            # As filter="data" (also where Python has none: Debian 12's 3.11.2): no
+            # absolute paths, links out of the tree or devices.
+            extract_members(tar, members, scratch)
         if destination.exists():
             shutil.rmtree(destination)
         os.replace(scratch / folder_name, destination)
-    except (tarfile.TarError, OSError) as exc:
+    except (tarfile.TarError, OSError, UnsafeMember) as exc:
         raise DataError(f"cannot extract {archive}: {exc}; delete it and run "
                         f"`edgeprof data fetch` again") from exc
     finally:

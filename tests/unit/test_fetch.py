@@ -147,3 +147,24 @@ def test_mirror_credentials_never_in_messages(mirror, tmp_path):
         fetching.fetch(tmp_path / "data", ["cifar10"], mirrors={"cifar10": private},
                        manifest=manifest)
     assert "s3cret" not in str(caught.value) and "127.0.0.1" in str(caught.value)
+
+
+@pytest.mark.parametrize("filters", [True, False])
+def test_an_archive_member_out_of_its_folder_is_refused(tmp_path, monkeypatch, filters):
+    """With Python's tar filters and without them (Debian 12's 3.11.2 has none): a member
+    whose name climbs out of the folder is refused in one line, nothing written outside."""
+    from profiler import safe_tar
+
+    if filters and not safe_tar.HAS_FILTERS:
+        pytest.skip("this Python has no tarfile filters")  # the fallback case still runs
+    monkeypatch.setattr(safe_tar, "HAS_FILTERS", filters)
+    archive = tmp_path / "set.tar"
+    payload = tmp_path / "payload"
+    payload.write_bytes(b"x")
+    with tarfile.open(archive, "w") as tar:
+        tar.add(payload, arcname="set/ok.bin")
+        tar.add(payload, arcname="set/../../escaped.bin")
+    with pytest.raises(DataError, match="cannot extract"):
+        fetching._extract(archive, "set")
+    assert not (tmp_path.parent / "escaped.bin").exists()
+    assert not (tmp_path / "escaped.bin").exists()

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from profiler.cluster.inventory import unpack
+from profiler import safe_tar as unpack
 from profiler.cluster.inventory.cluster import InventoryCluster
 
 

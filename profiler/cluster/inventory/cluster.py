@@ -37,7 +37,7 @@ from .connections import Connections
 from .hosts import SSH_CONNECT_TIMEOUT_S, Host, last_line, plain_env
 from .probe import CHECK_TIMEOUT_S
 from .straggler import STRAGGLER_WAIT_S, cpu_max_command, straggler_answer, straggler_group
-from .unpack import UnsafeMember, unpack_stream
+from ...safe_tar import UnsafeMember, unpack_stream
 
 COLLECT_TIMEOUT_S = 300
 # On the node: the cell folder as a tar stream on stdout, then (stdout closed, so that the

@@ -1,4 +1,4 @@
-"""Unpacking a node's cell folder at home, without trusting the node.
+"""Unpacking a tar without trusting who made it: a node's cell folder, a download.
 
 What a node sends back (``InventoryCluster.collect``) is a tar stream made by whatever
 runs on that node: a hostile or broken one can put a symlink in it and then a file
@@ -45,6 +45,20 @@ def unpack_stream(stream: IO[bytes], dest: Path) -> None:
             return
         for member in tar:
             tar.extract(_checked(member, dest), dest, numeric_owner=True)
+
+
+def extract_members(tar: tarfile.TarFile, members: list[tarfile.TarInfo], dest: Path) -> None:
+    """Extract ``members`` of an archive opened for reading into ``dest``, as
+    ``filter="data"`` does (or the fallback where Python has no filters);
+    ``UnsafeMember`` for one that would reach outside ``dest``."""
+    if HAS_FILTERS:
+        try:
+            tar.extractall(dest, members=members, filter="data")
+        except tarfile.FilterError as exc:
+            raise UnsafeMember(str(exc)) from None
+        return
+    for member in members:
+        tar.extract(_checked(member, Path(dest)), dest, numeric_owner=True)
 
 
 def _checked(member: tarfile.TarInfo, dest: Path) -> tarfile.TarInfo:
