@@ -48,8 +48,13 @@ def remove_stale_temps(path: Path) -> int:
     ``.<name>.*.tmp``); only for a caller that holds the one writer's lock. Returns how
     many were removed."""
     path = Path(path)
+    return remove_matching(path.parent, f".{path.name}.*.tmp")
+
+
+def remove_matching(folder: Path, pattern: str) -> int:
+    """Remove the files of ``folder`` that match the glob ``pattern``; how many were."""
     removed = 0
-    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+    for stale in Path(folder).glob(pattern):
         try:
             stale.unlink()
             removed += 1

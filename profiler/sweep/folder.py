@@ -28,7 +28,7 @@ from typing import Protocol, Sequence
 from ..cluster import declared_options
 from ..engines import ENGINES, distributions
 from ..errors import ConfigError
-from ..fsutil import atomic_write_text, remove_stale_temps
+from ..fsutil import atomic_write_text, remove_matching, remove_stale_temps
 
 log = logging.getLogger(__name__)
 
@@ -155,13 +155,7 @@ def remove_stale_temps_of_sweep(out: Path) -> int:
     for attempt in (out / "cells").glob("*/attempt-*"):
         if attempt.is_symlink() or not attempt.is_dir():
             continue
-        for pattern in _ATTEMPT_TEMPS:
-            for stale in attempt.glob(pattern):
-                try:
-                    stale.unlink()
-                    removed += 1
-                except FileNotFoundError:
-                    pass
+        removed += sum(remove_matching(attempt, pattern) for pattern in _ATTEMPT_TEMPS)
     return removed
 
 
