@@ -33,9 +33,10 @@ EXIT_WITHIN_S = 10.0
 # processes start (``launch``: its attempt exists), while it trains (``training``: its
 # worker 0 took a first step), while it is reaped (``ended``: its worker 0 wrote its
 # end) and while the second cell starts (``next``: its attempt exists). Seconds after a
-# launch (0 to 10 s) landed around the first cell's end on one host, all inside the
-# second cell's training on a faster one, and would have come after the sweep's end
-# on a host twice as fast again (issue 46).
+# launch (0 to 10 s) landed around the first cell's end on a slow host, all past it on
+# a faster one (its first cell ended 5 s after launch), and its sweep, over 25 s after
+# launch there, would have ended before the last of them on a host 3 x as fast again
+# (issue 46).
 MOMENTS = [("launch", 0.0), ("launch", 0.1), ("launch", 0.3), ("launch", 0.7),
            ("training", 0.0), ("training", 0.5), ("ended", 0.0), ("ended", 0.1),
            ("ended", 0.3), ("next", 0.0), ("next", 0.5)]
