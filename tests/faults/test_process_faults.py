@@ -71,9 +71,10 @@ def _start_until_training(cmd: list[str], out: Path):
     ("torch", "worker"), ("torch", "server")])
 def test_a_role_killed_mid_cell_fails_the_cell_naming_it(tmp_path, engine, role):
     out = tmp_path / "sweep"
-    # Two cells: the long one first (batch 8: 750 steps a worker, killed as it starts
-    # training), then a short one that must run ok.
-    cmd = [*EDGEPROF, "sweep", "--model", "lenet-mlp", "--devices", "2", "--batch", "8,64",
+    # Two cells: the long one first (batch 2: 3,000 steps a worker, killed as it starts
+    # training: at 1 ms a step, several times this host's pace, still 3 s, >10 x the
+    # 0.1 s poll that finds its first step), then a short one that must run ok.
+    cmd = [*EDGEPROF, "sweep", "--model", "lenet-mlp", "--devices", "2", "--batch", "2,64",
            "--max-samples", "6000", "--val-samples", "200", "--epochs", "2",
            "--interval", "0.5", "--timeout", str(TIMEOUT_S), "--engine", engine,
            "--out", str(out)]
@@ -172,9 +173,11 @@ def test_a_pipeline_stage_killed_fails_the_cell_naming_the_stage(tmp_path):
     """The last stage of a 2-stage pipeline killed mid-training: the cell is failed
     naming that stage (not stage 0, which the runner stops after), nothing is left."""
     out = tmp_path / "sweep"
+    # Endless (100,000 epochs): the kill, not the cell's end, must come first on any host.
     cmd = [*EDGEPROF, "sweep", "--engine", "torch-pipe", "--model", "lenet-cnn",
            "--devices", "2", "--batch", "8", "--microbatches", "2", "--max-samples", "6000",
-           "--val-samples", "64", "--no-agent", "--timeout", str(TIMEOUT_S), "--out", str(out)]
+           "--epochs", "100000", "--val-samples", "64", "--no-agent",
+           "--timeout", str(TIMEOUT_S), "--out", str(out)]
     proc, controller = _start_until_training(cmd, out)
     stages = {}
     for child in controller.children(recursive=True):
