@@ -150,17 +150,34 @@ def test_real_sweep_then_resume(tmp_path):
     assert len(open(out / "results.jsonl").read().splitlines()) == 12
 
 
+def _second_cell_trains(out) -> bool:
+    """The first cell recorded, and the second's worker 0 has taken its first step."""
+    from workloads.events import read_events
+
+    try:
+        first = json.loads((out / "results.jsonl").read_text().splitlines()[0])
+    except (OSError, IndexError, ValueError):
+        return False
+    return any("first_step" in {e["event"] for e in read_events(attempt / "events" /
+                                                               "worker-0.jsonl")}
+               for attempt in out.glob("cells/*/attempt-1")
+               if attempt.parent.name != first["cell_id"])
+
+
 def test_ctrl_c_keeps_finished_cells_and_leaves_no_process(tmp_path):
     out = tmp_path / "sweep"
     cmd = [*EDGEPROF, "sweep", "--model", "lenet-mlp,resnet", "--layers", "56", "--devices",
            "1,2", "--max-samples", "20000", "--epochs", "3", "--out", str(out), "--no-agent"]
-    # The first cell (LeNet MLP, 1 device) ends quickly; the second is still training.
+    # The first cell (LeNet MLP, 1 device) ends quickly; the second (2 devices, 937
+    # steps a worker) is stopped at its first step, so that it is training on any host
+    # (3 s after the first cell's end, a host fast enough could find it ended and the
+    # sweep between two cells, with no cell to record as interrupted).
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
-    while time.time() < deadline and not (out / "results.jsonl").exists():
-        time.sleep(0.2)
-    assert (out / "results.jsonl").exists(), "first cell never finished"
-    time.sleep(3)
+    while time.time() < deadline and not _second_cell_trains(out):
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.05)
+    assert _second_cell_trains(out), "the second cell never started training"
     children = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)

@@ -22,35 +22,79 @@ import psutil
 import pytest
 
 from tests.conftest import ROOT
+from workloads.events import read_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 EDGEPROF = [sys.executable, "-m", "profiler.cli"]
 EXIT_WITHIN_S = 10.0
-# Seconds after the first cell's processes were launched. The first cell trains for a
-# few seconds, so the later delays land around its end (reaping) and the second cell's
-# start; 0 and 0.1 land while its processes start.
-DELAYS_S = [0.0, 0.1, 0.3, 0.7, 1.2, 2.0, 3.0, 4.5, 6.0, 8.0, 10.0]
+# Moments of the sweep to signal at: (what it has reached, seconds after). Each is an
+# event the sweep's own files show, not seconds after its launch, so that a fast host
+# and a slow one are signalled at the same moment of the cell: while the first cell's
+# processes start (``launch``: its attempt exists), while it trains (``training``: its
+# worker 0 took a first step), while it is reaped (``ended``: its worker 0 wrote its
+# end) and while the second cell starts (``next``: its attempt exists). Seconds after a
+# launch (0 to 10 s) landed around the first cell's end on a slow host, all past it on
+# a faster one (its first cell ended 5 s after launch), and its sweep, over 25 s after
+# launch there, would have ended before the last of them on a host 3 x as fast again
+# (issue 46).
+MOMENTS = [("launch", 0.0), ("launch", 0.1), ("launch", 0.3), ("launch", 0.7),
+           ("training", 0.0), ("training", 0.5), ("ended", 0.0), ("ended", 0.1),
+           ("ended", 0.3), ("next", 0.0), ("next", 0.5)]
+FIRST_BATCH = 64
 
 
 def _start_sweep(out: Path, *extra: str) -> subprocess.Popen:
-    # Two cells: a short one (batch 64, a few seconds) and a long one (batch 4, 3,000
-    # steps per worker: well past the last delay even on a fast machine).
-    cmd = [*EDGEPROF, "sweep", "--model", "lenet-mlp", "--devices", "2", "--batch", "64,4",
-           "--max-samples", "12000", "--val-samples", "200", "--epochs", "2",
-           "--interval", "0.5", "--out", str(out), *extra]
+    # Two cells: a short one (batch 64: 92 steps a worker, 3.4 s from launch to reap on
+    # an idle 2-core host) and a long one that every test here stops: batch 1, 6,000
+    # steps a worker, 4.7 ms a step on that host (28 s of training), so still 7 s on a
+    # host 4 x as fast: >10 x the latest a signal comes after its start (``next`` +
+    # 0.5 s), and past the fixed delays below (launch + 3 s at most).
+    cmd = [*EDGEPROF, "sweep", "--model", "lenet-mlp", "--devices", "2", "--batch",
+           f"{FIRST_BATCH},1", "--max-samples", "6000", "--val-samples", "200",
+           "--epochs", "2", "--interval", "0.5", "--out", str(out), *extra]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 
 
-def _first_launch(out: Path, proc: subprocess.Popen, timeout_s: float = 120.0) -> None:
-    """Wait until the first cell attempt exists (its processes are being started)."""
+def _attempts(out: Path) -> dict[int, Path]:
+    """The sweep's first attempts so far, by their cell's batch."""
+    found = {}
+    for cell_json in out.glob("cells/*/attempt-1/cell.json"):
+        try:
+            found[json.loads(cell_json.read_text())["batch"]] = cell_json.parent
+        except (OSError, ValueError, KeyError):
+            continue  # being written
+    return found
+
+
+def _reached(out: Path, anchor: str) -> bool:
+    attempts = _attempts(out)
+    if anchor == "launch":
+        return bool(attempts)
+    if anchor == "next":
+        return len(attempts) == 2
+    first = attempts.get(FIRST_BATCH)
+    if first is None:
+        return False
+    events = {e["event"] for e in read_events(first / "events" / "worker-0.jsonl")}
+    return {"training": "first_step", "ended": "end"}[anchor] in events
+
+
+def _wait_for(out: Path, proc: subprocess.Popen, anchor: str,
+              timeout_s: float = 120.0) -> None:
+    """Wait until the sweep has reached ``anchor`` (``MOMENTS``)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if list(out.glob("cells/*/attempt-1/cell.json")):
+        if _reached(out, anchor):
             return
         assert proc.poll() is None, proc.communicate()[1][-2000:]
         time.sleep(0.02)
-    pytest.fail("the sweep never started a cell")
+    pytest.fail(f"the sweep never reached {anchor!r}")
+
+
+def _first_launch(out: Path, proc: subprocess.Popen) -> None:
+    """Wait until the first cell attempt exists (its processes are being started)."""
+    _wait_for(out, proc, "launch")
 
 
 def _leftovers(out: Path) -> list[str]:
@@ -113,11 +157,11 @@ def _signal_and_check(proc: subprocess.Popen, out: Path, signals: list[int],
     _no_leftovers(out)
 
 
-@pytest.mark.parametrize("delay_s", DELAYS_S)
-def test_ctrl_c_at_any_moment_stops_within_10_s_and_leaves_nothing(tmp_path, delay_s):
+@pytest.mark.parametrize("anchor, delay_s", MOMENTS)
+def test_ctrl_c_at_any_moment_stops_within_10_s_and_leaves_nothing(tmp_path, anchor, delay_s):
     out = tmp_path / "sweep"
     proc = _start_sweep(out)
-    _first_launch(out, proc)
+    _wait_for(out, proc, anchor)
     time.sleep(delay_s)
     _signal_and_check(proc, out, [signal.SIGINT])
 
@@ -169,7 +213,15 @@ def test_kill_9_then_resume_reruns_only_the_interrupted_cell(tmp_path, engine):
         assert proc.poll() is None, proc.communicate()[1][-2000:]
         time.sleep(0.1)
     first_cell = _records(out)[0]
-    time.sleep(3.0)
+    # Killed as the second cell trains (its worker 0's first step), not a fixed time
+    # after its start: its 1,500 steps a worker then still lie ahead on any host.
+    second = next(p for p in out.glob("cells/*/attempt-1")
+                  if p.parent.name != first_cell["cell_id"])
+    while "first_step" not in {e["event"] for e in read_events(
+            second / "events" / "worker-0.jsonl")}:
+        assert proc.poll() is None and time.monotonic() < deadline, \
+            "the second cell ended or never trained before the kill"
+        time.sleep(0.02)
     proc.kill()
     proc.communicate()
     _no_leftovers(out, within_s=5.0)

@@ -23,6 +23,7 @@ import pytest
 
 from profiler.cell import CellConfig
 from profiler.cluster.local import LocalCluster, LocalSettings
+from profiler.sweep.grid import validate
 from profiler.sweep.sweep import SweepSettings, run_sweep
 from tests.conftest import ROOT
 
@@ -70,9 +71,10 @@ def _start_until_training(cmd: list[str], out: Path):
     ("torch", "worker"), ("torch", "server")])
 def test_a_role_killed_mid_cell_fails_the_cell_naming_it(tmp_path, engine, role):
     out = tmp_path / "sweep"
-    # Two cells: the long one first (batch 8: 750 steps a worker, killed as it starts
-    # training), then a short one that must run ok.
-    cmd = [*EDGEPROF, "sweep", "--model", "lenet-mlp", "--devices", "2", "--batch", "8,64",
+    # Two cells: the long one first (batch 2: 3,000 steps a worker, killed as it starts
+    # training: at 1 ms a step, several times this host's pace, still 3 s, >10 x the
+    # 0.1 s poll that finds its first step), then a short one that must run ok.
+    cmd = [*EDGEPROF, "sweep", "--model", "lenet-mlp", "--devices", "2", "--batch", "2,64",
            "--max-samples", "6000", "--val-samples", "200", "--epochs", "2",
            "--interval", "0.5", "--timeout", str(TIMEOUT_S), "--engine", engine,
            "--out", str(out)]
@@ -94,22 +96,34 @@ def test_a_role_killed_mid_cell_fails_the_cell_naming_it(tmp_path, engine, role)
     assert alive == []
 
 
+# The long cell's work has no end on any host: 100,000 epochs of 40 steps a worker. An
+# epoch took 0.11 s here on an idle host (one fast enough that the earlier "long" cell,
+# 7,500 steps at batch 2, ended ok inside the 20 s: issue 46), 0.48 s beside two CPU
+# hogs: 3 hours at the fastest, so still 45 minutes, >100 x the limit, on a host 4 x
+# as fast. The CLI gives every cell of a sweep the same --epochs, so the sweep is built
+# here, the two cells' epochs apart.
+ENDLESS_EPOCHS = 100_000
+
+
 def test_a_torch_cell_past_its_timeout_is_stopped_and_the_next_runs(tmp_path):
     """A torch parameter-server cell (server and two workers, Gloo) that would train for
-    minutes, under ``--timeout 20``: ``timeout`` at its limit, every process gone; the
-    short cell after it runs ``ok``."""
+    days, under a 20 s limit: ``timeout`` at its limit, every process gone; the short
+    cell after it runs ``ok``."""
     out = tmp_path / "sweep"
-    # The short cell takes 5.3 s from launch to reap on an idle 2-core host, and went
-    # past 8 s beside the other pytest worker on a slower one (CI, 2026-11-27); the long
-    # one trains 15,000 steps a worker at about 5 ms each, so 20 s parts them either way.
+    # The limit only has to hold the short cell: 20 steps a worker, mostly start-up
+    # (launch to reap 2.9 s on an idle 2-core host, 5.3 s beside two CPU hogs; the
+    # earlier 234-step cell went past 8 s beside the other pytest worker on a slower
+    # host, CI 2026-11-27).
     timeout_s = 20
-    cmd = [*EDGEPROF, "sweep", "--engine", "torch", "--model", "lenet-mlp", "--devices", "2",
-           "--batch", "2,64", "--max-samples", "30000", "--val-samples", "200",
-           "--no-agent", "--timeout", str(timeout_s), "--out", str(out)]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert [(r["batch"], r["status"]) for r in records] == [(2, "timeout"), (64, "ok")], \
+    cell = dict(engine="torch", model="lenet-mlp", layers=None, devices=2,
+                dataset="synthetic", max_samples=2560)
+    cells = [validate(CellConfig(**cell, batch=32, epochs=ENDLESS_EPOCHS)),
+             validate(CellConfig(**cell, batch=64))]
+    records = run_sweep(SweepSettings(cells=cells, out_dir=out, val_samples=200,
+                                      interval_s=None, timeout_s=timeout_s),
+                        progress=False).records
+    assert [(r["epochs"], r["status"]) for r in records] == [(ENDLESS_EPOCHS, "timeout"),
+                                                             (1, "ok")], \
         [r["reason"] for r in records]
     took = records[0]["reaped_at"] - records[0]["launched_at"]
     assert timeout_s <= took <= timeout_s + 15, took
@@ -159,9 +173,11 @@ def test_a_pipeline_stage_killed_fails_the_cell_naming_the_stage(tmp_path):
     """The last stage of a 2-stage pipeline killed mid-training: the cell is failed
     naming that stage (not stage 0, which the runner stops after), nothing is left."""
     out = tmp_path / "sweep"
+    # Endless (100,000 epochs): the kill, not the cell's end, must come first on any host.
     cmd = [*EDGEPROF, "sweep", "--engine", "torch-pipe", "--model", "lenet-cnn",
            "--devices", "2", "--batch", "8", "--microbatches", "2", "--max-samples", "6000",
-           "--val-samples", "64", "--no-agent", "--timeout", str(TIMEOUT_S), "--out", str(out)]
+           "--epochs", "100000", "--val-samples", "64", "--no-agent",
+           "--timeout", str(TIMEOUT_S), "--out", str(out)]
     proc, controller = _start_until_training(cmd, out)
     stages = {}
     for child in controller.children(recursive=True):

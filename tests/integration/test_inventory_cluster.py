@@ -28,6 +28,9 @@ from tests.conftest import ROOT, assert_one_line, sshd_nodes
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 EDGEPROF = [sys.executable, "-m", "profiler.cli"]
 GONE_WITHIN_S = 10.0
+# A cell that only a limit or a signal ends, on any host: 100,000 epochs of 250 steps a
+# worker, days of training even at 1 ms a step.
+ENDLESS = ("--batch", "4", "--max-samples", "2000", "--epochs", "100000")
 
 
 @pytest.fixture(scope="module")
@@ -228,10 +231,10 @@ def test_a_straggler_needs_cgroup_v2_on_the_hosts(hosts, tmp_path):
 
 def test_timeout_stops_the_processes_on_every_host(hosts, tmp_path):
     out = tmp_path / "sweep"
-    # Batch 4 on 20,000 samples: far longer than the 10 s limit (Pi 4 hosts train ~5 s
-    # after the launch).
-    done = _sweep(hosts, out, "--devices", "2", "--batch", "4", "--max-samples", "20000",
-                  "--timeout", "10", timeout=300)
+    # Endless work (ENDLESS), stopped by the 10 s limit (Pi 4 hosts train ~5 s after the
+    # launch). Batch 4 on 20,000 samples alone, 2,500 steps a worker, was "far longer"
+    # only on a slow enough host.
+    done = _sweep(hosts, out, "--devices", "2", *ENDLESS, "--timeout", "10", timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     rec = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
     assert rec["status"] == "timeout", rec
@@ -243,7 +246,7 @@ def test_ctrl_c_stops_the_processes_on_every_host(hosts, tmp_path):
     proc = subprocess.Popen(
         [*EDGEPROF, "sweep", "--cluster", "inventory", "--inventory", str(hosts["inventory"]),
          "--model", "lenet-mlp", "--dataset", "synthetic", "--val-samples", "64",
-         "--devices", "2", "--batch", "4", "--max-samples", "20000", "--out", str(out)],
+         "--devices", "2", *ENDLESS, "--out", str(out)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120

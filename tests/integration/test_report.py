@@ -63,11 +63,13 @@ def sweep(tmp_path_factory) -> Path:
                          max_samples=200, dataset="mnist")  # MNIST from an empty folder
     diverging = CellConfig(model="lenet-mlp", layers=None, batch=32, devices=1, epochs=1,
                            max_samples=600, dataset="mnist-5k", lr=DIVERGING_LR)
-    slow = CellConfig(model="lenet-mlp", layers=None, batch=32, devices=2, epochs=1,
+    # Endless (100,000 epochs: hours on any host), so that it cannot end inside its
+    # limit however fast the host; 600 samples alone fit in a second on a fast one.
+    slow = CellConfig(model="lenet-mlp", layers=None, batch=32, devices=2, epochs=100_000,
                       max_samples=600, dataset="mnist-5k")
     extra = run_sweep(SweepSettings(cells=[failing, diverging], out_dir=out.parent / "extra",
                                     data_dir=empty, interval_s=0.5), progress=False).records
-    # One second: less than MXNet takes to import, so the cell cannot finish in time.
+    # One second: the record of a cell stopped at its limit is what the report needs.
     extra += run_sweep(SweepSettings(cells=[slow], out_dir=out.parent / "slow",
                                      timeout_s=1.0, interval_s=0.5), progress=False).records
     statuses = [(r["status"], bool(r.get("diverged"))) for r in extra]
