@@ -137,11 +137,15 @@ class Processes(Collector):
                     try:
                         rss, hwm, count = _status(proc.pid)
                         cpu_percent += proc.cpu_percent()
-                    except (OSError, ValueError, psutil.Error):
-                        continue
+                    except (OSError, ValueError, KeyError, psutil.Error):
+                        continue  # exited, or a zombie (no memory left to report)
                     rss_kb, hwm_kb, threads = rss_kb + rss, hwm_kb + hwm, threads + count
                     alive += 1
                     seen.add(proc.pid)
+                if not alive:
+                    # Gone (a zombie until its parent reaps it): a sample of 0 MB would
+                    # pass for a reading of its memory.
+                    continue
                 samples.append(("proc", {"role": role, "proc": f"{role}-{index}"},
                                 {"rss_mb": rss_kb / 1024, "rss_hwm_mb": hwm_kb / 1024,
                                  "cpu_percent": cpu_percent,
@@ -155,7 +159,7 @@ def _status(pid: int) -> tuple[int, int, int]:
     """(VmRSS kB, VmHWM kB, threads) of a process: one read of /proc/PID/status.
 
     VmHWM is the kernel's high-water mark of the process's resident memory: a peak
-    between two ticks is in it. A zombie or kernel thread has neither (0).
+    between two ticks is in it. A zombie (or kernel thread) has no VmRSS: KeyError.
     """
     with open(f"/proc/{pid}/status", "rb") as handle:
         text = handle.read()
@@ -164,7 +168,7 @@ def _status(pid: int) -> tuple[int, int, int]:
         key = line[:6]
         if key in (b"VmRSS:", b"VmHWM:") or line.startswith(b"Threads:"):
             found[key] = int(line.split()[1])
-    return found.get(b"VmRSS:", 0), found.get(b"VmHWM:", 0), found.get(b"Thread", 0)
+    return found[b"VmRSS:"], found.get(b"VmHWM:", 0), found.get(b"Thread", 0)
 
 
 def _parse_roles(raw) -> dict[str, list[int]] | None:
