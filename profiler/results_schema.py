@@ -171,12 +171,18 @@ _COST = _group("cost", "profiler.sweep.cost", [
     ("price_source", "str", "", "what was charged, or why there is no cost"),
 ])
 _SUMMARY = _group("summary", "profiler.metrics.summary", [
-    ("cpu_percent_mean", "float", "%", "node CPU in the training window: mean"),
+    ("cpu_percent_mean", "float", "%", "node CPU in the training window: mean, from its "
+     "CPU-time counter at the window's ends (the samples' mean where it has none)"),
     ("cpu_percent_peak", "float", "%", "node CPU in the training window: highest sample"),
-    ("mem_used_mb_mean", "float", "MB", "node memory used: mean"),
-    ("mem_used_mb_peak", "float", "MB", "node memory used: peak"),
-    ("rss_mb_mean", "float", "MB", "summed RSS of the node's worker processes: mean"),
-    ("rss_mb_peak", "float", "MB", "summed RSS of the node's worker processes: peak"),
+    ("mem_used_mb_mean", "float", "MB", "node memory used: mean of the samples"),
+    ("mem_used_mb_peak", "float", "MB", "node memory used: highest sample"),
+    ("node_mem_peak_mb", "float", "MB", "the node's cgroup's own peak usage, page cache "
+     "included (memory.max_usage_in_bytes / memory.peak); empty without a cgroup"),
+    ("rss_mb_mean", "float", "MB", "summed RSS of the node's worker processes: mean of "
+     "the samples"),
+    ("rss_mb_peak", "float", "MB", "summed RSS of the node's worker processes: peak, the "
+     "largest of the highest sample, their kernel high-water marks (VmHWM, summed) and "
+     "their reported getrusage maxrss (the last two upper bounds)"),
     ("net_sent_kb", "float", "KB", "sent through the counted interfaces in the window"),
     ("net_recv_kb", "float", "KB", "received through the counted interfaces in the window"),
     ("net_sent_packets", "int", "packets", "packets sent in the window"),
@@ -191,6 +197,10 @@ _SUMMARY = _group("summary", "profiler.metrics.summary", [
     ("cpu_mhz_min", "float", "MHz", "the lowest CPU frequency sampled on any node"),
     ("cpu_mhz_min_by_node", "map", "MHz", "the lowest CPU frequency, by node"),
     ("metrics_nodes", "int", "", "worker nodes that had metrics"),
+    ("samples_in_window", "int", "samples", "the fewest agent ticks a worker node's "
+     "sampled figures rest on (CPU peak, memory means and sampled peaks)"),
+    ("sampled_figures_thin", "bool", "", "samples_in_window < 3: the sampled figures are "
+     "rough (marked ~ in the table; remedy: a shorter --interval)"),
 ])
 _ENERGY = _group("energy", "profiler.metrics.energy", [
     ("energy_j", "float", "J", "every node of the cell over the window, measured or modelled"),

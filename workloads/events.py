@@ -23,6 +23,21 @@ from typing import Any
 NODE_ENV = "EDGEPROF_NODE"
 
 
+def maxrss_mb() -> dict:
+    """This process's peak resident memory and its reaped children's, from the kernel
+    (``getrusage``'s ``ru_maxrss``, KiB on Linux), MB: fields of ``end`` and ``error``.
+
+    ``maxrss_mb`` is the two summed (the largest reaped child's peak beside this
+    process's: an upper bound of their simultaneous peak, exact when there is no child).
+    """
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {"maxrss_mb": round(own + children, 3), "maxrss_self_mb": round(own, 3),
+            "maxrss_children_mb": round(children, 3)}
+
+
 def events_path(events_dir: str | Path, rank: int) -> Path:
     return Path(events_dir) / f"worker-{rank}.jsonl"
 
@@ -57,7 +72,7 @@ class EventWriter:
 NUMBER_FIELDS = ("t", "rank", "epoch", "epoch_s", "first_step_s", "samples_per_s", "syncs",
                  "elapsed_s", "train_s", "train_cpu_s", "samples", "train_samples",
                  "val_accuracy", "batch", "num_workers", "steps_per_epoch", "data_shards",
-                 "param_count", "classes")
+                 "param_count", "classes", "maxrss_mb")
 # What each kind of event must carry (a number, not null).
 REQUIRED = {"epoch": ("epoch", "epoch_s")}
 

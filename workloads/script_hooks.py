@@ -58,7 +58,7 @@ import os
 import time
 from typing import Any
 
-from .events import NODE_ENV
+from .events import NODE_ENV, maxrss_mb
 from .steps import StepLog
 
 def batch_size(inputs: tuple) -> int | None:
@@ -232,12 +232,12 @@ class StepRecorder:
             steps=self.steps, samples=samples, samples_per_s=rate,
             syncs=self.steps, steps_per_epoch=self.first_epoch_steps,
             epochs_logged=self.epochs_logged, accuracy_reported=self.accuracy_reported,
-            **unlogged)
+            **unlogged, **maxrss_mb())
 
     def error(self, kind: str, message: str, exit_status: int | None) -> dict:
         """The script failed: the steps timed so far, and the ``error`` event."""
         self._wind_up()
-        return self.events.emit("error", kind=kind, message=message,
+        return self.events.emit("error", kind=kind, message=message, **maxrss_mb(),
                                 exit_status=exit_status, steps=self.steps)
 
     # -- inside ----------------------------------------------------------------------------

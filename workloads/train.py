@@ -172,7 +172,8 @@ def _leave(events, kind: str, message: str, code: int, worker=None) -> None:
     if worker is not None:
         worker.step_log.flush()  # the steps timed before the error
     if events is not None:
-        events.emit("error", kind=kind, message=message)
+        from .events import maxrss_mb
+        events.emit("error", kind=kind, message=message, **maxrss_mb())
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -35,7 +35,7 @@ import numpy as np
 from profiler.errors import ConfigError
 
 from .node_limits import join_cpu_limit
-from .events import NODE_ENV
+from .events import NODE_ENV, maxrss_mb
 from .steps import StepLog
 
 # Phrases frameworks use for a failed allocation (MXNet's std::bad_alloc and CPU storage
@@ -206,7 +206,7 @@ class Worker:
         events.emit("end", elapsed_s=time.time() - started, train_s=train_s, samples=samples,
                     samples_per_s=samples / train_s if train_s > 0 else None,
                     train_cpu_s=train_cpu_s,
-                    syncs=self.syncs)
+                    syncs=self.syncs, **maxrss_mb())
         self.finish()
 
     def finish(self) -> None:

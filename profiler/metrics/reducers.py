@@ -44,17 +44,30 @@ class Reducer:
 
 
 class CpuReducer(Reducer):
-    """``cpu``: ``cpu_percent_mean``/``_peak`` and ``node_cores`` (the last sample's)."""
+    """``cpu``: ``cpu_percent_mean``/``_peak`` and ``node_cores`` (the last sample's).
+
+    The mean is the CPU-time counter's (``busy_s``) difference over the window,
+    interpolated at its two ends as the network counters are, over the window's length
+    times the cores it is a share of (``quota_cores`` on a cgroup node, else ``cores``),
+    where the samples bracket the window; else the samples' mean. The peak is the
+    highest sample.
+    """
 
     def __init__(self) -> None:
         self.samples: list[tuple[int, float]] = []
         self.cores: list[float] = []
+        self.counter: list[tuple[int, dict]] = []  # busy_s and the capacity, every tick
+        self.capacity = 0.0
 
     def add(self, point: ParsedPoint, window: Window) -> None:
-        if point.time_ms >= window.start_ms and "cpu_percent" in point.fields:
-            self.samples.append((point.time_ms, point.fields["cpu_percent"]))
-            if "cores" in point.fields:
-                self.cores.append(float(point.fields["cores"]))
+        fields = point.fields
+        if "busy_s" in fields:
+            self.counter.append((point.time_ms, fields))
+            self.capacity = float(fields.get("quota_cores") or fields.get("cores") or 0)
+        if point.time_ms >= window.start_ms and "cpu_percent" in fields:
+            self.samples.append((point.time_ms, fields["cpu_percent"]))
+            if "cores" in fields:
+                self.cores.append(float(fields["cores"]))
 
     def columns(self, window: Window) -> dict:
         out: dict = {}
@@ -69,41 +82,76 @@ class CpuReducer(Reducer):
                            window.end_ms)
         if values:
             out.update(cpu_percent_mean=fmean(values), cpu_percent_peak=max(values))
+        mean = counter_percent(self.counter, "busy_s", self.capacity, window)
+        if mean is not None:
+            out["cpu_percent_mean"] = mean
         if self.cores:
             out["node_cores"] = self.cores[-1]
         return out
 
 
+def counter_percent(series: list[tuple[int, dict]], name: str, capacity: float,
+                    window: Window) -> float | None:
+    """100 x a CPU-seconds counter's rise over the window (interpolated at its ends) /
+    (the window's seconds x ``capacity`` cores); None unless samples bracket the
+    window (one at or before its start, one at or after its end) and it has a length."""
+    window_s = (window.end_ms - window.start_ms) / 1000
+    if (capacity <= 0 or window_s <= 0 or not series or series[0][0] > window.start_ms
+            or series[-1][0] < window.end_ms):
+        return None
+    used_s = _value_at(series, name, window.end_ms) - _value_at(series, name, window.start_ms)
+    return 100.0 * max(0.0, used_s) / (window_s * capacity)
+
+
 class MemReducer(Reducer):
-    """``mem``: ``mem_used_mb_mean`` and ``_peak``."""
+    """``mem``: ``mem_used_mb_mean`` and ``_peak`` (samples), ``node_mem_peak_mb`` (the
+    cgroup's own high-water mark, where the node has one) and ``samples_in_window``:
+    how many ticks the sampled figures rest on (those inside the window, or the one
+    after it that stands for a window shorter than the interval)."""
 
     def __init__(self) -> None:
         self.samples: list[tuple[int, float]] = []
+        self.peaks: list[tuple[int, float]] = []
 
     def add(self, point: ParsedPoint, window: Window) -> None:
         if point.time_ms >= window.start_ms and "used_mb" in point.fields:
             self.samples.append((point.time_ms, point.fields["used_mb"]))
+            if "peak_mb" in point.fields:
+                self.peaks.append((point.time_ms, point.fields["peak_mb"]))
 
     def columns(self, window: Window) -> dict:
         values = in_window(self.samples, window.end_ms)
         if not values:
             return {}
-        return {"mem_used_mb_mean": fmean(values), "mem_used_mb_peak": max(values)}
+        out = {"mem_used_mb_mean": fmean(values), "mem_used_mb_peak": max(values),
+               "samples_in_window": len(values)}
+        # The mark only rises (reset when the cell's agent started): the first reading
+        # at or after the window's end holds the window's peak.
+        peaks = in_window(self.peaks, window.end_ms)
+        if peaks:
+            after = [v for t, v in self.peaks if t >= window.end_ms]
+            out["node_mem_peak_mb"] = after[0] if after else max(peaks)
+        return out
 
 
 class ProcReducer(Reducer):
     """``proc`` of the workers: ``rss_mb_mean`` and ``_peak``, their RSS summed at each
-    tick."""
+    tick; the peak is also at least the sum of their kernel high-water marks
+    (``rss_hwm_mb``, VmHWM) read up to the first tick at or after the window's end."""
 
     def __init__(self) -> None:
         self.by_time: dict[int, float] = {}
         self.before: dict[int, float] = {}  # ticks before the window
+        self.hwm: dict[int, float] = {}  # every tick's VmHWM sum
 
     def add(self, point: ParsedPoint, window: Window) -> None:
         if point.tags.get("role") != "worker":
             return
         ticks = self.before if point.time_ms < window.start_ms else self.by_time
         ticks[point.time_ms] = ticks.get(point.time_ms, 0.0) + point.fields["rss_mb"]
+        if "rss_hwm_mb" in point.fields:
+            self.hwm[point.time_ms] = (self.hwm.get(point.time_ms, 0.0)
+                                       + point.fields["rss_hwm_mb"])
 
     def columns(self, window: Window) -> dict:
         # A cell shorter than the interval whose workers were gone by the next sample
@@ -113,7 +161,15 @@ class ProcReducer(Reducer):
             [self.before[max(self.before)]] if self.before else [])
         if not values:
             return {}
-        return {"rss_mb_mean": fmean(values), "rss_mb_peak": max(values)}
+        out = {"rss_mb_mean": fmean(values), "rss_mb_peak": max(values)}
+        after = [t for t in self.hwm if t >= window.end_ms]
+        last = min(after) if after else window.end_ms
+        marks = [v for t, v in self.hwm.items() if t <= last]
+        if marks:
+            # The workers are the cell's own (started with it): their marks before the
+            # window (loading the framework) are the cell's memory too.
+            out["rss_mb_peak"] = max(out["rss_mb_peak"], max(marks))
+        return out
 
 
 class NetReducer(Reducer):

@@ -3,13 +3,22 @@
 For each worker node, over the training window [t_start, t_end] (first worker start to
 last worker end):
 
-- ``cpu_percent``: the node's ``cpu.cpu_percent`` samples in the window (host, or the
-  node's cgroup as % of its quota): mean, and the highest sample; ``node_cores``: how
+- ``cpu_percent``: the node's CPU (host, or the node's cgroup as % of its quota): the
+  mean from its CPU-time counter (``cpu.busy_s``: the cgroup's ``cpuacct.usage`` or
+  ``cpu.stat`` ``usage_usec``, the host's /proc/stat busy time) interpolated at t_start
+  and t_end, as the network counters are (the ``cpu_percent`` samples' mean where the
+  samples do not bracket the window), and the highest sample; ``node_cores``: how
   many cores that % is a share of (the host's, or the board an emulated node stands
   for, when its profile says: a Pi 3B's 4, where one busy core shows 25%);
-- ``mem_used_mb``: the node's ``mem.used_mb`` (host or cgroup): mean and peak;
+- ``mem_used_mb``: the node's ``mem.used_mb`` (host or cgroup): mean and peak, sampled;
+  ``node_mem_peak_mb``: the node's cgroup's own high-water mark (page cache included),
+  where it has one;
 - ``rss_mb``: the summed RSS of the node's worker processes (with their descendants)
-  at each tick: mean and peak;
+  at each tick: mean; the peak is the largest of the highest tick, the sum of their
+  kernel high-water marks (``proc.rss_hwm_mb``, VmHWM) and the ``maxrss_mb`` the
+  node's workers reported in their ``end`` (or ``error``) events (``getrusage``), the
+  last two upper bounds of the processes' simultaneous peak (each one's own peak,
+  summed), and no sampling can miss them;
 - ``net_*``: the counters of the interfaces the agent counted, interpolated linearly
   at t_start and t_end, summed over interfaces; KB = 1024 bytes. ``net_*_per_s`` are the
   same totals divided by the window's length: rates, which is what the study's Ganglia
@@ -17,6 +26,10 @@ last worker end):
   of different lengths and with the study.
 
 Each column is then the mean over the worker nodes that have data (None if none).
+``samples_in_window`` is the fewest ticks a worker node's sampled figures (CPU peak,
+memory means and sampled peaks, the CPU mean where it has no counter) rest on, and
+``sampled_figures_thin`` says it is fewer than ``THIN_SAMPLES`` (3): such figures are
+marked in the table and the report (remedy: a shorter ``--interval``).
 
 Over every node of the cell with a spool (servers' too: a slow server paces everyone):
 
@@ -54,7 +67,8 @@ from .reducers import REDUCERS, Window, throttled_during
 from ..agent.spool_reader import read_points
 
 # throttled_during is re-exported: its tests import it from here, where it was first.
-__all__ = ["SUMMARY_COLUMNS", "PACKETS_PER_REQUEST", "summarize_cell", "throttled_during"]
+__all__ = ["SUMMARY_COLUMNS", "PACKETS_PER_REQUEST", "THIN_SAMPLES", "summarize_cell",
+           "throttled_during"]
 
 # The worker nodes' means first, then what is over every node of the cell (see the
 # module doc), then the cell's energy (profiler.metrics.energy): profiler.results_schema
@@ -62,18 +76,22 @@ __all__ = ["SUMMARY_COLUMNS", "PACKETS_PER_REQUEST", "summarize_cell", "throttle
 SUMMARY_COLUMNS = list(columns_of("summary", "energy"))
 _MEAN_COLUMNS = SUMMARY_COLUMNS[:SUMMARY_COLUMNS.index("throttled_nodes")]
 PACKETS_PER_REQUEST = 4
+# A sampled figure resting on fewer ticks than this is marked as such.
+THIN_SAMPLES = 3
 
 
 def summarize_cell(cell_dir: Path, worker_nodes: list[str], t_start: float,
                    t_end: float, *, traffic_file: Path | None = None,
                    power: dict[str, NodePower] | None = None,
-                   work: CellWork | None = None) -> dict:
+                   work: CellWork | None = None,
+                   worker_maxrss_mb: dict[str, float] | None = None) -> dict:
     """The cell's ``SUMMARY_COLUMNS`` (floats, ints or None) from ``cell_dir/metrics``.
 
     ``traffic_file``: the live shipper's ``shipper-traffic.jsonl`` (the sweep's
     ``agent.shipping.TRAFFIC_FILE``) whose loopback bytes are taken out of ``lo``; None
     when nothing shipped live. ``power`` and ``work``: what the energy columns need
-    (``energy.energy_columns``).
+    (``energy.energy_columns``). ``worker_maxrss_mb``: per node, the ``maxrss_mb`` its
+    workers reported (summed), a floor under its ``rss_mb_peak``.
     """
     cell_dir = Path(cell_dir)
     start_ms, end_ms = int(t_start * 1000), int(t_end * 1000)
@@ -82,9 +100,17 @@ def summarize_cell(cell_dir: Path, worker_nodes: list[str], t_start: float,
     spools = sorted(p.name for p in metrics.iterdir() if p.is_dir()) if metrics.is_dir() else []
     by_name = {name: _node(metrics / name, window)
                for name in dict.fromkeys([*worker_nodes, *spools])}
+    for name, reported in (worker_maxrss_mb or {}).items():
+        node = by_name.get(name)
+        if node and reported:
+            node["rss_mb_peak"] = max(node.get("rss_mb_peak") or 0.0, reported)
     per_node = [by_name[name] for name in worker_nodes if by_name[name]]
     row: dict = {column: None for column in SUMMARY_COLUMNS}
     row["metrics_nodes"] = len(per_node)
+    counts = [node["samples_in_window"] for node in per_node if "samples_in_window" in node]
+    if counts:
+        row["samples_in_window"] = min(counts)
+        row["sampled_figures_thin"] = min(counts) < THIN_SAMPLES
     row.update(_throttle_columns(by_name))
     row.update(_mhz_columns(by_name))
     row.update(_means(per_node))

@@ -22,7 +22,7 @@ from ..engines import ReportSection, engine_label
 from ..results_schema import get as column_of
 from ..results_schema import help_of
 from ..sweep import board_time
-from ..sweep.table import status_counts
+from ..sweep.table import THIN_NOTE, status_counts
 from . import energy
 from .engines import MEASURES, side_by_side
 from .figures import Figure, Skipped
@@ -35,7 +35,10 @@ STATUS_COLUMNS = [("config", "configuration"), ("status", "status"), ("reason", 
                   # The cell's processes, then the node's (the host, on the local cluster).
                   ("rss_mb_peak", "mem peak MB"), ("mem_used_mb_peak", "node mem peak MB"),
                   ("net_sent_kb_per_s", "sent KB/s"),
-                  ("net_recv_kb_per_s", "recv KB/s"), ("metrics_nodes", "nodes")]
+                  ("net_recv_kb_per_s", "recv KB/s"), ("metrics_nodes", "nodes"),
+                  ("samples_in_window", "samples")]
+# Figures resting on the agent's samples: a thin window's (sampled_figures_thin) end in ~.
+SAMPLED_COLUMNS = ("cpu_percent_mean", "mem_used_mb_peak")
 TEXT_COLUMNS = ("config", "status", "reason", "dataset")  # left-aligned
 BREAKDOWN_COLUMNS = [("compute_ms_mean", "compute"), ("comm_ms_mean", "comm"),
                      ("wait_ms_mean", "wait"), ("wait_ms_p95", "wait p95"),
@@ -91,6 +94,7 @@ def render(*, title: str, environment: dict, records: list[dict], config_of,
         energy=({**energy_section, "figure": energy_figure} if energy_section else None),
         study=_study(study) if study else None, cluster=environment.get("cluster", ""),
         no_network="" if network_drawn else NO_NETWORK, cell_figures=cell_figures,
+        thin_note=THIN_NOTE if any(r.get("sampled_figures_thin") for r in records) else "",
         stamp=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
 
 
@@ -106,7 +110,10 @@ def _cell_row(r: dict, columns: list[tuple[str, str]], config_of) -> dict:
         elif key in ("reason", "dataset"):
             cells.append({"klass": "l", "value": r.get(key) or ""})
         else:
-            cells.append({"klass": "", "value": number(r.get(key))})
+            value = number(r.get(key))
+            if value and key in SAMPLED_COLUMNS and r.get("sampled_figures_thin"):
+                value += "~"
+            cells.append({"klass": "", "value": value})
     return {"classes": status + (" diverged" if r.get("diverged") else ""), "cells": cells}
 
 

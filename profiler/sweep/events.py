@@ -69,6 +69,19 @@ class CellEvents:
             return None
         return sum(counted) or None
 
+    def maxrss_by_node(self) -> dict[str, float]:
+        """Per node (its workers' ``start`` events say which), the peak RSS its workers
+        reported from the kernel at their end (``end`` or ``error``: ``maxrss_mb``),
+        summed over them; nodes whose workers did not report are left out."""
+        out: dict[str, float] = {}
+        for events in self.by_rank.values():
+            node = next((e.get("node") for e in events if e.get("event") == "start"), None)
+            last = [e["maxrss_mb"] for e in events
+                    if e.get("event") in ("end", "error") and e.get("maxrss_mb")]
+            if node and last:
+                out[node] = out.get(node, 0.0) + last[-1]
+        return out
+
     def columns(self, t_launch: float) -> dict:
         """The events' share of a results row; missing values are None."""
         ends, first_steps = self.of("end"), self.of("first_step")

@@ -67,13 +67,15 @@ class CellMonitor:
         self._agents.clear()
 
     def summary(self, worker_nodes: list[str], t_start: float, t_end: float,
-                work=None) -> dict:
+                work=None, worker_maxrss_mb: dict[str, float] | None = None) -> dict:
         """The cell's summary columns; ``work``: its ``energy.CellWork`` (samples,
-        accuracy time, dilation) for the energy per sample and to accuracy."""
+        accuracy time, dilation) for the energy per sample and to accuracy;
+        ``worker_maxrss_mb``: the peak RSS each node's workers reported."""
         from ..metrics.summary import summarize_cell
         return summarize_cell(self.cell_dir, worker_nodes, t_start, t_end,
                               traffic_file=self.traffic_file,
-                              power=node_power(self._nodes), work=work)
+                              power=node_power(self._nodes), work=work,
+                              worker_maxrss_mb=worker_maxrss_mb)
 
 
 def node_power(nodes: list[Node]) -> dict:

@@ -61,6 +61,7 @@ def _add_summary(run: CellRun, events: CellEvents, record: dict) -> None:
     worker_nodes = sorted({p.spec.node.name for p in run.launched if p.spec.role == "worker"})
     try:
         record.update(run.monitor.summary(worker_nodes, *window,
-                                          work=cell_work(events, run.speedup)))
+                                          work=cell_work(events, run.speedup),
+                                          worker_maxrss_mb=events.maxrss_by_node()))
     except Exception as exc:  # noqa: BLE001 - a broken spool must not lose the result
         record["reason"] = join_reasons(record["reason"], f"no metrics summary: {exc}")

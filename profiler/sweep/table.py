@@ -5,7 +5,12 @@ is the cell's own, the summed RSS of a worker node's training processes (mean ov
 cell's life, then over worker nodes: ``rss_mb_mean``), which is what a reader takes the
 model's footprint to be; ``node_mem_MB`` is the node's used memory (``mem_used_mb_mean``:
 the host's on the local cluster, the node's cgroup on the emulated one, the board's on
-real nodes), which includes everything else running there.
+real nodes), which includes everything else running there. ``mem_peak_MB`` is those
+processes' peak (``rss_mb_peak``: the kernel's high-water marks, which no sampling misses).
+
+Sampled figures (``cpu_%``, ``mem_MB``, ``node_mem_MB``) of a cell whose window held
+fewer than three of the agent's ticks (``sampled_figures_thin``) end in ``~``, and a
+note under the table gives the remedy (a shorter ``--interval``).
 
 A pipeline cell's engine reads ``torch-pipe S2 M4 1f1b`` (``engine_label``: stages,
 micro-batches, schedule, and pipelines side by side or a split other than the default
@@ -24,13 +29,18 @@ COLUMNS = [  # (header, record key, format)
     ("status", "status", "{}"), ("elapsed_s", "elapsed_s", "{:.1f}"),
     ("val_acc", "val_accuracy", "{:.3f}"), ("samples/s", "samples_per_s", "{:.1f}"),
     ("syncs", "syncs_per_worker", "{:.0f}"), ("cpu_%", "cpu_percent_mean", "{:.1f}"),
-    ("mem_MB", "rss_mb_mean", "{:.0f}"), ("node_mem_MB", "mem_used_mb_mean", "{:.0f}"),
+    ("mem_MB", "rss_mb_mean", "{:.0f}"), ("mem_peak_MB", "rss_mb_peak", "{:.0f}"),
+    ("node_mem_MB", "mem_used_mb_mean", "{:.0f}"),
     ("sent_KB", "net_sent_kb", "{:.0f}"),
     ("recv_KB", "net_recv_kb", "{:.0f}"),
 ]
 
 STATUS = [key for _, key, _ in COLUMNS].index("status")
 ACCURACY = [key for _, key, _ in COLUMNS].index("val_accuracy")
+# The sampled figures a thin window (``sampled_figures_thin``) marks with "~".
+SAMPLED = ("cpu_percent_mean", "rss_mb_mean", "mem_used_mb_mean")
+THIN_NOTE = ("~ rests on fewer than 3 samples of the agent (samples_in_window): rerun "
+             "with --interval 0.2 for more")
 
 
 def status_label(rec: dict) -> str:
@@ -48,7 +58,8 @@ def status_counts(records: list[dict]) -> dict[str, int]:
 
 def format_table(records: list[dict]) -> str:
     """Aligned columns, one row per cell, ``-`` for a missing value; a diverged cell's
-    status reads ``ok,diverged`` and its accuracy ends in ``!``."""
+    status reads ``ok,diverged`` and its accuracy ends in ``!``; a thin window's sampled
+    figures end in ``~``, with ``THIN_NOTE`` under the table."""
     columns = list(COLUMNS)
     if any(rec.get("straggler", "none") != "none" for rec in records):
         # Which node was slowed, and how: "n4 0.5@30" (only in sweeps that slow one).
@@ -72,12 +83,18 @@ def format_table(records: list[dict]) -> str:
         if rec.get("diverged"):
             # The run was measured (status ok), but its accuracy means nothing.
             row[accuracy] = f"{row[accuracy]}!"
+        if rec.get("sampled_figures_thin"):
+            for key in SAMPLED:
+                if key in keys and row[keys.index(key)] != "-":
+                    row[keys.index(key)] += "~"
         if "straggler" in keys and rec.get("straggler_node"):
             row[keys.index("straggler")] = f"{rec['straggler_node']} {rec['straggler']}"
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(columns))]
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    if any(rec.get("sampled_figures_thin") for rec in records):
+        lines.append(THIN_NOTE)
     return "\n".join(lines)
 
 

@@ -57,4 +57,5 @@ class CgroupCpu(Collector):
         shares = [100.0 * max(0.0, a - b) / capacity_s for a, b in zip(usage, before)]
         return [("cpu", {}, {"cpu_percent": shares[0], "user_percent": shares[1],
                              "system_percent": shares[2], "quota_cores": self.quota_cores,
+                             "busy_s": usage[0],
                              **self.board})]

@@ -14,7 +14,11 @@ CPU_FIELDS = tuple(
                             "node, of the node's quota (quota_cores)")
     for name in SHARES) + (
     Field("cpu", "cores", "count", "logical cores counted (int): the host's; on a cgroup "
-                                   "node the board's its profile names"),)
+                                   "node the board's its profile names"),
+    Field("cpu", "busy_s", "s", "CPU seconds used so far, a counter: all cores' busy time "
+                                "(user, nice, system, irq, softirq, steal); on a cgroup node "
+                                "the cgroup's (cpuacct.usage, v2 cpu.stat usage_usec)"),)
+_BUSY = ("user", "nice", "system", "irq", "softirq", "steal")
 
 
 class HostCpu(Collector):
@@ -47,5 +51,7 @@ class HostCpu(Collector):
             for name, value in fields.items():
                 totals[name] += value / len(per_core)
         if self.include_total:
-            samples.append(("cpu", {}, {**totals, "cores": len(per_core)}))
+            times = psutil.cpu_times()
+            busy_s = sum(getattr(times, name, 0.0) for name in _BUSY)
+            samples.append(("cpu", {}, {**totals, "cores": len(per_core), "busy_s": busy_s}))
         return samples

@@ -1,4 +1,5 @@
-"""``proc``: RSS and CPU of each training process (with its descendants), by role.
+"""``proc``: RSS, its high-water mark and CPU of each training process (with its
+descendants), by role.
 
 Also where the node's roles come from: the sampler tags every node-level point with
 ``role_tag()`` (the roles present in the pids file).
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from .base import MB, Collector, Field, Sample
+from .base import Collector, Field, Sample
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,9 @@ class Processes(Collector):
 
     FIELDS = (
         Field("proc", "rss_mb", "MB", "resident memory of the process and its descendants"),
+        Field("proc", "rss_hwm_mb", "MB",
+              "their peak resident memory so far (each one's VmHWM, summed: an upper bound "
+              "of their simultaneous peak)"),
         Field("proc", "cpu_percent", "% of one core", "CPU of the process and its descendants"),
         Field("proc", "num_procs", "count", "processes counted: it and its descendants (int)"),
         Field("proc", "num_threads", "count", "their threads (int)"),
@@ -128,23 +132,43 @@ class Processes(Collector):
                     tree = [self._process(pid)] + self._descendants(pid)
                 except psutil.Error:
                     continue  # exited: nothing to report
-                rss_bytes, cpu_percent, threads, alive = 0, 0.0, 0, 0
+                rss_kb, hwm_kb, cpu_percent, threads, alive = 0, 0, 0.0, 0, 0
                 for proc in tree:  # cached, primed psutil objects (see _process)
                     try:
-                        with proc.oneshot():
-                            rss_bytes += proc.memory_info().rss
-                            cpu_percent += proc.cpu_percent()
-                            threads += proc.num_threads()
-                        alive += 1
-                        seen.add(proc.pid)
-                    except psutil.Error:
-                        continue
+                        rss, hwm, count = _status(proc.pid)
+                        cpu_percent += proc.cpu_percent()
+                    except (OSError, ValueError, KeyError, psutil.Error):
+                        continue  # exited, or a zombie (no memory left to report)
+                    rss_kb, hwm_kb, threads = rss_kb + rss, hwm_kb + hwm, threads + count
+                    alive += 1
+                    seen.add(proc.pid)
+                if not alive:
+                    # Gone (a zombie until its parent reaps it): a sample of 0 MB would
+                    # pass for a reading of its memory.
+                    continue
                 samples.append(("proc", {"role": role, "proc": f"{role}-{index}"},
-                                {"rss_mb": rss_bytes / MB, "cpu_percent": cpu_percent,
+                                {"rss_mb": rss_kb / 1024, "rss_hwm_mb": hwm_kb / 1024,
+                                 "cpu_percent": cpu_percent,
                                  "num_procs": alive, "num_threads": threads}))
         for pid in set(self._procs) - seen:
             del self._procs[pid]  # forget exited processes
         return samples
+
+
+def _status(pid: int) -> tuple[int, int, int]:
+    """(VmRSS kB, VmHWM kB, threads) of a process: one read of /proc/PID/status.
+
+    VmHWM is the kernel's high-water mark of the process's resident memory: a peak
+    between two ticks is in it. A zombie (or kernel thread) has no VmRSS: KeyError.
+    """
+    with open(f"/proc/{pid}/status", "rb") as handle:
+        text = handle.read()
+    found = {}
+    for line in text.split(b"\n"):
+        key = line[:6]
+        if key in (b"VmRSS:", b"VmHWM:") or line.startswith(b"Threads:"):
+            found[key] = int(line.split()[1])
+    return found[b"VmRSS:"], found.get(b"VmHWM:", 0), found.get(b"Thread", 0)
 
 
 def _parse_roles(raw) -> dict[str, list[int]] | None:
