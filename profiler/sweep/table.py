@@ -36,7 +36,6 @@ COLUMNS = [  # (header, record key, format)
 ]
 
 STATUS = [key for _, key, _ in COLUMNS].index("status")
-ACCURACY = [key for _, key, _ in COLUMNS].index("val_accuracy")
 # The sampled figures a thin window (``sampled_figures_thin``) marks with "~".
 SAMPLED = ("cpu_percent_mean", "rss_mb_mean", "mem_used_mb_mean")
 THIN_NOTE = ("~ rests on fewer than 3 samples of the agent (samples_in_window): rerun "
@@ -60,6 +59,20 @@ def format_table(records: list[dict]) -> str:
     """Aligned columns, one row per cell, ``-`` for a missing value; a diverged cell's
     status reads ``ok,diverged`` and its accuracy ends in ``!``; a thin window's sampled
     figures end in ``~``, with ``THIN_NOTE`` under the table."""
+    columns, records = _columns(records)
+    keys = [key for _, key, _ in columns]
+    rows = [[h for h, _, _ in columns]] + [_row(rec, columns, keys) for rec in records]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(columns))]
+    lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    if any(rec.get("sampled_figures_thin") for rec in records):
+        lines.append(THIN_NOTE)
+    return "\n".join(lines)
+
+
+def _columns(records: list[dict]) -> tuple[list[tuple[str, str, str]], list[dict]]:
+    """The table's columns for ``records`` (``COLUMNS`` and what only some sweeps
+    have), and the records with what those columns show."""
     columns = list(COLUMNS)
     if any(rec.get("straggler", "none") != "none" for rec in records):
         # Which node was slowed, and how: "n4 0.5@30" (only in sweeps that slow one).
@@ -72,30 +85,24 @@ def format_table(records: list[dict]) -> str:
     names = dict.fromkeys(column for rec in records for column in param_columns(rec.get("params")))
     columns[STATUS:STATUS] = [(name.removeprefix(PARAM_COLUMN_PREFIX), name, "{}")
                               for name in names]
-    keys = [key for _, key, _ in columns]
-    status, accuracy = keys.index("status"), keys.index("val_accuracy")
-    rows = [[h for h, _, _ in columns]]
-    for rec in records:
-        rec = {**rec, **param_columns(rec.get("params"))}
-        row = [_fmt(rec.get(key), fmt) for _, key, fmt in columns]
-        row[status] = status_label(rec)
-        row[keys.index("engine")] = engine_label(rec)
-        if rec.get("diverged"):
-            # The run was measured (status ok), but its accuracy means nothing.
-            row[accuracy] = f"{row[accuracy]}!"
-        if rec.get("sampled_figures_thin"):
-            for key in SAMPLED:
-                if key in keys and row[keys.index(key)] != "-":
-                    row[keys.index(key)] += "~"
-        if "straggler" in keys and rec.get("straggler_node"):
-            row[keys.index("straggler")] = f"{rec['straggler_node']} {rec['straggler']}"
-        rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(columns))]
-    lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    if any(rec.get("sampled_figures_thin") for rec in records):
-        lines.append(THIN_NOTE)
-    return "\n".join(lines)
+    return columns, [{**rec, **param_columns(rec.get("params"))} for rec in records]
+
+
+def _row(rec: dict, columns: list[tuple[str, str, str]], keys: list[str]) -> list[str]:
+    """One cell's row: its values formatted, then marked (module doc)."""
+    row = [_fmt(rec.get(key), fmt) for _, key, fmt in columns]
+    row[keys.index("status")] = status_label(rec)
+    row[keys.index("engine")] = engine_label(rec)
+    if rec.get("diverged"):
+        # The run was measured (status ok), but its accuracy means nothing.
+        row[keys.index("val_accuracy")] += "!"
+    if rec.get("sampled_figures_thin"):
+        for key in SAMPLED:
+            if key in keys and row[keys.index(key)] != "-":
+                row[keys.index(key)] += "~"
+    if "straggler" in keys and rec.get("straggler_node"):
+        row[keys.index("straggler")] = f"{rec['straggler_node']} {rec['straggler']}"
+    return row
 
 
 def _fmt(value, fmt: str) -> str:
