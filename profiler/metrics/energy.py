@@ -9,9 +9,16 @@ t_end] (the summary's: first worker start to last worker end):
   (``power_rapl``, package + DRAM). Meters belong to a host: nodes of the cell that share
   one (the local cluster's slots) each get an equal share of it. An emulated node's host
   is not its board, so its meters are never its own (``NodePower.own_meters``);
-- else **modelled** from the node's CPU use (``cpu.cpu_percent``, of all the board's
-  cores, or of the emulated node's quota that stands for them) through its profile's
-  ``PowerModel``: idle + (full - idle) x utilisation, linear;
+- else **modelled** from the node's CPU use through its profile's ``PowerModel``:
+  idle + (full - idle) x utilisation, linear. Where the node's spool has the CPU-time
+  counter (``cpu.busy_s``, of all the board's cores, or of the emulated node's quota
+  that stands for them) around the window, the model's integral is taken from it:
+  idle x window + (full - idle) x the busy share x window, the share being the
+  counter's rise interpolated at the window's ends (``counters.busy_share``, as the
+  CPU mean's) over the window x the cores. That is exact for a linear model whatever
+  the samples saw, so a cell of one or two ticks rests on the kernel's accounting.
+  Without the counter (spools from before it), the sampled ``cpu.cpu_percent`` is
+  modelled tick by tick and integrated (below);
 - else None (a local slot on a host without RAPL): unknown, not 0.
 
 A power or CPU sample describes the tick that ends at its timestamp, so a series is a
@@ -20,9 +27,12 @@ it, the last one after it), and the energy is its integral over the window (exac
 windows shorter than a tick). A time-dilated cell (``--speedup`` k) ran k times faster
 than its boards at the same utilisation: its energy is the window's x k, the board's.
 
-A node's energy goes to the roles on it by their processes' CPU in the window
-(``proc.cpu_percent``), or to its one role (the roles its points are tagged with,
-shared equally when it has no process points). Columns: the group ``energy`` of
+A node's energy goes to the roles on it by their processes' CPU time in the window:
+the rise of each process tree's CPU-time counter (``proc.cpu_s``) over it (from 0 for
+a tree first seen after its start: it started inside it), else, in spools without
+the counter, their sampled CPU (``proc.cpu_percent``); or to its one role (the roles
+its points are tagged with, shared equally when it has no process points). The split
+is a share of the node's energy, whose total does not depend on it. Columns: the group ``energy`` of
 ``profiler.results_schema``.
 """
 
@@ -33,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..agent.spool_reader import read_points
+from .counters import busy_share, value_at
 from ..results_schema import columns_of
 
 if TYPE_CHECKING:
@@ -103,6 +114,12 @@ class _Series:
     """One node's spool as energy needs it."""
 
     cpu: list[tuple[int, float]] = field(default_factory=list)  # (time_ms, cpu_percent)
+    # (time_ms, fields) of the CPU-time counter (busy_s), every tick, and the cores it
+    # is a share of (quota_cores on a cgroup node, else cores)
+    busy: list[tuple[int, dict]] = field(default_factory=list)
+    capacity: float = 0.0
+    # proc tag -> (role, [(time_ms, fields with cpu_s)]), every tick
+    proc_cpu_s: dict[str, tuple[str, list[tuple[int, dict]]]] = field(default_factory=dict)
     # measurement -> {time_ms: watts, summed over the meter's channels}
     meters: dict[str, dict[int, float]] = field(default_factory=dict)
     # time_ms -> {role: its processes' cpu_percent}, and the roles node-level points
@@ -129,15 +146,26 @@ def _read(spool_dir: Path, start_ms: int) -> _Series:
         name = point.measurement
         if meter_watts(point, series.meters):
             continue
+        if name == "cpu" and "busy_s" in point.fields:
+            series.busy.append((point.time_ms, point.fields))
+            series.capacity = float(point.fields.get("quota_cores")
+                                    or point.fields.get("cores") or 0)
         if name == "cpu" and "cpu_percent" in point.fields:
             series.cpu.append((point.time_ms, float(point.fields["cpu_percent"])))
             if point.time_ms > start_ms and point.tags.get("role"):
                 series.role_tags[point.time_ms] = point.tags["role"]
-        elif name == "proc" and "cpu_percent" in point.fields and point.time_ms > start_ms:
+        elif name == "proc" and "cpu_s" in point.fields and point.tags.get("proc"):
+            role = point.tags.get("role", "")
+            _, ticks = series.proc_cpu_s.setdefault(point.tags["proc"], (role, []))
+            ticks.append((point.time_ms, point.fields))
+        if name == "proc" and "cpu_percent" in point.fields and point.time_ms > start_ms:
             by_role = series.role_cpu.setdefault(point.time_ms, {})
             role = point.tags.get("role", "")
             by_role[role] = by_role.get(role, 0.0) + float(point.fields["cpu_percent"])
     series.cpu.sort()
+    series.busy.sort(key=lambda tick: tick[0])
+    for _, ticks in series.proc_cpu_s.values():
+        ticks.sort(key=lambda tick: tick[0])
     return series
 
 
@@ -148,13 +176,30 @@ def _covering(by_time: dict, end_ms: int) -> list:
     return inside or [value for _, value in sorted(by_time.items())[:1]]
 
 
-def _role_shares(series: _Series, end_ms: int) -> dict[str, float]:
-    """The share of the node's energy each role on it gets: by its processes' CPU, else
-    equal among the roles its points carry ("none" when it ran nothing)."""
-    busy: dict[str, float] = {}
-    for by_role in _covering(series.role_cpu, end_ms):
-        for role, cpu in by_role.items():
-            busy[role] = busy.get(role, 0.0) + cpu
+def _role_cpu_s(series: _Series, start_ms: int, end_ms: int) -> dict[str, float]:
+    """CPU seconds each role's process trees used in the window, from their ``cpu_s``
+    counters at its ends (a tree first read after its start counts from 0, as it
+    started inside it; one gone before its end keeps its last reading); {} when the
+    spool has no such counter or no tree was read up to the window's end."""
+    used: dict[str, float] = {}
+    for role, ticks in series.proc_cpu_s.values():
+        if ticks[0][0] > end_ms:
+            continue
+        before = value_at(ticks, "cpu_s", start_ms) if ticks[0][0] <= start_ms else 0.0
+        used[role] = used.get(role, 0.0) + max(0.0, value_at(ticks, "cpu_s", end_ms) - before)
+    return used
+
+
+def _role_shares(series: _Series, start_ms: int, end_ms: int) -> dict[str, float]:
+    """The share of the node's energy each role on it gets: by its processes' CPU time
+    (counters, else samples), else equal among the roles its points carry ("none" when
+    it ran nothing)."""
+    busy = _role_cpu_s(series, start_ms, end_ms)
+    if not any(busy.values()):
+        busy = {}
+        for by_role in _covering(series.role_cpu, end_ms):
+            for role, cpu in by_role.items():
+                busy[role] = busy.get(role, 0.0) + cpu
     busy = {role: cpu for role, cpu in busy.items() if cpu > 0}
     if busy:
         total = sum(busy.values())
@@ -184,7 +229,7 @@ def energy_columns(cell_dir: Path, t_start: float, t_end: float,
     by_node = {node: (round(cell.joules(node, end_ms), 3) if node in cell.watts else None)
                for node in nodes}
     row["energy_j_by_node"] = by_node
-    row["energy_j_by_role"] = _energy_by_role(read, by_node, end_ms)
+    row["energy_j_by_role"] = _energy_by_role(read, by_node, start_ms, end_ms)
     row["energy_source"] = _energy_source(cell.sources)
     if any(joules is None for joules in by_node.values()):
         return row  # a total without some nodes would pass for the cell's
@@ -200,20 +245,36 @@ def _spooled_nodes(metrics: Path) -> list[str]:
 @dataclass(frozen=True)
 class _CellPower:
     """The cell's nodes' watts: where each node's come from (``measured``/``modelled``;
-    a node with neither is in none of these), their step series, and how many of the
-    cell's nodes share its meters (1 when modelled)."""
+    a node with neither is in none of these), their step series, how many of the
+    cell's nodes share its meters (1 when modelled), and the modelled nodes' model
+    and spool (their CPU-time counter, when they have one)."""
 
     sources: dict[str, str]
     watts: dict[str, list[tuple[int, float]]]
     sharing: dict[str, int]
     start_ms: int
     speedup: float
+    modelled: dict[str, tuple["PowerModel", _Series]] = field(default_factory=dict)
 
     def joules(self, node: str, until_ms: int) -> float:
         """The node's energy from the window's start to ``until_ms``, its board's (x the
         dilation), its share of its host's meters."""
-        return (integrate_j(self.watts[node], self.start_ms, until_ms) * self.speedup
-                / self.sharing[node])
+        joules = self._counted_j(node, until_ms)
+        if joules is None:
+            joules = integrate_j(self.watts[node], self.start_ms, until_ms)
+        return joules * self.speedup / self.sharing[node]
+
+    def _counted_j(self, node: str, until_ms: int) -> float | None:
+        """A modelled node's energy from its CPU-time counter: the linear model's
+        integral, idle x window + (full - idle) x busy share x window; None without a
+        counter around [start, until_ms]."""
+        if node not in self.modelled:
+            return None
+        model, series = self.modelled[node]
+        share = busy_share(series.busy, "busy_s", series.capacity, self.start_ms, until_ms)
+        if share is None:
+            return None
+        return model.watts(share) * (until_ms - self.start_ms) / 1000.0
 
 
 def _cell_power(read: dict[str, _Series], power: dict[str, NodePower], start_ms: int,
@@ -221,12 +282,16 @@ def _cell_power(read: dict[str, _Series], power: dict[str, NodePower], start_ms:
     """Each node's watts, measured before modelled, and its meters' sharing."""
     sources: dict[str, str] = {}
     watts: dict[str, list[tuple[int, float]]] = {}
+    modelled: dict[str, tuple[PowerModel, _Series]] = {}
     for node, series in read.items():
-        found = _node_watts(series, power.get(node, NodePower()))
+        node_power = power.get(node, NodePower())
+        found = _node_watts(series, node_power)
         if found is not None:
             sources[node], watts[node] = found
+            if found[0] == "modelled":
+                modelled[node] = (node_power.model, series)
     return _CellPower(sources, watts, _meter_sharing(sources, power, list(read)),
-                      start_ms, speedup)
+                      start_ms, speedup, modelled)
 
 
 def _own_meter(series: _Series, node_power: NodePower) -> str | None:
@@ -262,14 +327,14 @@ def _meter_sharing(sources: dict[str, str], power: dict[str, NodePower],
 
 
 def _energy_by_role(read: dict[str, _Series], by_node: dict[str, float | None],
-                    end_ms: int) -> dict[str, float] | None:
+                    start_ms: int, end_ms: int) -> dict[str, float] | None:
     """The nodes' energy (those known) shared among the roles on them, by role name;
     None when no node's is known."""
     by_role: dict[str, float] = {}
     for node, joules in by_node.items():
         if joules is None:
             continue
-        for role, share in _role_shares(read[node], end_ms).items():
+        for role, share in _role_shares(read[node], start_ms, end_ms).items():
             by_role[role] = by_role.get(role, 0.0) + joules * share
     return {role: round(j, 3) for role, j in sorted(by_role.items())} or None
 

@@ -11,12 +11,12 @@ in which unit: ``metrics.summary``'s module doc.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from itertools import pairwise
 from dataclasses import dataclass
 from statistics import fmean, median
 
 from ..agent.lineproto import ParsedPoint
+from .counters import busy_share, value_at
 
 # The firmware's current conditions; each has a sticky ``<name>_occurred`` bit too.
 THROTTLE_CONDITIONS = ("under_voltage", "freq_capped", "throttled", "soft_temp_limit")
@@ -92,15 +92,10 @@ class CpuReducer(Reducer):
 
 def counter_percent(series: list[tuple[int, dict]], name: str, capacity: float,
                     window: Window) -> float | None:
-    """100 x a CPU-seconds counter's rise over the window (interpolated at its ends) /
-    (the window's seconds x ``capacity`` cores); None unless samples bracket the
-    window (one at or before its start, one at or after its end) and it has a length."""
-    window_s = (window.end_ms - window.start_ms) / 1000
-    if (capacity <= 0 or window_s <= 0 or not series or series[0][0] > window.start_ms
-            or series[-1][0] < window.end_ms):
-        return None
-    used_s = _value_at(series, name, window.end_ms) - _value_at(series, name, window.start_ms)
-    return 100.0 * max(0.0, used_s) / (window_s * capacity)
+    """100 x a CPU-seconds counter's share of ``capacity`` cores over the window
+    (``counters.busy_share``: interpolated at its ends; None unless samples bracket it)."""
+    share = busy_share(series, name, capacity, window.start_ms, window.end_ms)
+    return None if share is None else 100.0 * share
 
 
 class MemReducer(Reducer):
@@ -189,8 +184,8 @@ class NetReducer(Reducer):
         totals = dict.fromkeys(_COUNTERS, 0.0)
         for series in self.by_interface.values():
             for name in _COUNTERS:
-                totals[name] += (_value_at(series, name, window.end_ms)
-                                 - _value_at(series, name, window.start_ms))
+                totals[name] += (value_at(series, name, window.end_ms)
+                                 - value_at(series, name, window.start_ms))
         if "lo" in self.by_interface:
             _take_out_shipper(totals, window.shipper)
         out = {"net_sent_kb": max(0.0, totals["sent_bytes"]) / 1024,
@@ -279,16 +274,3 @@ def _take_out_shipper(totals: dict[str, float], shipper: dict) -> None:
     totals["recv_bytes"] -= both_bytes
     totals["sent_packets"] -= shipper["packets"]
     totals["recv_packets"] -= shipper["packets"]
-
-
-def _value_at(series: list[tuple[int, dict]], name: str, time_ms: int) -> float:
-    """A counter at ``time_ms``, linear between the samples around it (clamped at ends)."""
-    times = [t for t, _ in series]
-    index = bisect_left(times, time_ms)
-    if index == 0:
-        return float(series[0][1].get(name, 0))
-    if index >= len(series):
-        return float(series[-1][1].get(name, 0))
-    (t0, f0), (t1, f1) = series[index - 1], series[index]
-    v0, v1 = f0.get(name, 0), f1.get(name, 0)
-    return v0 + (v1 - v0) * (time_ms - t0) / max(t1 - t0, 1)

@@ -218,3 +218,79 @@ def test_a_bad_power_model_is_one_line_and_exit_2(tmp_path, monkeypatch, power, 
     result = CliRunner().invoke(cli, ["cluster", "profiles"])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert message.split(":")[0] in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def _ticks(cell, node, ticks):
+    """``ticks``: (t_ms, [(measurement, tags, fields)]) written as one agent would."""
+    writer = SpoolWriter(cell / "metrics" / node, {"node": node, "host": "controller"})
+    for t_ms, points in ticks:
+        writer.append([lineproto.encode(name, {"role": "worker", **tags}, fields, t_ms)
+                       for name, tags, fields in points])
+    writer.close()
+
+
+def test_modelled_energy_rests_on_the_cpu_time_counter_not_the_samples(tmp_path):
+    # A 1.5 s cell between two ticks: the one sample in it says 10%, the node's busy
+    # seconds (4 cores) say 90% of the window: 0.9 x 4 x 1.5 = 5.4 s.
+    cell = tmp_path / "cell"
+    _ticks(cell, "n1", [(100_000, [("cpu", {}, {"cpu_percent": 10.0, "busy_s": 20.0,
+                                                "cores": 4})]),
+                        (102_000, [("cpu", {}, {"cpu_percent": 10.0, "busy_s": 27.2,
+                                                "cores": 4})])])
+    # busy_s rises 7.2 s over 2 s: interpolated, 0.25 s in is 20.9, 1.75 s in 26.3.
+    row = summarize_cell(cell, ["n1"], 100.25, 101.75, power={"n1": NodePower(PI3B)})
+    counted_j = (1.4 + (3.7 - 1.4) * 0.9) * 1.5
+    assert row["energy_j"] == pytest.approx(counted_j)
+    sampled_j = (1.4 + (3.7 - 1.4) * 0.1) * 1.5  # what the samples alone gave
+    assert abs(row["energy_j"] - sampled_j) > 2.0
+    assert row["energy_source"] == "modelled"
+    assert row["cpu_percent_mean"] == pytest.approx(90.0)  # the same counter, the same share
+
+
+def test_a_cgroup_nodes_counter_is_a_share_of_its_quota_and_reaches_accuracy(tmp_path):
+    # 0.3 s a second of a 0.6-core quota: half of it, whatever the samples said (100%).
+    cell = tmp_path / "cell"
+    _ticks(cell, "n1", [(100_000 + 1000 * k,
+                         [("cpu", {}, {"cpu_percent": 100.0, "busy_s": 0.3 * k,
+                                       "quota_cores": 0.6, "cores": 4})])
+                        for k in range(6)])
+    row = summarize_cell(cell, ["n1"], 100.0, 104.0, power={"n1": NodePower(PI3B)},
+                         work=CellWork(accuracy_t=102.0, speedup=2.0))
+    half_way_w = (1.4 + 3.7) / 2
+    assert row["energy_j"] == pytest.approx(half_way_w * 4 * 2)  # dilated 2x
+    assert row["energy_to_accuracy_j"] == pytest.approx(half_way_w * 2 * 2)
+
+
+def test_without_a_counter_around_the_window_the_samples_are_modelled(tmp_path):
+    # The counter's first reading is after the window's start: not bracketed.
+    cell = tmp_path / "cell"
+    _ticks(cell, "n1", [(101_000 + 1000 * k,
+                         [("cpu", {}, {"cpu_percent": 50.0, "busy_s": 4.0 * k, "cores": 4})])
+                        for k in range(4)])
+    row = summarize_cell(cell, ["n1"], 100.5, 103.0, power={"n1": NodePower(PI3B)})
+    assert row["energy_j"] == pytest.approx((1.4 + 3.7) / 2 * 2.5)
+
+
+def test_roles_share_a_node_by_their_process_trees_cpu_time_counters(tmp_path):
+    # Samples say server 75% / worker 25%; the trees' CPU seconds in the window (100.5
+    # to 102.5 s) say server 1 s, worker 2.75 s (its tree was first read at 101 s, after
+    # the window's start: its counter counts from 0).
+    cell = tmp_path / "cell"
+    ticks = []
+    for k in range(4):
+        t_ms = 100_000 + 1000 * k
+        points = [("cpu", {"role": "server+worker"},
+                   {"cpu_percent": 100.0, "busy_s": 4.0 * k, "cores": 4}),
+                  ("proc", {"role": "server", "proc": "server-0"},
+                   {"cpu_percent": 75.0, "rss_mb": 10.0, "cpu_s": 5.0 + 0.5 * k})]
+        if k >= 1:
+            points.append(("proc", {"role": "worker", "proc": "worker-0"},
+                           {"cpu_percent": 25.0, "rss_mb": 10.0,
+                            "cpu_s": 0.5 + 1.5 * (k - 1)}))
+        ticks.append((t_ms, points))
+    _ticks(cell, "n0", ticks)
+    row = summarize_cell(cell, ["n0"], 100.5, 102.5, power={"n0": NodePower(PI3B)})
+    total = row["energy_j"]
+    assert total == pytest.approx(3.7 * 2)
+    assert row["energy_j_by_role"] == {"server": pytest.approx(total * 1 / 3.75, abs=1e-3),
+                                       "worker": pytest.approx(total * 2.75 / 3.75, abs=1e-3)}

@@ -132,3 +132,38 @@ def test_maxrss_by_node_sums_each_nodes_workers():
         2: [{"event": "start", "node": "n2"}, {"event": "end"}],  # did not report
     })
     assert events.maxrss_by_node() == {"n1": 250.0}
+
+
+def test_proc_cpu_s_counts_the_tree_and_its_reaped_children(tmp_path):
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from profiler.agent.collectors.processes import Processes
+
+    # The launcher's child burns 0.3 s of CPU and is reaped: its time stays in the
+    # tree's counter (its reaper's children_* times) after it is gone.
+    done = tmp_path / "done"
+    script = ("import subprocess, sys, time, pathlib\n"
+              "subprocess.run([sys.executable, '-c', 'import time\\n"
+              "t = time.process_time()\\nwhile time.process_time() - t < 0.3: pass'])\n"
+              f"pathlib.Path({str(done)!r}).touch()\n"
+              "time.sleep(60)\n")
+    launcher = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        pids = tmp_path / "pids.json"
+        pids.write_text(json.dumps({"worker": [launcher.pid]}))
+        collector = Processes(pids)
+        first = collector.collect()[0][2]["cpu_s"]
+        deadline = time.monotonic() + 60
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert done.exists()
+        (_, tags, fields), = collector.collect()
+        assert tags == {"role": "worker", "proc": "worker-0"}
+        assert fields["num_procs"] == 1  # the child is gone
+        assert fields["cpu_s"] - first >= 0.28
+    finally:
+        launcher.kill()
+        launcher.wait()

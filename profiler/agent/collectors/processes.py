@@ -1,5 +1,5 @@
-"""``proc``: RSS, its high-water mark and CPU of each training process (with its
-descendants), by role.
+"""``proc``: RSS, its high-water mark, CPU share and CPU time of each training process
+(with its descendants), by role.
 
 Also where the node's roles come from: the sampler tags every node-level point with
 ``role_tag()`` (the roles present in the pids file).
@@ -32,6 +32,10 @@ class Processes(Collector):
               "their peak resident memory so far (each one's VmHWM, summed: an upper bound "
               "of their simultaneous peak)"),
         Field("proc", "cpu_percent", "% of one core", "CPU of the process and its descendants"),
+        Field("proc", "cpu_s", "s",
+              "CPU seconds used so far by the process and its descendants, a counter: each "
+              "one's user + system time and that of the children it reaped (a tree member "
+              "that exits takes its own away)"),
         Field("proc", "num_procs", "count", "processes counted: it and its descendants (int)"),
         Field("proc", "num_threads", "count", "their threads (int)"),
     )
@@ -132,14 +136,20 @@ class Processes(Collector):
                     tree = [self._process(pid)] + self._descendants(pid)
                 except psutil.Error:
                     continue  # exited: nothing to report
-                rss_kb, hwm_kb, cpu_percent, threads, alive = 0, 0, 0.0, 0, 0
+                rss_kb, hwm_kb, cpu_percent, cpu_s, threads, alive = 0, 0, 0.0, 0.0, 0, 0
                 for proc in tree:  # cached, primed psutil objects (see _process)
                     try:
                         rss, hwm, count = _status(proc.pid)
-                        cpu_percent += proc.cpu_percent()
+                        # One read of /proc/PID/stat gives both (oneshot caches it).
+                        with proc.oneshot():
+                            cpu_percent += proc.cpu_percent()
+                            times = proc.cpu_times()
                     except (OSError, ValueError, KeyError, psutil.Error):
                         continue  # exited, or a zombie (no memory left to report)
                     rss_kb, hwm_kb, threads = rss_kb + rss, hwm_kb + hwm, threads + count
+                    # A reaped descendant's time is in its reaper's children_* fields.
+                    cpu_s += (times.user + times.system + times.children_user
+                              + times.children_system)
                     alive += 1
                     seen.add(proc.pid)
                 if not alive:
@@ -148,7 +158,7 @@ class Processes(Collector):
                     continue
                 samples.append(("proc", {"role": role, "proc": f"{role}-{index}"},
                                 {"rss_mb": rss_kb / 1024, "rss_hwm_mb": hwm_kb / 1024,
-                                 "cpu_percent": cpu_percent,
+                                 "cpu_percent": cpu_percent, "cpu_s": round(cpu_s, 3),
                                  "num_procs": alive, "num_threads": threads}))
         for pid in set(self._procs) - seen:
             del self._procs[pid]  # forget exited processes
