@@ -102,13 +102,16 @@ class CellConfig:
         return {**record, **dict(self.engine_params)}
 
     @classmethod
-    def from_fields(cls, data: dict) -> "CellConfig":
-        """A cell from ``fields_record``'s dict or ``asdict``'s (sweep.json, results):
+    def from_fields(cls, data: dict, settings=None) -> "CellConfig":
+        """A cell from ``fields_record``'s dict or ``asdict``'s (sweep.json, cell.json):
         a key that is no field of the cell, and not None, is an engine's own setting
-        (as a pipeline's were, fields of the cell up to format 4)."""
+        (as a pipeline's were, fields of the cell up to format 4). ``settings``: the
+        names of the engine's settings, where ``data`` holds more than the cell (a
+        results record: ``profiler.engines.cell_of_record``)."""
         own = {f.name for f in fields(cls)}
         params = dict(data.get("engine_params") or ())
-        params.update({k: v for k, v in data.items() if k not in own and v is not None})
+        params.update({k: v for k, v in data.items() if k not in own and v is not None
+                       and (settings is None or k in settings)})
         return cls(**{k: v for k, v in data.items() if k in own and k != "engine_params"},
                    engine_params=tuple(params.items()))
 

@@ -86,7 +86,7 @@ def _stand_in_power_and_energy(server, sweep_dir: Path, sweep_id: str) -> None:
     says why they are written here): measured power beside every node's ``cpu`` series,
     and each cell's energy columns, spooled by ``train_points`` and written as shipped."""
     from profiler.agent import lineproto
-    from profiler.cell import CellConfig
+    from profiler.engines import cell_of_record
     from profiler.agent.spool_reader import Position, read_batch
     from profiler.sweep.train_points import SPOOL_NAME, spool_cell_points
 
@@ -101,14 +101,13 @@ def _stand_in_power_and_energy(server, sweep_dir: Path, sweep_id: str) -> None:
                                                    "channel": "1"}, {"power_w": 3.9}, now_ms),
                   lineproto.encode("power_rapl", {**tags, "domain": "package-0"},
                                    {"power_w": 12.5}, now_ms)]
-    fields = CellConfig.__dataclass_fields__
     for i, text in enumerate((sweep_dir / "results.jsonl").read_text().splitlines()):
         record = json.loads(text)
         nodes = sorted(nodes_of.get(record["cell_id"], ["n0"]))
         record.update(energy_j=30.0 * len(nodes), avg_power_w=3.0 * len(nodes),
                       j_per_sample=0.1, energy_source="modelled",
                       energy_j_by_node={node: 30.0 for node in nodes})
-        cell = CellConfig(**{k: v for k, v in record.items() if k in fields})
+        cell = cell_of_record(record)  # the pipeline's settings too: its cell_id
         stand_in = sweep_dir / "stand-in" / str(i)
         spool_cell_points(stand_in, cell, record, sweep_id)
         lines += read_batch(stand_in / SPOOL_NAME, Position(), 10_000)[0]

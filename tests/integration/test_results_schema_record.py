@@ -40,8 +40,10 @@ def sweep(tmp_path_factory) -> Path:
 def test_every_key_of_the_record_is_a_schema_column_of_its_type(sweep):
     (record,) = [json.loads(line) for line in (sweep / "results.jsonl").read_text().splitlines()]
     assert record["status"] == "ok", record["reason"]
+    from profiler import engines
+
     for name, value in record.items():
-        column = results_schema.get(name)
+        column = results_schema.get(name, engines.columns())  # an engine's own too
         assert column is not None, f"the record's {name} is not in profiler.results_schema"
         if value is not None:
             assert isinstance(value, _TYPES[column.kind]), (name, value, column.kind)
@@ -54,5 +56,8 @@ def test_every_key_of_the_record_is_a_schema_column_of_its_type(sweep):
 def test_results_csv_has_every_schema_column_in_its_order(sweep):
     with open(sweep / "results.csv", newline="") as fh:
         header = next(csv.reader(fh))
-    assert header == results_schema.csv_columns(monitored=True)
+    from profiler import engines
+
+    # The engines' own settings after the configuration's, their columns after all.
+    assert header == results_schema.csv_columns(monitored=True, extra=engines.columns())
     assert {c.name for c in results_schema.COLUMNS if c.csv} <= set(header)
