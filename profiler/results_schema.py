@@ -182,7 +182,7 @@ _SUMMARY = _group("summary", "profiler.metrics.summary", [
      "the samples"),
     ("rss_mb_peak", "float", "MB", "summed RSS of the node's worker processes: peak, the "
      "largest of the highest sample, their kernel high-water marks (VmHWM, summed) and "
-     "their reported getrusage maxrss (the last two upper bounds)"),
+     "their own reported VmHWM (the last two upper bounds)"),
     ("net_sent_kb", "float", "KB", "sent through the counted interfaces in the window"),
     ("net_recv_kb", "float", "KB", "received through the counted interfaces in the window"),
     ("net_sent_packets", "int", "packets", "packets sent in the window"),

@@ -16,7 +16,7 @@ last worker end):
 - ``rss_mb``: the summed RSS of the node's worker processes (with their descendants)
   at each tick: mean; the peak is the largest of the highest tick, the sum of their
   kernel high-water marks (``proc.rss_hwm_mb``, VmHWM) and the ``maxrss_mb`` the
-  node's workers reported in their ``end`` (or ``error``) events (``getrusage``), the
+  node's workers reported in their ``end`` (or ``error``) events (their own VmHWM), the
   last two upper bounds of the processes' simultaneous peak (each one's own peak,
   summed), and no sampling can miss them;
 - ``net_*``: the counters of the interfaces the agent counted, interpolated linearly

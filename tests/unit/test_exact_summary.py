@@ -74,7 +74,7 @@ def test_rss_peak_takes_the_high_water_mark_and_the_reported_maxrss(tmp_path):
     assert row["rss_mb_mean"] == 33.0
     assert row["rss_mb_peak"] == 240.0  # not the 900 of a tick after the first one after
     assert row["samples_in_window"] == 1 and row["sampled_figures_thin"] is True
-    # What the workers reported from getrusage raises it further, per node.
+    # What the workers reported (their own VmHWM) raises it further, per node.
     row = summarize_cell(cell, ["n1"], 100.5, 101.3, worker_maxrss_mb={"n1": 250.5})
     assert row["rss_mb_peak"] == 250.5
 
