@@ -173,3 +173,9 @@ def test_an_emulated_nodes_cgroup_peak_reaches_results(tmp_path):
     assert record["node_mem_peak_mb"] is not None
     assert record["node_mem_peak_mb"] >= record["mem_used_mb_peak"] > 0, record
     assert record["rss_mb_peak"] >= record["rss_mb_mean"] > 0
+    # The worker's peak, within 5% of its own high-water mark, on an emulated node too.
+    cell_dir = out / "cells" / record["cell_id"] / f"attempt-{record['attempt']}"
+    end = [json.loads(line) for line in (cell_dir / "events" / "worker-0.jsonl")
+           .read_text().splitlines() if '"end"' in line][-1]
+    assert abs(record["rss_mb_peak"] - end["maxrss_mb"]) <= 0.05 * end["maxrss_mb"], (
+        record["rss_mb_peak"], end["maxrss_mb"])
