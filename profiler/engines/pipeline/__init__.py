@@ -213,7 +213,7 @@ class TorchPipelineEngine(_TorchEngine):
             raise ConfigError(f"--devices {cell.devices} is not a multiple of --replicas "
                               f"{replicas}: each of the {replicas} pipelines needs the same "
                               "number of stages")
-        stages = cell.devices // replicas
+        stages = _stages(cell)
         if task == "infer" and schedule == "1f1b":
             raise ConfigError("--task infer streams forward only, which 1F1B has nothing "
                               "to interleave with: use --schedule gpipe")
@@ -251,8 +251,7 @@ class TorchPipelineEngine(_TorchEngine):
         if weights not in WEIGHTS:  # a staged input goes in the argv (shipped, rewritten)
             argv += ["--checkpoint", str(_staged_checkpoint(weights, options))]
         worker_nodes = nodes[:self.nodes_needed(cell)]
-        replicas = cell.param("replicas") or 1
-        stages = cell.devices // replicas
+        replicas, stages = cell.param("replicas") or 1, _stages(cell)
         common = {**_rendezvous(worker_nodes[0], cell.devices, options),
                   STAGES_ENV: str(stages),
                   MICROBATCHES_ENV: str(cell.param("microbatches") or 1),
@@ -328,9 +327,13 @@ def _shape(tensor) -> str:
     return "x".join(map(str, tensor.shape)) or "a scalar"
 
 
+def _stages(cell: CellConfig) -> int:
+    """S: the stages of each of the cell's pipelines (devices / replicas)."""
+    return cell.devices // (cell.param("replicas") or 1)
+
+
 def _one_f_one_b_runs(cell: CellConfig) -> bool:
-    stages = cell.devices // (cell.param("replicas") or 1)
-    return cell.param("task") != "infer" and (cell.param("microbatches") or 1) >= stages
+    return cell.param("task") != "infer" and (cell.param("microbatches") or 1) >= _stages(cell)
 
 
 def few_microbatches_problem(torch_version: str, cells: Sequence[CellConfig]) -> str | None:
@@ -341,7 +344,7 @@ def few_microbatches_problem(torch_version: str, cells: Sequence[CellConfig]) ->
     if not match or (int(match[1]), int(match[2])) >= (2, 10):
         return None
     for cell in cells:
-        stages = cell.devices // (cell.param("replicas") or 1)
+        stages = _stages(cell)
         if (cell.param("microbatches") or 1) < stages:
             return (f"its torch {torch_version} runs a pipeline of {stages} stages only with "
                     f"--microbatches {stages} or more, under every schedule: give "
