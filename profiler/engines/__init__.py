@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..errors import ConfigError
+from ..cell import CellConfig
 from ..column import Column
 from ..plugins import Registry
 from .base import Engine, ReportSection
@@ -78,16 +79,14 @@ def engine_label(rec: dict, *, stages: bool = True) -> str:
     return engine.label(rec, stages=stages) if engine else name
 
 
-def cell_of_record(record: dict):
+def cell_of_record(record: dict) -> CellConfig:
     """The cell a results record is of (its fields and its engine's own settings)."""
-    from ..cell import CellConfig
-
     engine = ENGINES.get(str(record.get("engine")))
     settings = {o.name for o in engine.options} if engine else set()
     return CellConfig.from_fields(record, settings)
 
 
-def cell_label(cell) -> str:
+def cell_label(cell: CellConfig) -> str:
     """A cell's label (``CellConfig.label``) with its engine named as the engine says."""
     return cell.label_as(engine_label(cell.fields_record()))
 
