@@ -109,6 +109,12 @@ class Study:
         the cell gets the largest speedup it can, alone."""
         return None
 
+    def neutral_speedup(self, group: Hashable) -> float | None:
+        """The largest time dilation shown not to move the ratios of ``group`` (a
+        ``dilation_group``): the planner dilates that group no further (study/dilate.py).
+        None: nothing was shown for it, and it dilates as far as the host lets it."""
+        return None
+
     def datasets_wanted(self) -> tuple[str, ...]:
         """The datasets ``grid`` may choose from when present (checked once)."""
         return ()

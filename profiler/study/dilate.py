@@ -9,6 +9,10 @@ LeNet-MLP's ten-device cells (k = 2) at 1.17 x the board's rate and its one-devi
 every cell of a group is capped (``CellConfig.max_speedup``) at the smallest k any of
 them would get alone: their quotas are one calibration's, and its error cancels. The
 small cells pay for it in time, which the estimate (and so ``--budget``) counts.
+
+And a group dilates no further than its study showed neutral for it
+(``Study.neutral_speedup``: a k whose ratios were measured equal to speedup 1's, in
+park2019's ``dilations.yaml``): a dilation that moves a ratio would move its verdict.
 """
 
 from __future__ import annotations
@@ -41,7 +45,32 @@ def dilated_alike(study: Study, cells: list[CellConfig], speed: str, profile: st
     for cell in cells:
         group = study.dilation_group(cell)
         if group is not None:
-            k = alone(cell, profile, catalog, speedup)
+            k = alone(cell, profile, catalog, min(speedup, _neutral(study, group)))
             least[group] = min(least.get(group, k), k)
     return [replace(c, max_speedup=least[g]) if (g := study.dilation_group(c)) is not None
             else c for c in cells]
+
+
+def _neutral(study: Study, group) -> float:
+    shown = study.neutral_speedup(group)
+    return float("inf") if shown is None else max(1.0, shown)
+
+
+def neutral_notes(study: Study, cells: list[CellConfig], speed: str, speedup: float
+                  ) -> list[str]:
+    """The plan's line on the groups a neutral dilation held below ``speedup``, and on
+    those dilated with none shown neutral (nothing where nothing is dilated)."""
+    if speed != "profile" or speedup <= 1:
+        return []
+    groups = {g for c in cells if (g := study.dilation_group(c)) is not None}
+    held = sorted((str(g), k) for g in groups
+                  if (k := study.neutral_speedup(g)) is not None and k < speedup)
+    unshown = sorted(str(g) for g in groups if study.neutral_speedup(g) is None)
+    notes = []
+    if held:
+        notes.append("dilated no further than shown neutral for each family: " + ", ".join(
+            f"{g} x {k:g}" for g, k in held))
+    if unshown:
+        notes.append(f"dilated with no dilation shown neutral: {', '.join(unshown)} "
+                     "(benchmarks/bench_study_causes.py shows one)")
+    return notes

@@ -22,7 +22,7 @@ from ..errors import DataError
 from ..cluster.profiles import MAX_SPEEDUP
 from . import budget, estimate
 from .base import Study
-from .dilate import dilated_alike
+from .dilate import dilated_alike, neutral_notes
 from .window import raised_notes, windowed
 
 
@@ -136,7 +136,8 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
                                             settings.budget_s, grid_s, reserved_s)
     seconds = grid_s(grid)
     built, grid.cells = grid.cells, timed(grid.cells)
-    grid.notes += raised_notes(built, grid.cells)
+    grid.notes += raised_notes(built, grid.cells) + neutral_notes(
+        study, grid.cells, cluster.speed, cluster.max_speedup)
     grid.cells = repeated(grid.cells, repeats)
     sweep = SweepSettings(
         cells=grid.cells, out_dir=settings.out_dir, cluster=cluster,

@@ -53,3 +53,30 @@ def test_nothing_is_capped_undilated_elsewhere_or_without_groups():
     assert dilated_alike(PARK, cells, "profile", PROFILE, catalog, 1.0) == cells
     assert dilated_alike(PARK, cells, "host", None, catalog, 100.0) == cells
     assert dilated_alike(Study(), cells, "profile", PROFILE, catalog, 100.0) == cells
+
+
+def test_a_group_dilates_no_further_than_shown_neutral_and_the_plan_says_so():
+    from profiler.study.dilate import neutral_notes
+
+    class Shown(Study):
+        def dilation_group(self, cell):
+            return cell.model
+
+        def neutral_speedup(self, group):
+            return {"lenet-mlp": 2.0}.get(group)
+
+    catalog = load_catalog()
+    cells = [_lenet(d) for d in (1, 4)] + [CellConfig(model="resnet", layers=32, devices=1)]
+    capped = dilated_alike(Shown(), cells, "profile", PROFILE, catalog, 100.0)
+    assert {c.max_speedup for c in capped[:2]} == {2.0}
+    # Unshown: as far as the host lets it, as before.
+    assert capped[2].max_speedup == alone(cells[2], PROFILE, catalog, 100.0) > 2.0
+    notes = neutral_notes(Shown(), capped, "profile", 100.0)
+    assert any("lenet-mlp x 2" in n for n in notes)
+    assert any("no dilation shown neutral: resnet" in n for n in notes)
+    assert neutral_notes(Shown(), capped, "profile", 1.0) == []
+    # park2019 keeps what was shown in its dilations.yaml, each with how it was shown.
+    from profiler.study.park2019.dilations import neutral_dilations
+    shown = neutral_dilations()
+    assert shown and all(v["speedup"] >= 1 and v["shown"] for v in shown.values())
+    assert PARK.neutral_speedup("lenet-mlp") == shown["lenet-mlp"]["speedup"]

@@ -9,6 +9,8 @@ its findings as ratios with their bands. Its node profile, ``pi3b-park2019``, st
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 from ...cell import CellConfig
 from ..base import Grid, Study, StudyOption
 from . import grid as g
@@ -105,6 +107,10 @@ class Park2019(Study):
         # one-device cell ran at speedup 8 and ten devices at 2, moved by the two
         # quotas' calibration errors (docs/study.md, "Budgeted, repeated, twice").
         return cell.model
+
+    def neutral_speedup(self, group: Hashable) -> float | None:
+        from .dilations import neutral_dilations
+        return neutral_dilations().get(group, {}).get("speedup")
 
     def section(self, records: list[dict]):
         from ...report.study_section import StudySection

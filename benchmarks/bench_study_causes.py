@@ -1,0 +1,242 @@
+"""Why a study's time ratio moves from host to host: one run, its causes side by side (issue 47).
+
+``edgeprof study park2019`` judges N-device / one-device time ratios on emulated Pi 3Bs:
+nodes whose CPU quota was calibrated on this host to the board's training rate. The same
+command gave other ratios on a host 1.8 x faster than the profile's, dilated or not. The
+candidate causes, each measured here in one run:
+
+1. **The denominator's pace.** Every N / 1 ratio divides by the one-device cell, which
+   trains at whatever rate its quota buys on this host at that moment: part A measures
+   that pace in ``--builds`` separately built one-node clusters (as the profile check
+   measures it, a fresh cluster each time) and ``--repeats`` times within one sweep (as
+   the study's repeats run), and prints both spreads against the board's rate.
+2. **The CFS quota's stalls.** A node of a few hundredths of a core gets 1 ms of CPU a
+   period of 1 / quota ms (``cluster.cgroups.cfs_period_us``: 18 ms at 0.054 cores)
+   and is frozen for the rest; a message that reaches a frozen node waits. Part B reads
+   every node's ``cpu.stat`` (periods, throttled periods) beside each cell, and gives
+   each cell's step in the board's time split into compute, exchange (comm), waiting for
+   the other workers and data, with the share of periods the nodes were throttled.
+3. **The network stack outside the cgroups.** The kernel's per-packet work (softirq) is
+   charged to no node: part B prints the host's softirq CPU-seconds per step.
+4. **Dilation.** Part B runs at each of ``--speedups``: a cause that grows with k shows
+   as a ratio that moves with k while the denominator stays.
+
+    sudo .venv/bin/python benchmarks/bench_study_causes.py --out causes.json
+        # pi3b-park2019, LeNet-MLP b64 as Table 1 ran it, devices 1,5,9, speedups 1,2
+    sudo .venv/bin/python benchmarks/bench_study_causes.py --model lenet-example  # Table 2
+
+Run it on a quiet host (the test suite beside it is a third cause). It prints what it
+measured; docs/study.md ("Why ratios moved between hosts") reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from profiler.calibrate import Workload, _Measurer  # noqa: E402
+from profiler.calibrate.check import CHECK_STEPS  # noqa: E402
+from profiler.cluster import cluster_settings  # noqa: E402
+from profiler.cluster.profiles import load_catalog  # noqa: E402
+from profiler.report.ratios import per_sample_s  # noqa: E402
+from profiler.study.park2019 import grid as g  # noqa: E402
+from profiler.study.plan import repeated  # noqa: E402
+from profiler.sweep.sweep import SweepSettings, run_sweep  # noqa: E402
+
+CPU_ROOT = Path("/sys/fs/cgroup/cpu")  # cgroup v1's cpu controller (this host's)
+VAL_SAMPLES = 64
+POLL_S = 0.25
+
+
+class Poller(threading.Thread):
+    """Every node cgroup's ``cpu.stat`` and the host's softirq time, every ``POLL_S``."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.samples: list[tuple[float, dict, float]] = []
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            self.samples.append((time.time(), _node_stats(), _softirq_s()))
+            time.sleep(POLL_S)
+
+    def between(self, start: float, end: float) -> tuple[dict, float] | None:
+        """Per node (periods, throttled periods) and the softirq seconds of [start, end]."""
+        inside = [s for s in self.samples if start <= s[0] <= end]
+        if len(inside) < 2:
+            return None
+        (_, first, irq0), (_, last, irq1) = inside[0], inside[-1]
+        nodes = {}
+        for node, stat in last.items():
+            before = first.get(node)
+            if before and stat["nr_periods"] >= before["nr_periods"]:
+                nodes[node] = (stat["nr_periods"] - before["nr_periods"],
+                               stat["nr_throttled"] - before["nr_throttled"])
+        return nodes, irq1 - irq0
+
+
+def _node_stats() -> dict:
+    found = {}
+    for stat in CPU_ROOT.glob("edgeprof*/*/cpu.stat"):
+        try:
+            found[stat.parent.name] = {k: int(v) for k, v in
+                                       (line.split() for line in stat.read_text().splitlines())}
+        except (OSError, ValueError):
+            pass  # a node being removed
+    return found
+
+
+def _softirq_s() -> float:
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    return int(fields[7]) / os.sysconf("SC_CLK_TCK")  # cpu user nice system idle iowait irq softirq
+
+
+def pace_spread(profile, model: str, builds: int, work: Path) -> dict:
+    """Part A: the one-device rate at the profile's quota in ``builds`` fresh one-node
+    clusters, at the profile check's length and at a study cell's (2.5 s or more)."""
+    rate = profile.board_rates[model]
+    workload = Workload(rate.model, rate.layers, rate.batch)
+    quota = profile.cpu_cores_for(model, 1)
+    out = {}
+    for label, steps in (("check (6 steps)", CHECK_STEPS), ("window (2.5 s)", None)):
+        measure = _Measurer(work / label.split()[0], profile, steps=steps or 1,
+                            train_s=2.5 if steps is None else 0.0)
+        ratios = [measure(workload, quota, rate.samples_per_s).samples_per_s
+                  / rate.samples_per_s for _ in range(builds)]
+        out[label] = ratios
+    return {"quota_cores": quota, "ratios": out}
+
+
+def board_ms(record: dict, name: str) -> float | None:
+    value = record.get(name)
+    return None if value is None else float(value) * float(record.get("speedup") or 1)
+
+
+def breakdown(records: list[dict], poller: Poller, devices: list[int]) -> list[dict]:
+    """Part B's rows: per device count, medians over repeats, in the board's time."""
+    rows = []
+    ok = [r for r in records if r.get("status") == "ok"]
+    one = [per_sample_s(r) for r in ok if r["devices"] == 1]
+    one_s = statistics.median([s for s in one if s]) if any(one) else None
+    for n in devices:
+        mine = [r for r in ok if r["devices"] == n]
+        if not mine:
+            continue
+        row = {"devices": n, "speedup": mine[0].get("speedup")}
+        for name in ("steady_step_ms", "compute_ms_mean", "comm_ms_mean", "wait_ms_mean",
+                     "data_ms_mean"):
+            values = [v for r in mine if (v := board_ms(r, name)) is not None]
+            row[name] = statistics.median(values) if values else None
+        ratios = [s / one_s for r in mine if (s := per_sample_s(r)) and one_s]
+        row["ratio"] = statistics.median(ratios) if ratios else None
+        throttled, irq_per_step = [], []
+        for r in mine:
+            seen = poller.between(r["launched_at"], r["reaped_at"])
+            if not seen:
+                continue
+            nodes, irq_s = seen
+            periods = sum(p for p, _ in nodes.values())
+            throttled.append(sum(t for _, t in nodes.values()) / periods if periods else 0)
+            steps = (r.get("train_s") or 0) * 1000 / (r.get("steady_step_ms") or 1e9)
+            if steps:
+                irq_per_step.append(irq_s * 1000 / steps)
+        row["throttled_share"] = statistics.median(throttled) if throttled else None
+        row["softirq_ms_per_step"] = statistics.median(irq_per_step) if irq_per_step else None
+        rows.append(row)
+    return rows
+
+
+def run_breakdowns(profile_name: str, model: str, devices: list[int], speedups: list[float],
+                   repeats: int, scale: float, work: Path) -> dict:
+    how = g.METHOD["scripts"]
+    found = [g.Experiment("bench", model, None, 64, tuple(devices))]
+    cells = g.cells(found, g.train_samples(found, scale, how), {model: "synthetic"},
+                    "mxnet", how)
+    out = {}
+    for k in speedups:
+        poller = Poller()
+        poller.start()
+        cluster = cluster_settings("emulated", profile=profile_name, speedup=k)
+        # Every cell at k (the study caps a ratio's cells at one dilation: study/dilate.py).
+        runs = repeated([replace(c, max_speedup=k) for c in cells], repeats)
+        settings = SweepSettings(cells=runs, cluster=cluster, out_dir=work / f"k{k:g}",
+                                 interval_s=None, val_samples=VAL_SAMPLES)
+        records = run_sweep(settings, progress=sys.stderr.isatty()).records
+        poller.stop.set()
+        poller.join()
+        out[k] = breakdown(records, poller, devices)
+    return out
+
+
+def _fmt(value, spec: str = ".0f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="pi3b-park2019")
+    parser.add_argument("--model", default="lenet-mlp", choices=("lenet-mlp", "lenet-example"),
+                        help="Table 1's LeNet-MLP or Table 2's example LeNet, batch 64")
+    parser.add_argument("--devices", default="1,5,9")
+    parser.add_argument("--speedups", default="1,2")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--builds", type=int, default=3,
+                        help="part A: fresh one-node clusters measured")
+    parser.add_argument("--scale", type=float, default=0.02)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    devices = sorted({int(d) for d in args.devices.split(",")} | {1})
+    speedups = [float(k) for k in args.speedups.split(",")]
+    catalog = load_catalog()
+    if args.profile not in catalog.profiles or args.model not in \
+            catalog.profiles[args.profile].board_rates:
+        print(f"bench_study_causes: {args.profile} has no {args.model} board rate: give a "
+              "calibrated profile (pi3b-park2019)", file=sys.stderr)
+        sys.exit(2)
+    if not CPU_ROOT.is_dir():
+        print("bench_study_causes: needs cgroup v1's cpu controller at /sys/fs/cgroup/cpu",
+              file=sys.stderr)
+        sys.exit(2)
+    profile = catalog.profiles[args.profile]
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="bench-study-causes-") as tmp:
+        pace = pace_spread(profile, args.model, args.builds, Path(tmp) / "pace")
+        rows = run_breakdowns(args.profile, args.model, devices, speedups, args.repeats, args.scale,
+                              Path(tmp) / "sweeps")
+    print(f"{args.profile}, {args.model} b64, host cores {len(os.sched_getaffinity(0))}, "
+          f"{time.monotonic() - started:.0f} s")
+    print(f"A. one-device pace / board's, quota {pace['quota_cores']:.4f} cores, "
+          f"{args.builds} fresh clusters each:")
+    for label, ratios in pace["ratios"].items():
+        print(f"   {label:<16} " + " ".join(f"{r:.2f}" for r in ratios)
+              + f"   spread (max-min)/median {(max(ratios) - min(ratios)) / statistics.median(ratios):.2f}")
+    print("B. per step, board ms (medians over repeats); ratio = N / 1 time per sample")
+    print(f"   {'k':>3} {'N':>3} {'step':>6} {'compute':>8} {'comm':>6} {'wait':>6} "
+          f"{'data':>6} {'ratio':>6} {'throttled':>9} {'softirq ms/step':>15}")
+    for k, table in rows.items():
+        for r in table:
+            print(f"   {k:>3g} {r['devices']:>3} {_fmt(r['steady_step_ms']):>6} "
+                  f"{_fmt(r['compute_ms_mean']):>8} {_fmt(r['comm_ms_mean']):>6} "
+                  f"{_fmt(r['wait_ms_mean']):>6} {_fmt(r['data_ms_mean']):>6} "
+                  f"{_fmt(r['ratio'], '.2f'):>6} {_fmt(r['throttled_share'], '.2f'):>9} "
+                  f"{_fmt(r['softirq_ms_per_step'], '.1f'):>15}")
+    if args.out:
+        args.out.write_text(json.dumps({"pace": pace, "breakdown": {str(k): v for k, v in
+                                                                    rows.items()}},
+                                       indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
