@@ -15,7 +15,7 @@ import click
 from ..cluster import profiled_provider
 from ..errors import EdgeprofError
 from ..sweep.checks import SweepCheck, register
-from .check import MODES, check_sweep
+from .check import CHECK_TOLERANCE, MODES, check_sweep
 
 OPTIONS = (
     click.Option(["--profile-check"], default="off", show_default=True,
@@ -23,9 +23,10 @@ OPTIONS = (
                  help="Emulated cluster, a profile with board rates (pi3b-park2019): first "
                       "measure its quotas on this host; when off by more than "
                       "--profile-tolerance, refuse or re-calibrate them."),
-    click.Option(["--profile-tolerance"], default=0.25, show_default=True,
+    click.Option(["--profile-tolerance"], default=CHECK_TOLERANCE, show_default=True,
                  type=click.FloatRange(0, 1, min_open=True, max_open=True),
-                 help="How far the host's rate may be from the board's: x/÷(1 + this)."),
+                 help="How far the host's rate may be from the board's: x/÷(1 + this). "
+                      "A one-device cell off by this moves every N/1 ratio by as much."),
 )
 
 

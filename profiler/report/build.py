@@ -195,7 +195,10 @@ def profile_check_said(checks: list[dict]) -> str:
         else:
             what = "" if action == "none" else f", {action}"
         at = f" at speedup {c['speedup']:g}" if c.get("speedup", 1) != 1 else ""
-        said.append(f"{c['workload']}{at} {c['ratio']:.2f} x the board's rate"
+        # How long it trained: a check of a few steps is noise (issue 47); older
+        # records have no train_s.
+        over = f" over {c['train_s']:.1f} s" if c.get("train_s") is not None else ""
+        said.append(f"{c['workload']}{at} {c['ratio']:.2f} x the board's rate{over}"
                     f" ({'within' if c['within'] else 'outside'} x/÷"
                     f"{1 + c['tolerance']:g}){what}")
     return f"{checks[0]['profile']} on this host: " + "; ".join(said)

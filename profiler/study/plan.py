@@ -39,7 +39,9 @@ class StudySettings:
     cluster_options: dict = field(default_factory=dict)
     engine: str = DEFAULT_ENGINE
     profile_check: str = "recalibrate"  # calibrate.check.MODES (node profiles only)
-    profile_tolerance: float = 0.25
+    # calibrate.check.CHECK_TOLERANCE (not imported: calibration loads the sweep;
+    # tests/unit/test_profile_check.py holds them equal)
+    profile_tolerance: float = 0.10
     data_dir: Path | None = None
     out_dir: Path | None = None
     resume: bool = False
@@ -64,7 +66,7 @@ class StudyPlan:
     estimate_s: float
     notes: list[str] = field(default_factory=list)
     profile_check: str = "off"
-    profile_tolerance: float = 0.25
+    profile_tolerance: float = 0.10
     # What it was planned from: ``run`` plans again from it after a re-calibration.
     settings: StudySettings | None = None
 

@@ -192,5 +192,8 @@ def test_a_profile_far_faster_than_its_board_is_refused_or_recalibrated_and_repl
     assert done.stderr.count("first the profile pi3b-2x is checked") == 1
     meta = json.loads((out / "sweep.json").read_text())
     assert [c["action"] for c in meta["extra"]["profile_check"]] == ["recalibrated"]
+    # How long the check's measurement trained (here a quarter of CHECK_TRAIN_S or
+    # less: the quota trains four times the board's rate the measurement was sized for).
+    assert all(c["train_s"] > 0 for c in meta["extra"]["profile_check"]), meta
     rows = list(csv.DictReader((out / "results.csv").open()))
     assert [r["status"] for r in rows] == ["ok"], rows

@@ -61,3 +61,65 @@ def test_a_workload_names_the_engine_the_board_was_measured_with():
     assert Workload.parse("resnet-32", 32).label == "resnet-32 batch 32"  # MXNet by default
     with pytest.raises(ConfigError, match="unknown workload 'mobilenetv2' for --engine mxnet"):
         Workload.parse("mobilenetv2", 32)
+
+
+class _Table:
+    """A fake measurer: the rates of a table, one a call, with the quotas asked for
+    (the search logic only; the real measurement is tests/integration/test_calibrate.py)."""
+
+    label = "w"
+
+    def __init__(self, rates: list[float]):
+        self.rates, self.quotas = iter(rates), []
+
+    def __call__(self, workload, quota, target):
+        self.quotas.append(quota)
+        return Measurement(quota, next(self.rates), 2.5)
+
+
+def test_a_larger_quota_measured_slower_is_measured_again_and_its_median_kept():
+    # Issue 47's re-calibration: 0.0458 cores at 0.81 x the target, then the larger
+    # quota at 0.66 x (23% slower). Measured again (0.94 x), the quota's rate is the
+    # median, 0.80 x, and the next quota is chosen from it.
+    table, lines = _Table([81.0, 66.0, 94.0, 101.0]), []
+    steps = _search(table, table, 100.0, 0.0458, 0.05, lines.append)
+    scaled = 0.0458 * 100 / 81
+    assert table.quotas[:3] == [0.0458, pytest.approx(scaled), pytest.approx(scaled)]
+    assert [s.samples_per_s for s in steps] == [81.0, 80.0, 101.0]
+    assert steps[1].train_s == 5.0  # both repeats' training
+    assert table.quotas[3] == pytest.approx(scaled * 100 / 80)  # from the median
+    assert len(lines) == 4 and "66.00 samples/s at" in lines[1]
+    assert "94.00 samples/s again at" in lines[2]
+
+
+def test_a_larger_quota_slower_within_the_noise_is_not_measured_again():
+    table = _Table([90.0, 88.0, 99.0])  # 0.0556 cores 2% slower than 0.05: noise
+    steps = _search(table, table, 100.0, 0.05, 0.05, lambda line: None)
+    assert len(table.quotas) == len(steps) == 3
+
+
+def test_a_search_that_does_not_settle_names_the_inversion_and_the_repeats_noise():
+    # 0.0500 cores at 80; 0.0625 at 60 then 66 (median 63, 10% apart), still slower
+    # than 0.05 beyond the 5%; then above and below the target, never within 5%.
+    table = _Table([80.0, 60.0, 66.0, 130.0, 89.0, 115.0, 120.0])
+    with pytest.raises(NotSettled) as raised:
+        _search(table, table, 100.0, 0.05, 0.05, lambda line: None)
+    message = str(raised.value)
+    assert "did not settle within 5% of 100 in 5 quotas (6 measurements)" in message
+    assert ("not monotonic in the quota (0.0625 cores trained 63.00 samples/s, 0.0500 "
+            "cores 80.00)") in message
+    assert "repeats at one quota differed by up to 10%" in message
+    assert len(raised.value.steps) == 5  # one per quota, the repeated one its median
+    assert raised.value.steps[1].samples_per_s == 63.0
+
+
+def test_a_monotonic_search_that_does_not_settle_blames_the_host():
+    flip = iter([2.0, 0.5] * 10)
+
+    def measure(workload, quota, target):
+        return Measurement(quota, target * next(flip), 1)
+
+    with pytest.raises(NotSettled) as raised:
+        _search(measure, _Table([]), 100.0, 0.2, 0.05, lambda line: None)
+    assert "not monotonic" not in str(raised.value)
+    assert "(5 measurements) (the host is too busy?)" in str(raised.value)

@@ -231,14 +231,15 @@ def test_environment_names_the_profile_check_of_a_study():
                 "extra": {"study": "park2019", "scale": 0.01, "method": "scripts",
                           "profile_check": [check]}}
     ok = {**check, "model": "resnet", "workload": "resnet-32 batch 32", "speedup": 16.0,
-          "action": "none", "new_quota_cores": None, "ratio": 0.97, "within": True}
+          "action": "none", "new_quota_cores": None, "ratio": 0.97, "within": True,
+          "train_s": 2.61}  # how long the check trained (since issue 47; not in older ones)
     settings["extra"]["profile_check"].append(ok)
     rows = dict(_rows(_page([_record()], settings), "<h2>Environment</h2>"))
     assert rows["study"] == "park2019 at scale 0.01 of its data, method scripts"
     assert rows["profile check"] == (
         "pi3b-park2019 on this host: lenet-mlp batch 64 2.08 x the board's rate (outside "
         "x/÷1.25), re-calibrated 0.0694 -> 0.0331 cores; resnet-32 batch 32 at speedup 16 "
-        "0.97 x the board's rate (within x/÷1.25)")
+        "0.97 x the board's rate over 2.6 s (within x/÷1.25)")
 
 
 def test_a_sweeps_values_come_out_escaped():
