@@ -32,6 +32,7 @@ from ..cluster.profiles import MAX_NODE_CORES, Profile, dilation, load_catalog
 from ..errors import ConfigError
 from . import NotSettled, Workload, _Measurer, _refuse_a_running_cluster, _search
 from .profiles_file import write_user_profile
+from .result import Measurement
 
 MODES = ("off", "refuse", "recalibrate")
 # Within x/÷(1 + tolerance) of the board's rate. The study's tables are judged on a band
@@ -85,6 +86,9 @@ class Check:
     train_s: float | None = None  # how long the check's measurement trained
     action: str = "none"  # none, or recalibrated
     new_quota_cores: float | None = None
+    # The last search measurement's rate at new_quota_cores (samples/s): what the node
+    # trains at after the re-calibration, which a study plans on (study/pace.py).
+    new_samples_per_s: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -188,9 +192,11 @@ def _check_one(profile: Profile, model: str, k: float, measure, mode: str,
             f"--model-quota --workload {rate.workload} --batch {rate.batch} "
             f"--samples-per-s {rate.samples_per_s:g}" + (f" --dilations {k:g}" if k != 1
                                                         else "") + "`")
-    new_quota = _recalibrate(measure, workload, rate.samples_per_s * k, quota, step,
-                             tolerance, report)
+    found = _recalibrate(measure, workload, rate.samples_per_s * k, quota, step,
+                         tolerance, report)
+    new_quota = found.quota_cores
     check.action, check.new_quota_cores = "recalibrated", new_quota
+    check.new_samples_per_s = found.samples_per_s
     profile = with_quota(profile, model, k, new_quota)
     path = write_user_profile(profile, to_file)
     report(f"{profile.name}: {model} at speedup {k:g}: {quota:.4f} -> {new_quota:.4f} "
@@ -213,11 +219,12 @@ def check_sweep(sweep, mode: str, tolerance: float = CHECK_TOLERANCE,
 
 
 def _recalibrate(measure, workload: Workload, target: float, quota: float, first,
-                 tolerance: float, report: Callable[[str], None]) -> float:
-    """The quota at which ``workload`` trains at ``target`` (``calibrate._search``)."""
+                 tolerance: float, report: Callable[[str], None]) -> Measurement:
+    """The measurement at the quota at which ``workload`` trains at ``target``
+    (``calibrate._search``): its quota and the rate measured there."""
     try:
         return _search(measure, workload, target, quota, RECALIBRATE_TOLERANCE, report,
-                       first=first)[-1].quota_cores
+                       first=first)[-1]
     except NotSettled as exc:
         best = min(exc.steps, key=lambda s: abs(s.samples_per_s / target - 1))
         ratio = best.samples_per_s / target
@@ -226,7 +233,7 @@ def _recalibrate(measure, workload: Workload, target: float, quota: float, first
         report(f"{workload.label}: not within {RECALIBRATE_TOLERANCE:.0%} in "
                f"{len(exc.steps)} measurements; the closest, {best.quota_cores:.4f} cores "
                f"({ratio:.2f} x), is taken")
-        return best.quota_cores
+        return best
 
 
 def with_quota(profile: Profile, model: str, speedup: float, quota: float) -> Profile:

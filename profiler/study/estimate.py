@@ -26,7 +26,9 @@ The provider says what its nodes are (``ClusterSettings.speed``). ``rate`` on no
 a profile (the emulated cluster) follows the CPU quota the node gets for the model: the
 study's own rate on the profile calibrated to it (``Study.profile``), in proportion to
 the quota on any other, times the time dilation the cell will get (the largest
-calibrated one that fits, up to ``speedup``: ``profiles.dilation``). Real boards
+calibrated one that fits, up to ``speedup``: ``profiles.dilation``), times the pace
+the profile check measured for the model at that dilation when it ran (pace.py: a node
+measured 1.3 x the board's rate trains 1.3 x as fast). Real boards
 (``inventory``) are taken to be as fast as the study's. Slots of this host (the local
 cluster) run at the host's speed, a rough guess (one host core per node). It is an
 estimate: the printed figure says so.
@@ -42,6 +44,7 @@ from ..engines import get_engine
 from ..sweep.thrashing import THRASH_S
 from .base import Study
 from .dilate import alone
+from .pace import Paces, pace_of
 
 STARTUP_S = 6.0
 PROCESS_CPU_S = 6.0  # MXNet's import, the KVStore's connections, the data: per process
@@ -53,9 +56,10 @@ RESNET_SETUP_S = 3.5
 
 
 def node_rate(study: Study, cell: CellConfig, speed: str, profile: str | None,
-              catalog: Catalog, speedup: float = 1.0) -> float:
+              catalog: Catalog, speedup: float = 1.0, paces: Paces | None = None) -> float:
     """The one-device training rate (samples/s) the cell's model is expected to have on
-    nodes of ``speed`` (``ClusterSettings.speed``: ``board``, ``profile`` or ``host``)."""
+    nodes of ``speed`` (``ClusterSettings.speed``: ``board``, ``profile`` or ``host``);
+    ``paces``: what the profile check measured on nodes of a profile (pace.py)."""
     rate = study.rate(cell)
     calibrated = catalog.profiles.get(study.profile) if study.profile else None
     if speed == "board" or calibrated is None:
@@ -67,7 +71,10 @@ def node_rate(study: Study, cell: CellConfig, speed: str, profile: str | None,
     dilated = alone(cell, profile or study.profile, catalog,
                     cell.speedup_within(speedup))
     # A mix trains at its slowest node's pace (in sync: every worker waits for it).
-    return rate * dilated * min(node.cpu_cores_for(cell.model) for node in nodes) / \
+    # The check measured the model's board workload; another batch keeps the study's
+    # ratio to it (``study.rate``) and is taken to be off by the same pace.
+    return rate * dilated * pace_of(paces, cell.model, dilated) * \
+        min(node.cpu_cores_for(cell.model) for node in nodes) / \
         calibrated.cpu_cores_for(cell.model)
 
 
@@ -93,10 +100,11 @@ def train_s(study: Study, cell: CellConfig, rate: float) -> float:
 
 
 def grid_s(study: Study, cells: list[CellConfig], speed: str, profile: str | None,
-           catalog: Catalog, val_samples: int, speedup: float = 1.0) -> float:
+           catalog: Catalog, val_samples: int, speedup: float = 1.0,
+           paces: Paces | None = None) -> float:
     """The whole grid's estimated time, seconds, on nodes of ``speed`` (``node_rate``)."""
-    return sum(cell_s(study, c, node_rate(study, c, speed, profile, catalog, speedup),
-                      val_samples) for c in cells)
+    return sum(cell_s(study, c, node_rate(study, c, speed, profile, catalog, speedup,
+                                          paces), val_samples) for c in cells)
 
 
 def shown(seconds: float) -> str:

@@ -4,10 +4,10 @@
 (cluster, scale, speedup, ...) into a sweep with its estimate, checking everything
 first and touching nothing; ``run`` checks the emulated cluster's calibrated profile
 on this host (``profiler.calibrate.check``: re-calibrated or refused when it drifted),
-plans again when the check re-calibrated a quota (``replanned``: the budget, the
-dilations and the window were chosen on the quotas before), runs that sweep like any
-other (resumable, every cell kept) and ends in its report, whose study section the
-study writes (``Study.section``).
+plans again on what the check measured (``replanned``: the budget, the dilations and the
+window were chosen on the quotas before, and on the board's rate the node was assumed
+to train at), runs that sweep like any other (resumable, every cell kept) and ends in
+its report, whose study section the study writes (``Study.section``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from ..cluster.profiles import MAX_SPEEDUP
 from . import budget, estimate
 from .base import Study
 from .dilate import dilated_alike, neutral_notes
+from .pace import Paces, measured, pace_notes
 from .window import raised_notes, windowed
 
 
@@ -56,6 +57,10 @@ class StudySettings:
     # Seconds the profile check took, when planning again after it (``replanned``): the
     # budget keeps them instead of budget.CHECK_S, and the plan no longer announces it.
     check_spent_s: float | None = None
+    # The pace the profile check measured per (model family, dilation k), when planning
+    # again after it (``replanned``, pace.py): the estimate and the window train the
+    # nodes at it instead of the board's rate alone.
+    measured_paces: Paces | None = None
 
 
 @dataclass
@@ -112,20 +117,30 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
     profile = cluster.node_profile
     catalog = load_catalog()
 
+    paces = settings.measured_paces or None
+
     def rate(cell) -> float:
+        """At the pace the profile check measured, when it ran (pace.py)."""
+        return estimate.node_rate(study, cell, cluster.speed, profile, catalog,
+                                  cluster.max_speedup, paces)
+
+    def assumed(cell) -> float:
+        """At the board's rate the profile was calibrated to."""
         return estimate.node_rate(study, cell, cluster.speed, profile, catalog,
                                   cluster.max_speedup)
 
     def timed(cells: list) -> list:
         """The cells one ratio compares at one speedup, each short one given the
-        training time a timed ratio needs (window.py)."""
+        training time a timed ratio needs (window.py: at the measured pace, never less
+        than the board's rate gives)."""
         alike = dilated_alike(study, cells, cluster.speed, profile, catalog,
                               cluster.max_speedup)
-        return windowed(study, alike, rate)
+        return windowed(study, alike, rate, assumed if paces else None)
 
     def grid_s(grid) -> float:
         return estimate.grid_s(study, repeated(timed(grid.cells), repeats), cluster.speed,
-                               profile, catalog, grid.val_samples, cluster.max_speedup)
+                               profile, catalog, grid.val_samples, cluster.max_speedup,
+                               paces)
 
     parsed, scale = study.parse(settings.options), settings.scale
     if settings.budget_s is None:
@@ -158,26 +173,33 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
         notes.append(f"first the profile {profile} is checked on this host ({check} if "
                      f"off by more than {settings.profile_tolerance:.0%}; a minute, a few "
                      "more if it re-calibrates)")
+    notes += pace_notes(paces)
     return StudyPlan(study, sweep, grid, seconds, notes, check, settings.profile_tolerance,
                      settings)
 
 
 def replanned(study_plan: StudyPlan, check_spent_s: float) -> StudyPlan | None:
-    """The study planned again on the quotas its profile check re-calibrated (recorded
-    in ``sweep.extra["profile_check"]``), or None when the check changed none.
+    """The study planned again on what its profile check measured and re-calibrated
+    (recorded in ``sweep.extra["profile_check"]``), or None when it measured nothing.
 
     The first plan chose the scale per part (``--budget``), each cell's dilation and the
-    samples that give a short cell its window from the quotas in the profile file then;
-    a re-calibration on a slower host raises them all (on this project's slower host,
-    LeNet-MLP's quota from 0.061 to 0.111 cores), so that plan would overrun its budget.
-    The checks are kept: the new plan's quotas are the ones they wrote; a budget keeps
-    the ``check_spent_s`` the check took in place of the share it reserved.
+    samples that give a short cell its window from the quotas in the profile file then,
+    taking each node to train at its board's rate. A re-calibration on a slower host
+    raises the quotas (on this project's slower host, LeNet-MLP's quota from 0.061 to
+    0.111 cores), so that plan would overrun its budget; and a node the check measured
+    off its board's rate, even within the tolerance, trains every cell off by as much:
+    on a fast host a cell raised to the 2.5 s window trained 1.73 s. So the new plan is
+    made on the quotas the checks wrote and at the pace they measured (pace.py:
+    ``StudySettings.measured_paces``). The checks are kept; a budget keeps the
+    ``check_spent_s`` the check took in place of the share it reserved.
     """
     checks = study_plan.sweep.extra.get("profile_check") or []
+    paces = measured(checks)
     if study_plan.settings is None or \
-            not any(c.get("action") == "recalibrated" for c in checks):
+            not (paces or any(c.get("action") == "recalibrated" for c in checks)):
         return None
-    again = plan(study_plan.study, replace(study_plan.settings, check_spent_s=check_spent_s))
+    again = plan(study_plan.study, replace(study_plan.settings, check_spent_s=check_spent_s,
+                                           measured_paces=paces or None))
     again.sweep.extra["profile_check"] = checks
     return again
 
@@ -209,7 +231,7 @@ def _repeats(settings: StudySettings) -> int:
 
 def run(study_plan: StudyPlan, *, progress: bool = True,
         on_start: Callable[[Path], None] | None = None):
-    """Check the profile, plan again if it re-calibrated (``replanned``), run the study's
+    """Check the profile, plan again on what it measured (``replanned``), run the study's
     sweep, then write its report with the study's section; returns (outcome, report
     path)."""
     from ..calibrate.check import check_sweep
@@ -224,7 +246,11 @@ def run(study_plan: StudyPlan, *, progress: bool = True,
     if again is not None:
         preflight(again.sweep)
         if progress:
-            _say("re-calibrated, so planned again on the new quotas:\n" + again.describe())
+            checks = again.sweep.extra.get("profile_check") or []
+            why = "re-calibrated, so planned again on the new quotas:" \
+                if any(c.get("action") == "recalibrated" for c in checks) else \
+                "planned again on the pace measured:"
+            _say(why + "\n" + again.describe())
         study_plan = again
     outcome = run_sweep(study_plan.sweep, progress=progress, on_start=on_start)
     return outcome, build_report(outcome.sweep_dir, study_section=study_plan.study.section)

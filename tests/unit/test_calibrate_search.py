@@ -123,3 +123,31 @@ def test_a_monotonic_search_that_does_not_settle_blames_the_host():
         _search(measure, _Table([]), 100.0, 0.2, 0.05, lambda line: None)
     assert "not monotonic" not in str(raised.value)
     assert "(5 measurements) (the host is too busy?)" in str(raised.value)
+
+
+def test_a_recalibrated_check_records_the_rate_measured_at_its_new_quota(tmp_path):
+    """The profile check's re-calibration (``check._check_one``) on a made-up curve: the
+    record keeps the last search measurement's rate beside its quota, which a study
+    plans on after the check (``study/pace.py``)."""
+    from profiler.calibrate.check import _check_one
+    from profiler.cluster.profiles import PACKAGED_PROFILES, load_catalog
+
+    profile = load_catalog([PACKAGED_PROFILES]).profiles["pi3b-park2019"]
+    board = profile.board_rates["lenet-mlp"].samples_per_s
+    start = profile.cpu_cores_for("lenet-mlp", 1.0)
+    measured: list[Measurement] = []
+
+    def measure(workload, quota, target):
+        # Twice the board's rate at the profile's quota, less than in proportion below.
+        measured.append(Measurement(quota, 2 * board * (quota / start) ** 0.8, 1))
+        return measured[-1]
+
+    check, new = _check_one(profile, "lenet-mlp", 1.0, measure, "recalibrate", 0.25,
+                            tmp_path / "profiles.yaml", lambda line: None)
+    assert check.action == "recalibrated" and check.ratio == pytest.approx(2.0)
+    assert len(measured) >= 2
+    assert check.new_quota_cores == measured[-1].quota_cores
+    assert check.new_samples_per_s == measured[-1].samples_per_s
+    assert abs(check.new_samples_per_s / board - 1) <= 0.08  # RECALIBRATE_TOLERANCE
+    assert check.as_record()["new_samples_per_s"] == check.new_samples_per_s
+    assert new.cpu_cores_for("lenet-mlp") == pytest.approx(check.new_quota_cores, abs=1e-5)

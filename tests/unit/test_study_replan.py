@@ -1,11 +1,13 @@
-"""A study planned again after its profile check re-calibrated (``plan.replanned``).
+"""A study planned again after its profile check (``plan.replanned``).
 
 The first plan is made from the quotas in the profile file; the check then finds them
 off on this host and writes new ones. On a slower host the new quotas are larger, fewer
 cells fit a time dilation, and the first plan would overrun its ``--budget``: the
-study is planned again on the quotas the check wrote. The check's measurement itself
-needs the emulated cluster (tests/e2e); here its outcome is written the way it writes
-it (``write_user_profile``) to a profiles file of the test's own.
+study is planned again on the quotas the check wrote. And whatever it measured, the
+study is planned again at the pace measured (``study/pace.py``): the window and the
+budget's estimate train each node at it. The check's measurement itself needs the
+emulated cluster (tests/e2e); here its outcome is written the way it writes it
+(``write_user_profile``, ``Check.as_record``) to a profiles file of the test's own.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from profiler.calibrate.profiles_file import write_user_profile
 from profiler.study import STUDIES
 from profiler.study.budget import CHECK_S
 from profiler.study.estimate import grid_s
+from profiler.study.pace import measured
 from profiler.study.plan import StudySettings, plan, replanned
 
 PARK = STUDIES["park2019"]
@@ -79,7 +82,7 @@ def test_a_recalibration_plans_the_budget_again_on_the_new_quotas(profiles):
 def test_a_check_that_changed_nothing_keeps_the_plan(profiles):
     first = plan(PARK, StudySettings(budget_s=BUDGET_S))
     assert replanned(first, check_spent_s=60.0) is None  # no check recorded
-    _checked(first, "none")
+    _checked(first, "none")  # nor any rate measured
     assert replanned(first, check_spent_s=60.0) is None
 
 
@@ -94,3 +97,64 @@ def test_a_check_that_leaves_no_room_is_refused_in_one_line(profiles):
     with pytest.raises(ConfigError, match=r"^--budget 10 min: .* \(plus 10 min for the "
                                           r"profile check\): give at least "):
         replanned(first, check_spent_s=590.0)
+
+
+def _measured(study_plan, pace: float) -> None:
+    """The check's records as it keeps them (``Check.as_record``), every model family
+    of the profile at every dilation measured at ``pace`` times its board's rate,
+    within the tolerance or not: nothing re-calibrated."""
+    profile = load_catalog().profiles[PROFILE]
+    study_plan.sweep.extra["profile_check"] = [
+        {"profile": PROFILE, "model": model, "workload": f"{model} batch {rate.batch}",
+         "speedup": k, "quota_cores": profile.cpu_cores_for(model, k),
+         "board_samples_per_s": rate.samples_per_s,
+         "samples_per_s": pace * rate.samples_per_s * k, "tolerance": 0.25,
+         "action": "none", "new_quota_cores": None, "new_samples_per_s": None,
+         "ratio": pace, "within": pace <= 1.25}
+        for model, rate in profile.board_rates.items() for k in profile.speedups(model)]
+
+
+def test_a_measured_pace_plans_the_window_again(profiles):
+    options = PARK.parse({"parts": ("table1",), "devices": (1, 10)})
+    first = plan(PARK, StudySettings(scale=0.01, options=options,
+                                     cluster_options={"speedup": 2.0}))
+    _measured(first, 2.0)
+    again = replanned(first, check_spent_s=60.0)
+    assert again is not None and again.settings.measured_paces[("lenet-mlp", 2.0)] == 2.0
+    # The ten-device cell, raised to the window on the board's rate, trains twice the
+    # samples at twice the pace (the one-device cell is at its dataset's cap here).
+    ten = [next(c for c in p.sweep.cells if c.devices == 10) for p in (first, again)]
+    assert ten[0].max_samples > 600  # raised in the first plan too
+    assert ten[1].max_samples == pytest.approx(2 * ten[0].max_samples, abs=2)
+    assert "the window and the estimate sized from the pace measured on this host: " \
+        "lenet-cnn 2.00 x the board, " in again.describe()
+    assert "lenet-mlp 2.00 x the board at speedup 2" in again.describe()
+    assert "sized from the pace" not in first.describe()
+    assert again.sweep.extra["profile_check"] == first.sweep.extra["profile_check"]
+
+
+def test_a_recalibrated_check_paces_at_its_last_measurement():
+    record = {"model": "lenet-mlp", "speedup": 4.0, "board_samples_per_s": 500.0,
+              "samples_per_s": 4000.0, "action": "recalibrated",
+              "new_samples_per_s": 2100.0}
+    assert measured([record]) == {("lenet-mlp", 4.0): pytest.approx(1.05)}
+    # Recorded before the rate at the new quota was: the board's, as re-calibrated.
+    assert measured([{**record, "new_samples_per_s": None}]) == {}
+    assert measured([{**record, "action": "none"}]) == {("lenet-mlp", 4.0): 2.0}
+
+
+def test_the_budget_is_planned_again_at_the_pace_measured(profiles):
+    first = plan(PARK, StudySettings(budget_s=BUDGET_S))
+    _measured(first, 0.5)  # within nothing: nodes at half the board's rate
+    again = replanned(first, check_spent_s=300.0)
+    paces = again.settings.measured_paces
+    # The first plan's cells at the pace measured: past what the check left of the
+    # budget; planned again, within it.
+    catalog, cluster = load_catalog(), first.sweep.cluster
+    overrun_s = grid_s(PARK, first.sweep.cells, cluster.speed, PROFILE, catalog,
+                       first.grid.val_samples, cluster.max_speedup, paces)
+    assert overrun_s > BUDGET_S - 300.0
+    assert again.estimate_s <= BUDGET_S - 300.0
+    assert again.estimate_s == pytest.approx(grid_s(
+        PARK, again.sweep.cells, cluster.speed, PROFILE, catalog, again.grid.val_samples,
+        cluster.max_speedup, paces))

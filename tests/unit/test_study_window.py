@@ -64,6 +64,35 @@ def test_the_raise_stops_at_what_the_dataset_holds_and_skips_untimed_cells():
     assert windowed(PARK, [oom, unset], _rate) == [oom, unset]
 
 
+def _paced(pace: float):
+    """A cell's rate as planned after a profile check that measured LeNet-MLP at
+    ``pace`` times the board's rate at every dilation (study/pace.py)."""
+    catalog = load_catalog()
+    paces = {("lenet-mlp", k): pace
+             for k in catalog.profiles[PROFILE].speedups("lenet-mlp")}
+    return lambda cell: node_rate(PARK, cell, "profile", PROFILE, catalog, 2.0, paces)
+
+
+def test_a_measured_pace_sizes_the_raise():
+    # Measured twice the board's rate: the node trains twice as fast, and the raised
+    # cell twice the samples to train as long.
+    short = _lenet(1, 600)
+    paced = _paced(2.0)
+    assert paced(short) == pytest.approx(2 * _rate(short))
+    at_board, = windowed(PARK, [short], _rate)
+    raised, = windowed(PARK, [short], paced, _rate)
+    assert raised.max_samples == pytest.approx(2 * at_board.max_samples, abs=2)
+    assert TARGET_S <= train_s(PARK, raised, paced(raised)) < TARGET_S * 1.01
+    # Measured slower than the board: never fewer samples than the board's rate gives
+    # (one short measurement; the window keeps its margin).
+    assert windowed(PARK, [short], _paced(0.5), _rate) == [at_board]
+    # No pace measured for the cell's model or dilation: the board's rate, as before.
+    other = {("lenet-example", 2.0): 2.0, ("lenet-mlp", 16.0): 2.0}
+    assert node_rate(PARK, short, "profile", PROFILE, load_catalog(), 2.0, other) == \
+        _rate(short)
+    assert windowed(PARK, [short], _rate, None) == [at_board]
+
+
 def test_the_plan_runs_and_prices_the_raised_cells():
     options = PARK.parse({"parts": ("table1",), "devices": (1, 10)})
     settings = StudySettings(scale=0.01, options=options, cluster_options={"speedup": 2.0},
