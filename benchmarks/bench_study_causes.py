@@ -24,6 +24,8 @@ candidate causes, each measured here in one run:
     sudo .venv/bin/python benchmarks/bench_study_causes.py --out causes.json
         # pi3b-park2019, LeNet-MLP b64 as Table 1 ran it, devices 1,5,9, speedups 1,2
     sudo .venv/bin/python benchmarks/bench_study_causes.py --model lenet-example  # Table 2
+    sudo .venv/bin/python benchmarks/bench_study_causes.py --model resnet --devices 1,4 \
+        --speedups 1,4,16 --builds 1
 
 Run it on a quiet host (the test suite beside it is a third cause). It prints what it
 measured; docs/study.md ("Why ratios moved between hosts") reads it.
@@ -46,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from profiler.calibrate import Workload, _Measurer  # noqa: E402
-from profiler.calibrate.check import CHECK_STEPS  # noqa: E402
+from profiler.calibrate.check import CHECK_STEPS, CHECK_TRAIN_S  # noqa: E402
 from profiler.cluster import cluster_settings  # noqa: E402
 from profiler.cluster.profiles import load_catalog  # noqa: E402
 from profiler.report.ratios import per_sample_s  # noqa: E402
@@ -56,6 +58,9 @@ from profiler.sweep.sweep import SweepSettings, run_sweep  # noqa: E402
 
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")  # cgroup v1's cpu controller (this host's)
 VAL_SAMPLES = 64
+# model -> (layers, batch): Table 1's LeNet-MLP, Table 2's example LeNet, the study's
+# ResNet at batch 32 (its shallowest depth here, 20: the slowest cells are ResNet's).
+MODELS = {"lenet-mlp": (None, 64), "lenet-example": (None, 64), "resnet": (20, 32)}
 POLL_S = 0.25
 
 
@@ -105,14 +110,14 @@ def _softirq_s() -> float:
 
 def pace_spread(profile, model: str, builds: int, work: Path) -> dict:
     """Part A: the one-device rate at the profile's quota in ``builds`` fresh one-node
-    clusters, at the profile check's length and at a study cell's (2.5 s or more)."""
+    clusters, measured over 6 steps and at the profile check's length."""
     rate = profile.board_rates[model]
     workload = Workload(rate.model, rate.layers, rate.batch)
     quota = profile.cpu_cores_for(model, 1)
     out = {}
-    for label, steps in (("check (6 steps)", CHECK_STEPS), ("window (2.5 s)", None)):
-        measure = _Measurer(work / label.split()[0], profile, steps=steps or 1,
-                            train_s=2.5 if steps is None else 0.0)
+    for label, steps, train_s in (("6 steps", 6, 0.0),
+                                  ("the check's", CHECK_STEPS, CHECK_TRAIN_S)):
+        measure = _Measurer(work / label.split()[-1], profile, steps=steps, train_s=train_s)
         ratios = [measure(workload, quota, rate.samples_per_s).samples_per_s
                   / rate.samples_per_s for _ in range(builds)]
         out[label] = ratios
@@ -161,7 +166,8 @@ def breakdown(records: list[dict], poller: Poller, devices: list[int]) -> list[d
 def run_breakdowns(profile_name: str, model: str, devices: list[int], speedups: list[float],
                    repeats: int, scale: float, work: Path) -> dict:
     how = g.METHOD["scripts"]
-    found = [g.Experiment("bench", model, None, 64, tuple(devices))]
+    layers, batch = MODELS[model]
+    found = [g.Experiment("bench", model, layers, batch, tuple(devices))]
     cells = g.cells(found, g.train_samples(found, scale, how), {model: "synthetic"},
                     "mxnet", how)
     out = {}
@@ -187,8 +193,9 @@ def _fmt(value, spec: str = ".0f") -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="pi3b-park2019")
-    parser.add_argument("--model", default="lenet-mlp", choices=("lenet-mlp", "lenet-example"),
-                        help="Table 1's LeNet-MLP or Table 2's example LeNet, batch 64")
+    parser.add_argument("--model", default="lenet-mlp", choices=tuple(MODELS),
+                        help="Table 1's LeNet-MLP, Table 2's example LeNet (batch 64) or "
+                             "ResNet-20 x 32")
     parser.add_argument("--devices", default="1,5,9")
     parser.add_argument("--speedups", default="1,2")
     parser.add_argument("--repeats", type=int, default=2)
@@ -213,15 +220,17 @@ def main() -> None:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-study-causes-") as tmp:
         pace = pace_spread(profile, args.model, args.builds, Path(tmp) / "pace")
-        rows = run_breakdowns(args.profile, args.model, devices, speedups, args.repeats, args.scale,
-                              Path(tmp) / "sweeps")
-    print(f"{args.profile}, {args.model} b64, host cores {len(os.sched_getaffinity(0))}, "
+        rows = run_breakdowns(args.profile, args.model, devices, speedups, args.repeats,
+                              args.scale, Path(tmp) / "sweeps")
+    cores = len(os.sched_getaffinity(0))
+    print(f"{args.profile}, {args.model} {MODELS[args.model]}, host cores {cores}, "
           f"{time.monotonic() - started:.0f} s")
     print(f"A. one-device pace / board's, quota {pace['quota_cores']:.4f} cores, "
           f"{args.builds} fresh clusters each:")
     for label, ratios in pace["ratios"].items():
+        spread = (max(ratios) - min(ratios)) / statistics.median(ratios)
         print(f"   {label:<16} " + " ".join(f"{r:.2f}" for r in ratios)
-              + f"   spread (max-min)/median {(max(ratios) - min(ratios)) / statistics.median(ratios):.2f}")
+              + f"   spread (max-min)/median {spread:.2f}")
     print("B. per step, board ms (medians over repeats); ratio = N / 1 time per sample")
     print(f"   {'k':>3} {'N':>3} {'step':>6} {'compute':>8} {'comm':>6} {'wait':>6} "
           f"{'data':>6} {'ratio':>6} {'throttled':>9} {'softirq ms/step':>15}")

@@ -26,6 +26,16 @@ if _WORKER.startswith("gw") and _WORKER[2:].isdigit():
     os.environ.pop("EDGEPROF_RUN_DIR", None)  # one state folder per instance
 
 
+# The user's re-calibrated profiles (~/.config/edgeprof/profiles.yaml, written by any
+# study run on this host) override the packaged ones: tests expect the packaged quotas.
+# Each test process gets a profiles file of its own, absent until a test writes it.
+if "EDGEPROF_USER_PROFILES" not in os.environ:
+    import tempfile
+
+    os.environ["EDGEPROF_USER_PROFILES"] = str(
+        Path(tempfile.mkdtemp(prefix="edgeprof-test-profiles-")) / "profiles.yaml")
+
+
 def pytest_xdist_make_scheduler(config, log):
     """Under pytest-xdist (setup.cfg: ``-n 2 --dist loadgroup``), the tests that must go
     together are one unit of work (``tests.support.scheduling``: a module's tests on the

@@ -37,7 +37,11 @@ from workloads import models as model_registry
 from ..errors import ConfigError
 
 PACKAGED_PROFILES = Path(__file__).with_name("profiles.yaml")
-USER_PROFILES = Path("~/.config/edgeprof/profiles.yaml")
+# The user's own profiles (``edgeprof cluster calibrate`` and the profile check write
+# there); $EDGEPROF_USER_PROFILES moves it (the test suite does: a host's re-calibrated
+# quotas must not change what its tests expect).
+USER_PROFILES_ENV = "EDGEPROF_USER_PROFILES"
+USER_PROFILES = Path(os.environ.get(USER_PROFILES_ENV) or "~/.config/edgeprof/profiles.yaml")
 PROFILES_ENV = "EDGEPROF_PROFILES"
 # CFS takes a quota of at least 1 ms per period and a period of at most 1 s, so the
 # smallest quota is 1 ms per second (cgroups.cfs_period_us).
