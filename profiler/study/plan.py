@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from ..cell import DEFAULT_ENGINE
+from ..cell import DEFAULT_ENGINE, CellConfig
 from ..errors import DataError
 from ..cluster.profiles import MAX_SPEEDUP
 from . import budget, estimate
@@ -74,6 +74,9 @@ class StudyPlan:
     profile_tolerance: float = 0.10
     # What it was planned from: ``run`` plans again from it after a re-calibration.
     settings: StudySettings | None = None
+    # A cell's estimated seconds (``estimate.cell_s`` at the plan's rates): ``run``
+    # keeps ``--budget`` with it (budget.Keeper).
+    cell_s: Callable[[CellConfig], float] | None = None
 
     def describe(self) -> str:
         """What will run, in a few lines (printed before the study starts)."""
@@ -175,7 +178,8 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
                      "more if it re-calibrates)")
     notes += pace_notes(paces)
     return StudyPlan(study, sweep, grid, seconds, notes, check, settings.profile_tolerance,
-                     settings)
+                     settings, lambda cell: estimate.cell_s(study, cell, rate(cell),
+                                                            grid.val_samples))
 
 
 def replanned(study_plan: StudyPlan, check_spent_s: float) -> StudyPlan | None:
@@ -252,7 +256,13 @@ def run(study_plan: StudyPlan, *, progress: bool = True,
                 "planned again on the pace measured:"
             _say(why + "\n" + again.describe())
         study_plan = again
-    outcome = run_sweep(study_plan.sweep, progress=progress, on_start=on_start)
+    keeper = _keeper(study_plan, started_s)
+    outcome = run_sweep(study_plan.sweep, progress=progress, on_start=on_start,
+                        on_record=keeper.observe if keeper else None)
+    if outcome.held_back and progress:
+        _say_sweep(f"{outcome.held_back} cell{'s' if outcome.held_back > 1 else ''} not "
+                   f"run: {outcome.held_reason}; `--resume --out {outcome.sweep_dir}` runs "
+                   "them")
     return outcome, build_report(outcome.sweep_dir, study_section=study_plan.study.section)
 
 
@@ -260,3 +270,20 @@ def _say(line: str) -> None:
     import click
 
     click.echo(f"profile check: {line}", err=True)
+
+
+def _keeper(study_plan: StudyPlan, started_s: float) -> "budget.Keeper | None":
+    """``--budget`` kept at run time (budget.Keeper), from when the study started (its
+    profile check is in the budget); None without a budget."""
+    settings = study_plan.settings
+    if settings is None or settings.budget_s is None or study_plan.cell_s is None:
+        return None
+    keeper = budget.Keeper(started_s + settings.budget_s * budget.OVERRUN, study_plan.cell_s)
+    study_plan.sweep.may_start = keeper
+    return keeper
+
+
+def _say_sweep(line: str) -> None:
+    import click
+
+    click.echo(f"study: {line}", err=True)

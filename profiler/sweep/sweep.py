@@ -68,6 +68,10 @@ class SweepSettings:
     # What each node costs per hour (``--price``, profiler.cluster.prices): the cells'
     # cost columns (profiler.sweep.cost); None: no cost columns.
     price: PriceSpec | None = None
+    # Whether a cell may still start: None, or why not (a study's ``--budget`` spent:
+    # study/plan.py). A cell it holds back is not run and not recorded; ``--resume``
+    # runs it later. Not part of the identity: it decides when, not what.
+    may_start: Callable[[CellConfig], str | None] | None = None
 
     def identity(self) -> dict:
         """What else, besides each cell's configuration, decides a cell's results.
@@ -90,6 +94,9 @@ class SweepOutcome:
     sweep_dir: Path
     records: list[dict]  # this run's records, in grid order (skipped cells included)
     skipped: int = 0
+    # Cells ``SweepSettings.may_start`` held back, and the first reason it gave.
+    held_back: int = 0
+    held_reason: str = ""
 
 
 def run_sweep(settings: SweepSettings, *, progress: bool = True,
@@ -128,12 +135,13 @@ def _run_sweep(settings: SweepSettings, stop: StopRequest, progress: bool,
     with settings.cluster.open(grid_needs(settings.cells)) as cluster:
         if on_start is not None:
             on_start(sweep_dir)
-        records = _run_cells(SweepRun(settings, cluster, engines, sweep_id, sweep_dir,
-                                      options, store, done, previous, stop,
-                                      progress=progress, on_record=on_record))
+        run = SweepRun(settings, cluster, engines, sweep_id, sweep_dir, options, store,
+                       done, previous, stop, progress=progress, on_record=on_record)
+        records = _run_cells(run)
     # The grid's cells found done; the folder may hold others (a resume with a smaller grid).
     skipped = sum(cell.cell_id in done for cell in settings.cells)
-    return SweepOutcome(sweep_id, sweep_dir, records, skipped=skipped)
+    return SweepOutcome(sweep_id, sweep_dir, records, skipped=skipped,
+                        held_back=run.held_back, held_reason=run.held_reason)
 
 
 @dataclass
@@ -153,6 +161,8 @@ class SweepRun:
     progress: bool = True  # the progress bar
     on_record: Callable[[dict], None] | None = None
     shipper: LiveShipper | None = None  # --influx-*: started by _run_cells
+    held_back: int = 0  # cells SweepSettings.may_start did not let start
+    held_reason: str = ""
 
 
 def _run_cells(run: SweepRun) -> list[dict]:
@@ -170,6 +180,12 @@ def _run_cells(run: SweepRun) -> list[dict]:
             run.stop.raise_if_requested()
             if cell.cell_id in run.done:
                 records.append(run.previous[cell.cell_id])
+                bar.update(1)
+                continue
+            why = run.settings.may_start(cell) if run.settings.may_start else None
+            if why:
+                run.held_back += 1
+                run.held_reason = run.held_reason or why
                 bar.update(1)
                 continue
             bar.set_description(cell_label(cell))

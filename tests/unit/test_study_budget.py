@@ -147,3 +147,23 @@ def test_a_study_without_parts_gets_one_scale():
     assert small.sweep.extra["scale"] < big.sweep.extra["scale"] == 1.0
     assert small.estimate_s <= 60 and small.sweep.extra["budget_left_out"] == []
     assert "chosen from the estimate, scale " in small.describe()
+
+
+def test_the_keeper_starts_a_cell_only_when_it_ends_within_the_budget_at_the_runs_pace():
+    from profiler.study.budget import Keeper
+
+    now = [0.0]
+    keeper = Keeper(100.0, lambda cell: 20.0, clock=lambda: now[0])
+    assert keeper("a") is None  # 20 s of 100 left
+    now[0] = 40.0  # it took twice its estimate
+    keeper.observe({})
+    assert keeper.pace == 2.0
+    # 60 s left, the next needs 20 x 2 = 40: it starts, and takes 50 s.
+    assert keeper("b") is None
+    now[0] = 90.0
+    keeper.observe({})
+    assert keeper.pace == 90.0 / 40.0
+    why = keeper("c")  # 10 s left for 20 x 2.25
+    assert why == "the budget is spent (10 s left, a cell needs about 45 s)"
+    keeper.observe({})  # nothing was running: the pace stays
+    assert keeper.pace == 90.0 / 40.0
