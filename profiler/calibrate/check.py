@@ -228,11 +228,17 @@ def _recalibrate(measure, workload: Workload, target: float, quota: float, first
     except NotSettled as exc:
         best = min(exc.steps, key=lambda s: abs(s.samples_per_s / target - 1))
         ratio = best.samples_per_s / target
-        if not within(ratio, tolerance):
+        # On a busy host the rate at one quota wanders by 16% (a study run beside the
+        # test suite: 0.83 and 0.97 x at 0.1084 cores, and the closest of five quotas
+        # 0.90 x): a study is not thrown away for that; a quota off by more than twice
+        # the tolerance is, as it would move every ratio by more than the band allows.
+        if not within(ratio, 2 * tolerance):
             raise
+        noisy = "" if within(ratio, tolerance) else \
+            f", outside the check's x/÷{1 + tolerance:g}: the host is busy"
         report(f"{workload.label}: not within {RECALIBRATE_TOLERANCE:.0%} in "
                f"{len(exc.steps)} measurements; the closest, {best.quota_cores:.4f} cores "
-               f"({ratio:.2f} x), is taken")
+               f"({ratio:.2f} x{noisy}), is taken")
         return best
 
 

@@ -151,3 +151,24 @@ def test_a_recalibrated_check_records_the_rate_measured_at_its_new_quota(tmp_pat
     assert abs(check.new_samples_per_s / board - 1) <= 0.08  # RECALIBRATE_TOLERANCE
     assert check.as_record()["new_samples_per_s"] == check.new_samples_per_s
     assert new.cpu_cores_for("lenet-mlp") == pytest.approx(check.new_quota_cores, abs=1e-5)
+
+
+def test_a_recalibration_that_does_not_settle_takes_the_closest_within_twice_the_tolerance():
+    from profiler.calibrate.check import _recalibrate
+
+    def stepped(low: float, high: float):
+        """A rate that jumps across the target at 0.06 cores: monotonic, never within
+        5% (a host too busy for the search's tolerance)."""
+        def measure(workload, quota, target):
+            return Measurement(quota, low if quota < 0.06 else high, 2.5)
+        return measure
+
+    lines: list[str] = []
+    found = _recalibrate(stepped(85.0, 118.0), _Table([]), 100.0, 0.05,
+                         Measurement(0.05, 85.0, 2.5), 0.10, lines.append)
+    assert found.samples_per_s == 85.0
+    assert "(0.85 x, outside the check's x/÷1.1: the host is busy), is taken" in lines[-1]
+    # Off by more than twice the tolerance (the closest 0.75 x): refused.
+    with pytest.raises(NotSettled):
+        _recalibrate(stepped(75.0, 135.0), _Table([]), 100.0, 0.05,
+                     Measurement(0.05, 75.0, 2.5), 0.10, lambda line: None)
