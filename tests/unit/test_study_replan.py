@@ -158,3 +158,36 @@ def test_the_budget_is_planned_again_at_the_pace_measured(profiles):
     assert again.estimate_s == pytest.approx(grid_s(
         PARK, again.sweep.cells, cluster.speed, PROFILE, catalog, again.grid.val_samples,
         cluster.max_speedup, paces))
+
+
+def test_the_families_a_new_plan_takes_in_are_checked_in_turn():
+    """``plan._check_unchecked``: the first round checks every family; after a new plan
+    took in ResNet (Table 4), only ResNet is checked, the records kept in order."""
+    from types import SimpleNamespace
+
+    from profiler.cell import CellConfig
+    from profiler.study.plan import _check_unchecked
+    from profiler.sweep.sweep import SweepSettings
+
+    asked = []
+
+    def check_sweep(sweep, mode, tolerance, report=None):
+        models = sorted({c.model for c in sweep.cells})
+        asked.append(models)
+        sweep.extra["profile_check"] = [{"model": m, "speedup": 1.0} for m in models]
+
+    lenet = CellConfig(model="lenet-mlp", layers=None, batch=64, devices=1)
+    resnet = CellConfig(model="resnet", layers=32, batch=32, devices=10)
+    first = SimpleNamespace(sweep=SweepSettings(cells=[lenet], extra={"study": "x"}),
+                            profile_check="recalibrate", profile_tolerance=0.1)
+    assert _check_unchecked(first, check_sweep, None)
+    assert first.sweep.extra == {"study": "x", "profile_check": [
+        {"model": "lenet-mlp", "speedup": 1.0}]}
+    again = SimpleNamespace(sweep=SweepSettings(
+        cells=[lenet, resnet], extra={"profile_check": first.sweep.extra["profile_check"]}),
+        profile_check="recalibrate", profile_tolerance=0.1)
+    assert _check_unchecked(again, check_sweep, None)
+    assert asked == [["lenet-mlp"], ["resnet"]]
+    assert [c["model"] for c in again.sweep.extra["profile_check"]] == ["lenet-mlp", "resnet"]
+    assert not _check_unchecked(again, check_sweep, None)  # nothing left: no round
+    assert len(asked) == 2
