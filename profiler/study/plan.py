@@ -289,7 +289,8 @@ def _check_unchecked(study_plan: StudyPlan, check_sweep, report) -> bool:
     part = replace(sweep, cells=cells, extra={})
     check_sweep(part, study_plan.profile_check, study_plan.profile_tolerance, report=report)
     measured = part.extra.get("profile_check") or []
-    sweep.extra["profile_check"] = before + measured
+    if measured:  # nothing checked (off, no profile, resumed): sweep.json as before
+        sweep.extra["profile_check"] = before + measured
     return bool(measured)
 
 

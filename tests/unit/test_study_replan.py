@@ -191,3 +191,17 @@ def test_the_families_a_new_plan_takes_in_are_checked_in_turn():
     assert [c["model"] for c in again.sweep.extra["profile_check"]] == ["lenet-mlp", "resnet"]
     assert not _check_unchecked(again, check_sweep, None)  # nothing left: no round
     assert len(asked) == 2
+
+
+def test_a_check_that_measured_nothing_leaves_the_sweeps_record_as_it_was():
+    from types import SimpleNamespace
+
+    from profiler.cell import CellConfig
+    from profiler.study.plan import _check_unchecked
+    from profiler.sweep.sweep import SweepSettings
+
+    plan = SimpleNamespace(sweep=SweepSettings(
+        cells=[CellConfig(model="lenet-mlp", layers=None, batch=64, devices=1)],
+        extra={"study": "x"}), profile_check="off", profile_tolerance=0.1)
+    assert not _check_unchecked(plan, lambda sweep, *a, **k: None, None)
+    assert plan.sweep.extra == {"study": "x"}  # no empty profile_check (sweep.json)
