@@ -4,8 +4,8 @@ The estimate takes a node of a calibrated profile to train at the study's own ra
 times its dilation (``estimate.node_rate``): an assumption, which the check
 (``profiler.calibrate.check``) puts to the test before every study by training each
 model family at each dilation its cells get. Within the check's tolerance the node may
-still be off by up to 1.1 x (1.25 x before issue 47), and on a fast host a LeNet-MLP cell "raised to 2.5 s"
-by the window (window.py) trained 1.73-1.75 s. So the plan after the check
+still be off by up to 1.1 x (1.25 x before issue 47), and on a fast host a LeNet-MLP
+cell "raised to 2.5 s" by the window (window.py) trained 1.73-1.75 s. So the plan after the check
 (``plan.replanned``) takes the pace the check measured: per (model family, dilation k),
 the rate measured over the board's rate times k. After a re-calibration that is the
 last measurement of the search, at the new quota (``Check.new_samples_per_s``).
