@@ -20,12 +20,17 @@ candidate causes, each measured here in one run:
    charged to no node: part B prints the host's softirq CPU-seconds per step.
 4. **Dilation.** Part B runs at each of ``--speedups``: a cause that grows with k shows
    as a ratio that moves with k while the denominator stays.
+5. **A busy host.** Part B runs beside each of ``--hogs`` busy processes (a core each, at
+   the host's default priority, as another user's job would be): a cause that grows with
+   the host's load shows as a ratio that moves with the hogs at the same quota.
 
     sudo .venv/bin/python benchmarks/bench_study_causes.py --out causes.json
         # pi3b-park2019, LeNet-MLP b64 as Table 1 ran it, devices 1,5,9, speedups 1,2
     sudo .venv/bin/python benchmarks/bench_study_causes.py --model lenet-example  # Table 2
     sudo .venv/bin/python benchmarks/bench_study_causes.py --model resnet --devices 1,4 \
         --speedups 1,4,16 --builds 1
+    sudo .venv/bin/python benchmarks/bench_study_causes.py --devices 1,3,5 --speedups 1 \
+        --hogs 0,2  # the same quota, quiet and beside two busy processes
 
 Run it on a quiet host (the test suite beside it is a third cause). It prints what it
 measured; docs/study.md ("Why ratios moved between hosts") reads it.
@@ -34,9 +39,11 @@ measured; docs/study.md ("Why ratios moved between hosts") reads it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -163,8 +170,21 @@ def breakdown(records: list[dict], poller: Poller, devices: list[int]) -> list[d
     return rows
 
 
+@contextlib.contextmanager
+def busy(processes: int):
+    """``processes`` busy loops beside the block, at the host's default priority."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
 def run_breakdowns(profile_name: str, model: str, devices: list[int], speedups: list[float],
-                   repeats: int, scale: float, work: Path) -> dict:
+                   repeats: int, scale: float, work: Path, hogs: int = 0) -> dict:
     how = g.METHOD["scripts"]
     layers, batch = MODELS[model]
     found = [g.Experiment("bench", model, layers, batch, tuple(devices))]
@@ -177,9 +197,11 @@ def run_breakdowns(profile_name: str, model: str, devices: list[int], speedups: 
         cluster = cluster_settings("emulated", profile=profile_name, speedup=k)
         # Every cell at k (the study caps a ratio's cells at one dilation: study/dilate.py).
         runs = repeated([replace(c, max_speedup=k) for c in cells], repeats)
-        settings = SweepSettings(cells=runs, cluster=cluster, out_dir=work / f"k{k:g}",
+        settings = SweepSettings(cells=runs, cluster=cluster,
+                                 out_dir=work / f"h{hogs}k{k:g}",
                                  interval_s=None, val_samples=VAL_SAMPLES)
-        records = run_sweep(settings, progress=sys.stderr.isatty()).records
+        with busy(hogs):
+            records = run_sweep(settings, progress=sys.stderr.isatty()).records
         poller.stop.set()
         poller.join()
         out[k] = breakdown(records, poller, devices)
@@ -202,10 +224,13 @@ def main() -> None:
     parser.add_argument("--builds", type=int, default=3,
                         help="part A: fresh one-node clusters measured")
     parser.add_argument("--scale", type=float, default=0.02)
+    parser.add_argument("--hogs", default="0",
+                        help="part B beside each of these numbers of busy processes")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     devices = sorted({int(d) for d in args.devices.split(",")} | {1})
     speedups = [float(k) for k in args.speedups.split(",")]
+    hog_counts = [int(h) for h in args.hogs.split(",")]
     catalog = load_catalog()
     if args.profile not in catalog.profiles or args.model not in \
             catalog.profiles[args.profile].board_rates:
@@ -220,8 +245,9 @@ def main() -> None:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-study-causes-") as tmp:
         pace = pace_spread(profile, args.model, args.builds, Path(tmp) / "pace")
-        rows = run_breakdowns(args.profile, args.model, devices, speedups, args.repeats,
-                              args.scale, Path(tmp) / "sweeps")
+        rows = {hogs: run_breakdowns(args.profile, args.model, devices, speedups,
+                                     args.repeats, args.scale, Path(tmp) / "sweeps", hogs)
+                for hogs in hog_counts}
     cores = len(os.sched_getaffinity(0))
     print(f"{args.profile}, {args.model} {MODELS[args.model]}, host cores {cores}, "
           f"{time.monotonic() - started:.0f} s")
@@ -232,18 +258,20 @@ def main() -> None:
         print(f"   {label:<16} " + " ".join(f"{r:.2f}" for r in ratios)
               + f"   spread (max-min)/median {spread:.2f}")
     print("B. per step, board ms (medians over repeats); ratio = N / 1 time per sample")
-    print(f"   {'k':>3} {'N':>3} {'step':>6} {'compute':>8} {'comm':>6} {'wait':>6} "
+    print(f"   {'hogs':>4} {'k':>3} {'N':>3} {'step':>6} {'compute':>8} {'comm':>6} {'wait':>6} "
           f"{'data':>6} {'ratio':>6} {'throttled':>9} {'softirq ms/step':>15}")
-    for k, table in rows.items():
-        for r in table:
-            print(f"   {k:>3g} {r['devices']:>3} {_fmt(r['steady_step_ms']):>6} "
-                  f"{_fmt(r['compute_ms_mean']):>8} {_fmt(r['comm_ms_mean']):>6} "
-                  f"{_fmt(r['wait_ms_mean']):>6} {_fmt(r['data_ms_mean']):>6} "
-                  f"{_fmt(r['ratio'], '.2f'):>6} {_fmt(r['throttled_share'], '.2f'):>9} "
-                  f"{_fmt(r['softirq_ms_per_step'], '.1f'):>15}")
+    for hogs, by_k in rows.items():
+        for k, table in by_k.items():
+            for r in table:
+                print(f"   {hogs:>4} {k:>3g} {r['devices']:>3} {_fmt(r['steady_step_ms']):>6} "
+                      f"{_fmt(r['compute_ms_mean']):>8} {_fmt(r['comm_ms_mean']):>6} "
+                      f"{_fmt(r['wait_ms_mean']):>6} {_fmt(r['data_ms_mean']):>6} "
+                      f"{_fmt(r['ratio'], '.2f'):>6} {_fmt(r['throttled_share'], '.2f'):>9} "
+                      f"{_fmt(r['softirq_ms_per_step'], '.1f'):>15}")
     if args.out:
-        args.out.write_text(json.dumps({"pace": pace, "breakdown": {str(k): v for k, v in
-                                                                    rows.items()}},
+        breakdowns = {f"hogs={hogs}": {f"k={k:g}": table for k, table in by_k.items()}
+                      for hogs, by_k in rows.items()}
+        args.out.write_text(json.dumps({"pace": pace, "breakdown": breakdowns},
                                        indent=1) + "\n")
 
 

@@ -6,7 +6,8 @@
 # tests ship to), dataset-fashion-mnist (real images, no download), python3-venv,
 # openssh (the inventory cluster's client; sshd inside emulated nodes in tests),
 # iptables (the playbook test checks the firewall role's rules inside a node),
-# chromium (the report is opened headless in tests).
+# chromium (the report is opened headless in tests), docker.io (dockerd with Swarm mode:
+# the swarm provider and its tests) and mmdebstrap (`edgeprof image build`'s root).
 # Python packages: PyTorch's CPU build (never the CUDA build), edgeprof with its pinned
 # MXNet 1.9.1 and NumPy < 1.24 (every pip call uses constraints.txt so that nothing pulls
 # NumPy 2 or another torch), then Horovod 0.28.1 built against that MXNet with Gloo.
@@ -22,7 +23,7 @@ cd "$(dirname "$0")/.."
 # ganglia-monitor collectd prometheus-node-exporter` says inactive where systemd runs).
 APT_PACKAGES=(python3-venv python3-dev g++ cmake make iproute2 ethtool influxdb victoria-metrics
               curl procps dataset-fashion-mnist openssh-server openssh-client chromium iptables
-              ganglia-monitor collectd-core prometheus-node-exporter)
+              ganglia-monitor collectd-core prometheus-node-exporter docker.io mmdebstrap)
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 

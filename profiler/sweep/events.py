@@ -36,6 +36,18 @@ class CellEvents:
                 return f"worker {e.get('rank')}: {e.get('message', kind)}"
         return None
 
+    def phase(self, rank: int) -> str | None:
+        """Where worker ``rank`` was when its events stop: "in its first epoch", "after
+        epoch N" or "after its end event"; None before its start (a crash's place in a
+        reason)."""
+        kinds = [e.get("event") for e in self.by_rank.get(rank, [])]
+        if "end" in kinds:
+            return "after its end event"
+        if "start" not in kinds:
+            return None
+        epochs = kinds.count("epoch")
+        return f"after epoch {epochs}" if epochs else "in its first epoch"
+
     def train_window(self) -> tuple[float, float] | None:
         """(first worker start, last worker end), the training window, or None."""
         starts, ends = self.of("start"), self.of("end")

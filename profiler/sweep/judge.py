@@ -61,8 +61,12 @@ def _exit_verdict(ending: Ending, events: CellEvents, cell_dir: Path) -> tuple[s
     culprit = ending.culprit
     if culprit is None:
         return Status.FAILED, "unknown failure"
-    return Status.FAILED, f"{culprit.spec.title} {_exit_text(culprit.returncode)}: " + _last_line(
+    reason = f"{culprit.spec.title} {_exit_text(culprit.returncode)}: " + _last_line(
         cell_dir / "logs" / f"{culprit.spec.name}.log")
+    # Where a started worker was (its events say): a crash after its end event lost no
+    # measurement; one in the first epoch is a set-up's.
+    phase = events.phase(culprit.spec.rank) if culprit.spec.role == "worker" else None
+    return Status.FAILED, reason + (f" ({phase})" if phase else "")
 
 
 def _exit_text(returncode: int | None) -> str:

@@ -78,6 +78,23 @@ def test_a_cell_past_its_timeout_is_stopped_and_every_role_killed(tmp_path):
     assert 0.5 <= record["reaped_at"] - record["launched_at"] < 10
 
 
+@pytest.mark.parametrize("events, where", [
+    (['{"event": "start", "t": 1}'], " (in its first epoch)"),
+    (['{"event": "start", "t": 1}', '{"event": "epoch", "epoch": 1, "epoch_s": 1, "t": 2}'],
+     " (after epoch 1)"),
+    (['{"event": "start", "t": 1}', '{"event": "end", "t": 3}'], " (after its end event)"),
+])
+def test_a_crashed_worker_s_reason_says_where_its_events_stopped(tmp_path, events, where):
+    # A framework that aborts in its own shutdown, after the worker's end event, lost no
+    # measurement; the reason tells that apart from a crash mid-training.
+    log = tmp_path / "attempt-1" / "events" / "worker-0.jsonl"
+    lines = " ".join(f"'{line}'" for line in events)
+    worker = f"mkdir -p {log.parent}; printf '%s\\n' {lines} > {log}; kill -ABRT $$"
+    record = _run(tmp_path, ShellEngine(worker))
+    assert (record["status"], record["reason"]) == (
+        "failed", f"worker-0 was killed by SIGABRT: (empty log){where}")
+
+
 def test_a_failure_to_start_is_the_cell_s_not_the_sweep_s(tmp_path):
     record = _run(tmp_path, ShellEngine("exit 0", fail_plan=True))
     assert (record["status"], record["reason"]) == (
