@@ -62,10 +62,9 @@ def shutdown() -> None:
     """Leave the job once this worker's last step is done: wait for MXNet's engine to
     finish the allreduces it still holds, then stop Horovod's background thread (what
     Horovod's own ``atexit`` handler would do). The worker then skips the interpreter's
-    teardown (``MXNetWorker.teardown``): the destructors run there, after Horovod's
-    shutdown, now and then destroyed a joinable thread and aborted a worker that had
-    finished training (SIGABRT, "terminate called without an active exception": the
-    chaos soak lost a fault-free Horovod cell so)."""
+    teardown (``MXNetWorker.teardown``): nothing is left for the destructors there but
+    MXNet's engine, whose threads they may find running. (The aborts once put down to
+    that teardown were the start's broadcast: ``broadcast_from_root``.)"""
     import horovod.mxnet as hvd
     import mxnet as mx
 
@@ -74,21 +73,32 @@ def shutdown() -> None:
 
 
 def broadcast_from_root(params) -> None:
-    """Give every worker rank 0's parameter values (``hvd.broadcast_parameters``, safely).
+    """Give every worker rank 0's parameter values: a sum over the workers of rank 0's
+    values and everyone else's zeros, through Horovod's allreduce.
 
-    ``hvd.broadcast_parameters`` fails on a ResNet initialised by a forward pass outside
-    ``autograd.record()``: MKL-DNN then keeps convolution weights in its own blocked
-    layout, and Horovod reads tensors as plain buffers ("We can't generate TBlob for
-    MKLDNN data"). ``copy()`` yields a plain-layout array; it is broadcast and copied
-    back (MXNet converts the layout on that copy). Gradients are plain already.
+    Not ``hvd.broadcast_`` (nor ``hvd.broadcast_parameters``, which calls it): Horovod
+    0.28.1's ``EnqueueTensorBroadcast`` logs the tensor's name *after* handing the
+    tensor to its background thread, and that name lives in the MXNet operation's
+    parameters, which the background thread frees once the broadcast is done. When the
+    enqueuing engine thread is preempted in between (a loaded host), it reads freed
+    memory: SIGSEGV, which MXNet's handler turns into ``exit(-1)``, whose destructors
+    abort ("terminate called without an active exception"; a core dump of a Horovod
+    test's worker in the suite showed exactly this stack). The allreduce path logs a
+    copy of its names. Zeros plus rank 0's values are rank 0's values exactly.
+
+    ``copy()`` yields a plain-layout array: MKL-DNN keeps a ResNet's convolution
+    weights, initialised by a forward pass outside ``autograd.record()``, in a blocked
+    layout Horovod cannot read ("We can't generate TBlob for MKLDNN data"); the result
+    is copied back (MXNet converts the layout on that copy). Gradients are plain already.
     """
     import horovod.mxnet as hvd
     import mxnet as mx
 
+    root = hvd.rank() == 0
     for name, param in sorted(params.items()):
         weights = param.data()
-        plain = weights.copy()
-        hvd.broadcast_(plain, root_rank=0, name=name)
+        plain = weights.copy() if root else mx.nd.zeros_like(weights)
+        hvd.allreduce_(plain, op=hvd.Sum, name=f"init.{name}")
         plain.copyto(weights)
     mx.nd.waitall()
 

@@ -98,7 +98,7 @@ class MXNetWorker(Worker):
         net.initialize(gluon_models.initializer(models.get(args.model)))
         net.hybridize(static_alloc=True)
         # Deferred init: shapes exist only after a forward pass, and the trainer
-        # (Horovod's broadcast, the KVStore's init) needs them.
+        # (Horovod's start from rank 0, the KVStore's init) needs them.
         net(mx.nd.zeros((args.batch, *models.input_shape(args.model)))).wait_to_read()
         self.net = net
         self.lr_applied = optim.applied_lr(args.lr, args.lr_scaling, args.comm,
