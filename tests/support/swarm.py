@@ -66,10 +66,12 @@ def dev_image_tar(path: Path) -> Path:
 
 def dev_mounts(repo: Path) -> list[str]:
     """What the development image needs from the host, read-only at the same paths: the
-    repository, the venv it links to, and the Python the venv was made from."""
+    repository, the venv it links to, the Python the venv was made from, and Debian's
+    Fashion-MNIST (the default dataset of the small models)."""
     venv = Path(sys.prefix).resolve()
     python_home = Path(os.path.realpath(sys.executable)).parents[1]
-    paths = {str(repo.resolve()), str(repo), str(venv), str(python_home)}
+    paths = {str(repo.resolve()), str(repo), str(venv), str(python_home),
+             "/usr/share/datasets"}
     if str(python_home).startswith("/root/.pyenv/"):
         paths.add("/root/.pyenv")
         paths.discard(str(python_home))
