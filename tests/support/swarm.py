@@ -46,6 +46,10 @@ DAEMON_STOP_TIMEOUT_S = 20
 KEY_FILE = Path("/etc/docker/key.json")
 # The overlay networks' subnets, away from the emulated cluster's 10.213.x.0/24.
 ADDRESS_POOL = "10.199.0.0/16"
+EMULATED_CONTROLLERS = ("cpu", "cpuacct", "memory")
+# What the venv's wheels load from the system and minbase lacks: MXNet's OpenMP and
+# quad-precision maths, the Python's ctypes, ssl and sqlite3.
+DEV_IMAGE_PACKAGES = ("libgomp1", "libquadmath0", "libffi8", "libssl3", "libsqlite3-0")
 
 
 def host_iptables() -> str:
@@ -57,9 +61,10 @@ def host_iptables() -> str:
 def dev_image_tar(path: Path) -> Path:
     """A minbase Debian bookworm root as a tar file at ``path`` (made if missing)."""
     if not path.exists():
-        partial = path.with_suffix(".partial")
-        subprocess.run(["mmdebstrap", "--quiet", "--variant=minbase", "bookworm",
-                        str(partial)], check=True, capture_output=True)
+        partial = path.with_name(path.stem + ".partial.tar")  # mmdebstrap: format by suffix
+        subprocess.run(["mmdebstrap", "--quiet", "--variant=minbase",
+                        "--include=" + ",".join(DEV_IMAGE_PACKAGES), "bookworm", str(partial)],
+                       check=True, capture_output=True)
         partial.rename(path)
     return path
 
@@ -229,7 +234,8 @@ class SwarmOnNodes:
             _unmount_under(daemon.root)
             shutil.rmtree(daemon.root, ignore_errors=True)
             _remove_runc_cgroups(daemon.node)
-        if not self._key_existed:
+        # The daemons' identity key: another dockerd on this host may use it.
+        if not self._key_existed and not _other_dockerd_running():
             KEY_FILE.unlink(missing_ok=True)
 
 
@@ -266,20 +272,30 @@ def _node_cgroup_relative(node: Node) -> Path:
 
 
 def _remove_runc_cgroups(node: Node) -> None:
-    """runc makes the node's cgroup (and its containers' below it) in every controller;
-    the emulated cluster removes its own (cpu, cpuacct, memory), these go here."""
+    """runc makes the node's cgroup (and its containers' below it) in every controller:
+    here go the containers' everywhere, and the node's own where the emulated cluster
+    does not make it (it removes its cpu, cpuacct and memory groups itself)."""
     relative = _node_cgroup_relative(node)
-    base = Path("/sys/fs/cgroup")
-    for controller in base.iterdir():
-        if controller.name in ("cpu", "cpuacct", "memory", "cpu,cpuacct", "unified"):
-            continue
+    for controller in Path("/sys/fs/cgroup").iterdir():
         group = controller / relative
-        if group.is_dir():
-            for directory in sorted((p for p in group.rglob("*") if p.is_dir()),
-                                    key=lambda p: len(p.parts), reverse=True):
-                with contextlib.suppress(OSError):
-                    directory.rmdir()
+        if not group.is_dir():
+            continue
+        for directory in sorted((p for p in group.rglob("*") if p.is_dir()),
+                                key=lambda p: len(p.parts), reverse=True):
             with contextlib.suppress(OSError):
-                group.rmdir()
+                directory.rmdir()
+        if controller.name in EMULATED_CONTROLLERS:
+            continue
+        with contextlib.suppress(OSError):
+            group.rmdir()
+        with contextlib.suppress(OSError):
+            group.parent.rmdir()  # /edgeprof7, once empty
+
+
+def _other_dockerd_running() -> bool:
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
             with contextlib.suppress(OSError):
-                group.parent.rmdir()  # /edgeprof7, once empty
+                if (proc / "comm").read_text().strip() == "dockerd":
+                    return True
+    return False

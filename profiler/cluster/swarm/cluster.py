@@ -34,6 +34,7 @@ that is no longer running left behind (one killed with ``kill -9``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -213,32 +214,38 @@ def task_nano_cpus(cpu_cores: float) -> int:
 
 def remove_labelled(host: str | None, labels: dict[str, str],
                     wait_s: float = REMOVE_WAIT_S) -> str | None:
-    """Remove the services, then the networks, carrying ``labels``; None, or what could
-    not be removed within ``wait_s`` (a network stays in use until its tasks are gone)."""
+    """Remove the services carrying ``labels``, wait until the nodes removed their
+    containers (a removed service's tasks stay listed, desired ``remove``, until then),
+    then remove the networks carrying ``labels``. None, or what was still there after
+    ``wait_s``."""
     from docker.errors import APIError, NotFound
 
     filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
     try:
         with connect(host) as client:
-            for service in client.api.services(filters=filters):
+            networks = {n["Id"]: n["Name"] for n in client.api.networks(filters=filters)}
+            services = {s["ID"] for s in client.api.services(filters=filters)}
+            for service in services:
+                with contextlib.suppress(NotFound):
+                    client.api.remove_service(service)
+            deadline = time.monotonic() + wait_s
+            while True:
+                # Tasks of these services, or of services a task process removed, on the
+                # cell's networks.
+                tasks = [t for t in client.api.tasks() if t.get("ServiceID") in services
+                         or {n.get("Target") for n in t.get("Spec", {}).get("Networks", [])}
+                         & {*networks, *networks.values()}]
+                if not tasks or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            left = [f"{len(tasks)} tasks"] if tasks else []
+            for network, name in networks.items():
                 try:
-                    client.api.remove_service(service["ID"])
+                    client.api.remove_network(network)
                 except NotFound:
                     pass
-            deadline = time.monotonic() + wait_s
-            left = []
-            while True:
-                left = []
-                for network in client.api.networks(filters=filters):
-                    try:
-                        client.api.remove_network(network["Id"])
-                    except NotFound:
-                        pass
-                    except APIError as exc:
-                        left.append(f"network {network['Name']} ({exc.explanation})")
-                if not left or time.monotonic() > deadline:
-                    break
-                time.sleep(0.2)
+                except APIError as exc:
+                    left.append(f"network {name} ({exc.explanation})")
     except ClusterError as exc:
         return str(exc)
     return f"the Swarm kept {', '.join(left)}" if left else None
