@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -102,8 +104,10 @@ def nothing_left(swarm):
         left = []
         for daemon in swarm.daemons:
             with swarm.client(daemon) as client:
-                left += [f"{daemon.node.name}: container {c.name} ({c.status})" for c in
-                         client.containers.list(all=True, filters={"label": "edgeprof"})]
+                # The low-level list: no inspect of a container going away meanwhile.
+                left += [f"{daemon.node.name}: container {c['Names'][0]} ({c['Status']})"
+                         for c in client.api.containers(all=True,
+                                                        filters={"label": "edgeprof"})]
                 left += [f"{daemon.node.name}: network {n['Name']}"
                          for n in client.api.networks(filters={"label": "edgeprof"})]
         if not left or time.monotonic() > deadline:
@@ -150,17 +154,30 @@ def test_ddp_and_mxnet_parameter_server_cells_ok(swarm, tmp_path):
         assert sorted(s["node"] for s in starts) == ["n0", "n1"]
 
 
+LONG = ("--engine", "torch-ddp", "--model", "lenet-mlp", "--batch", "32", "--devices", "2",
+        "--epochs", "2", "--max-samples", "60000", "--val-samples", "64")
+
+
+def _start_training(swarm, out: Path, log: Path) -> subprocess.Popen:
+    """A sweep of one long DDP cell, returned once worker 1 has taken a step."""
+    with open(log, "wb") as output:
+        sweep = subprocess.Popen(_argv(swarm, out, *LONG), stdout=output,
+                                 stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        steps = _wait_for(lambda: next(out.glob("cells/*/attempt-1/events/"
+                                                "steps-worker-1.jsonl"), None), sweep)
+        _wait_for(lambda: steps.stat().st_size > 0 or None, sweep)
+    except BaseException:
+        sweep.kill()
+        sweep.wait()
+        raise
+    return sweep
+
+
 def test_a_worker_task_killed_fails_the_cell_naming_the_role(swarm, tmp_path):
     out = tmp_path / "out"
-    argv = _argv(swarm, out, "--engine", "torch-ddp", "--model", "lenet-mlp", "--batch",
-                 "32", "--devices", "2", "--epochs", "2", "--max-samples", "60000",
-                 "--val-samples", "64")
-    with open(tmp_path / "sweep.log", "wb") as log:
-        sweep = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    sweep = _start_training(swarm, out, tmp_path / "sweep.log")
     try:
-        steps = _wait_for(lambda: next(out.glob("cells/*/attempt-1/events/steps-worker-1.jsonl"),
-                                       None), sweep)
-        _wait_for(lambda: steps.stat().st_size > 0 or None, sweep)
         with swarm.client(swarm.daemons[1]) as client:
             (worker,) = client.containers.list(filters={"label": ["edgeprof.role=worker"]})
             worker.kill()
@@ -172,6 +189,28 @@ def test_a_worker_task_killed_fails_the_cell_naming_the_role(swarm, tmp_path):
     (record,) = _records(out)
     assert record["status"] == "failed"
     assert "worker" in record["reason"], record["reason"]
+
+
+def test_sigterm_mid_cell_removes_the_cells_services_and_network(swarm, tmp_path):
+    sweep = _start_training(swarm, tmp_path / "out", tmp_path / "sweep.log")
+    sweep.send_signal(signal.SIGTERM)
+    assert sweep.wait(timeout=WAIT_S) != 0
+    # nothing_left checks the Swarm and every node
+
+
+def test_a_killed_controller_leaves_what_the_next_sweep_removes(swarm, tmp_path):
+    sweep = _start_training(swarm, tmp_path / "first", tmp_path / "first.log")
+    sweep.kill()
+    sweep.wait()
+    mine = {"label": f"edgeprof.controller={socket.gethostname()}:{sweep.pid}"}
+    with swarm.client() as client:
+        # Its task processes removed their services as it died; its cell's network stays.
+        assert client.api.networks(filters=mine)
+    done = _sweep(swarm, tmp_path / "next", *SMALL, "--engine", "torch-ddp")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r["status"] for r in _records(tmp_path / "next")] == ["ok"]
+    with swarm.client() as client:
+        assert not client.api.networks(filters=mine) and not client.api.services(filters=mine)
 
 
 def _wait_for(found, sweep: subprocess.Popen):
