@@ -142,11 +142,12 @@ class SwarmSettings(ClusterSettings):
         self._checked = self._nodes(needs)
 
     def open(self, needs: GridNeeds) -> ContextManager[Cluster]:
-        from .cluster import SwarmCluster
+        from .cluster import SwarmCluster, TaskSettings
 
         swarm_nodes = self._checked if self._checked is not None else self._nodes(needs)
         self._checked = None
-        return self.closing(SwarmCluster(self, swarm_nodes))
+        settings = TaskSettings(**{o.name: getattr(self, o.name) for o in self.options})
+        return self.closing(SwarmCluster(settings, swarm_nodes))
 
     def _nodes(self, needs: GridNeeds) -> list:
         from .engine import check_image, connect, swarm_nodes

@@ -44,14 +44,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 from ...errors import ClusterError
 from ..base import SECRET_ENV_VARS, Cluster, Node, NodeScope, popen_in_group
 from .engine import SwarmNode, connect
-
-if TYPE_CHECKING:
-    from . import SwarmSettings
 
 OVERLAY_IFACE = "eth0"
 STOP_GRACE_S = 2.0
@@ -63,12 +61,25 @@ PASSED_ENV_PREFIXES = ("OMP_", "MKL_", "OPENBLAS_", "MXNET_", "EDGEPROF_", "GLOO
 LABEL = "edgeprof"
 
 
+@dataclass(frozen=True)
+class TaskSettings:
+    """What the cluster needs of ``SwarmSettings`` (the provider's options, same names)."""
+
+    swarm_host: str | None
+    swarm_image: str
+    swarm_python: str
+    swarm_mtu: int
+    swarm_shm_mb: int
+    swarm_limits: str
+    swarm_mounts: tuple[str, ...]
+
+
 class SwarmCluster(Cluster):
     """The ready nodes of a Swarm; see the module docstring."""
 
     name = "swarm"
 
-    def __init__(self, settings: "SwarmSettings", swarm_nodes: Sequence[SwarmNode]):
+    def __init__(self, settings: TaskSettings, swarm_nodes: Sequence[SwarmNode]):
         from ..profiles import load_catalog
 
         self.settings = settings
