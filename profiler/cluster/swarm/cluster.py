@@ -49,7 +49,7 @@ from typing import Mapping, Sequence
 
 from ...errors import ClusterError
 from ..base import SECRET_ENV_VARS, Cluster, Node, NodeScope, popen_in_group
-from .engine import SwarmNode, connect
+from .engine import NO_AGENT, SwarmNode, connect
 
 OVERLAY_IFACE = "eth0"
 STOP_GRACE_S = 2.0
@@ -107,6 +107,8 @@ class SwarmCluster(Cluster):
     def start(self, node: Node, argv: Sequence[str], env: Mapping[str, str],
               log_path: Path, *, confine: bool = True,
               role: str | None = None) -> subprocess.Popen:
+        if not confine:  # the metrics agent: refused before the sweep (check)
+            raise ClusterError(NO_AGENT)
         # The runner's layout: <sweep>/cells/<id>/attempt-<N>/logs/<name>.log.
         cell_dir = Path(log_path).parent.parent
         network, alias = self._cell_network(cell_dir, node, role or "process")
