@@ -60,12 +60,15 @@ def main() -> int:
 
 
 def _follow(client, service_id: str, name: str, node: str, stop: threading.Event) -> int:
-    from docker.errors import DockerException
+    from docker.errors import DockerException, NotFound
 
     said = ""
     while not stop.wait(POLL_S):
         try:
             tasks = client.api.tasks(filters={"service": service_id})
+        except NotFound:
+            _say(f"service {name} was removed by someone else while its task ran")
+            return GONE
         except DockerException as exc:
             line = f"the Swarm manager does not answer about service {name}: {exc}"
             if line != said:
