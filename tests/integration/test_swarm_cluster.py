@@ -135,13 +135,19 @@ def _records(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
 
 
-def test_ddp_and_mxnet_parameter_server_cells_ok(swarm, tmp_path):
+ENGINES = ("torch-ddp", "mxnet", "torch", "horovod")
+
+
+def test_ddp_parameter_server_and_horovod_cells_ok(swarm, tmp_path):
+    """torch DDP, MXNet's and torch's parameter servers (colocated: a server beside each
+    worker, MXNet's scheduler on n0 too), Horovod over Gloo."""
+    need("horovod (scripts/setup.sh)", importlib.util.find_spec("horovod") is not None)
     out = tmp_path / "out"
-    done = _sweep(swarm, out, *SMALL, "--engine", "torch-ddp,mxnet",
+    done = _sweep(swarm, out, *SMALL, "--engine", ",".join(ENGINES),
                   "--placement", "colocated")
     assert done.returncode == 0, done.stderr[-3000:]
     records = _records(out)
-    assert {r["engine"]: r["status"] for r in records} == {"torch-ddp": "ok", "mxnet": "ok"}, \
+    assert {r["engine"]: r["status"] for r in records} == dict.fromkeys(ENGINES, "ok"), \
         [r["reason"] for r in records]
     for record in records:
         assert record["cluster"] == "swarm" and record["syncs_per_worker"] == 4
