@@ -230,6 +230,17 @@ def _wait_for(found, sweep: subprocess.Popen):
     raise AssertionError(f"nothing within {WAIT_S} s")
 
 
+def test_cluster_status_lists_the_nodes_with_their_profiles(swarm):
+    done = subprocess.run([sys.executable, "-m", "profiler.cli", "cluster", "status",
+                           "--cluster", "swarm", "--swarm-host", swarm.manager_url,
+                           "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    nodes = json.loads(done.stdout)
+    assert [(n["name"], n["role"], n["profile"], n["cpu_cores"]) for n in nodes] == [
+        ("n0", "manager", "pi4", 0.7), ("n1", "worker", "pi4", 0.7)]
+    assert [n["address"] for n in nodes] == [n.address for n in swarm.nodes]
+
+
 def test_no_swarm_at_the_address_is_one_line(swarm, tmp_path):
     done = _sweep(swarm, tmp_path / "out", *SMALL, "--engine", "torch-ddp",
                   host=f"unix://{tmp_path}/no-docker.sock")

@@ -136,6 +136,28 @@ class SwarmSettings(ClusterSettings):
     def label(self) -> str:
         return f"swarm cluster ({self.swarm_host or 'local Engine'}, {self.swarm_image})"
 
+    def status(self) -> list[dict]:
+        """The Swarm's ready nodes: name, id, role, address, profile and the limits a task
+        gets there (``edgeprof cluster status --swarm-host URL``)."""
+        from .cluster import task_limits
+        from .engine import connect, swarm_nodes
+
+        with connect(self.swarm_host) as client:
+            found = swarm_nodes(client, self.swarm_host)
+        return [{"name": n.name, "id": n.id[:12], "role": n.role, "address": n.address,
+                 "profile": n.profile, **task_limits(n.profile, self.swarm_limits)}
+                for n in found]
+
+    def status_lines(self, info) -> list[str]:
+        lines = [f"swarm at {self.swarm_host or 'the local Engine'}: {len(info)} ready nodes",
+                 f"{'node':<10} {'id':<12} {'role':<8} {'address':<15} {'profile':<8} "
+                 f"{'cores':>6} {'mem MB':>7}"]
+        for n in info:
+            lines.append(f"{n['name']:<10} {n['id']:<12} {n['role']:<8} {n['address']:<15} "
+                         f"{n['profile']:<8} {n['cpu_cores'] or '-':>6} "
+                         f"{n['memory_mb'] or '-':>7}")
+        return lines
+
     def check(self, needs: GridNeeds) -> None:
         """Reach the manager, read its nodes (each with a known profile), find the image."""
         super().check(needs)

@@ -85,14 +85,12 @@ class SwarmCluster(Cluster):
         self.settings = settings
         self._swarm = {n.name: n for n in swarm_nodes}
         catalog = load_catalog()
-        limited = settings.swarm_limits == "profile"
         self._nodes = []
         for n in swarm_nodes:
             profile = catalog.node_profiles(n.profile, 1)[0]
             self._nodes.append(Node(
                 name=n.name, address=n.name, profile=n.profile,
-                cpu_cores=profile.cpu_cores if limited else None,
-                memory_mb=profile.memory_mb if limited else None,
+                **task_limits(n.profile, settings.swarm_limits),
                 scope=NodeScope(interfaces=(OVERLAY_IFACE,),
                                 board_cores=profile.board_cores or None)))
         self.controller = f"{socket.gethostname()}:{os.getpid()}"
@@ -211,6 +209,17 @@ class SwarmCluster(Cluster):
     def close(self) -> None:
         """Remove whatever of this controller's is left on the Swarm."""
         remove_labelled(self.settings.swarm_host, {f"{LABEL}.controller": self.controller})
+
+
+def task_limits(profile: str, limits: str) -> dict:
+    """``cpu_cores`` and ``memory_mb`` a task gets on a node of ``profile`` (None: no
+    limit) under ``--swarm-limits``."""
+    from ..profiles import load_catalog
+
+    if limits != "profile":
+        return {"cpu_cores": None, "memory_mb": None}
+    spec = load_catalog().node_profiles(profile, 1)[0]
+    return {"cpu_cores": spec.cpu_cores, "memory_mb": spec.memory_mb}
 
 
 def task_nano_cpus(cpu_cores: float) -> int:
