@@ -22,10 +22,11 @@ from .base import Cluster, ClusterSettings, GridNeeds, Node, NodeScope, Provider
 from .emulated import EmulatedSettings
 from .inventory import InventorySettings
 from .local import LocalSettings
+from .swarm import SwarmSettings
 
 PROVIDERS: Registry[type[ClusterSettings]] = Registry(
     "edgeprof.providers", ClusterSettings, {settings.name: settings for settings in (
-        LocalSettings, EmulatedSettings, InventorySettings)}, kind="node provider")
+        LocalSettings, EmulatedSettings, InventorySettings, SwarmSettings)}, kind="node provider")
 
 
 def get_provider(name: str) -> type[ClusterSettings]:

@@ -224,7 +224,9 @@ class GridNeeds:
     whose own check of ``engine`` answered ``answer`` from running its cells (None:
     nothing), for providers whose nodes have an install of their own;
     ``slowing_providers``: how a refusal of ``--straggler`` names the providers that can
-    slow a node (``profiler.cluster.slowing_clusters``, the registry above this module).
+    slow a node (``profiler.cluster.slowing_clusters``, the registry above this module);
+    ``monitored``: whether each cell runs the metrics agent on its nodes (a sweep without
+    ``--no-agent``).
     """
 
     cells: tuple = ()
@@ -233,6 +235,7 @@ class GridNeeds:
     engines: tuple[str, ...] = ()
     engine_problem: Callable[[str, dict], str | None] = _engine_answer_problem
     slowing_providers: str = "a --cluster that can slow a node"
+    monitored: bool = False
 
 
 @dataclass

@@ -28,6 +28,7 @@ def cluster() -> None:
     \b
         sudo edgeprof cluster up --nodes 4 --profile pi3b
         edgeprof cluster status --inventory inventory.ini
+        edgeprof cluster status --cluster swarm --swarm-host ssh://pi@manager
     """
 
 
@@ -77,13 +78,15 @@ def status(cluster_name: str | None, as_json: bool, **options) -> None:
     """Show each node's limits, usage and interface counters.
 
     With --inventory: each host of the inventory, whether it is reachable over SSH, its
-    CPUs, memory, edgeprof version, engines and whether its agent service runs.
+    CPUs, memory, edgeprof version, engines and whether its agent service runs. With
+    --cluster swarm: each ready node of the Swarm, its role, profile and task limits.
 
     Example:
 
     \b
         sudo edgeprof cluster status --json
         edgeprof cluster status --inventory inventory.ini
+        edgeprof cluster status --cluster swarm --swarm-host ssh://pi@manager
     """
     settings = cluster_from_options(cluster_name or _provider_given(options), options)
     info = settings.status()

@@ -16,8 +16,9 @@ from ..cluster.base import GridNeeds
 from ..engines import get_engine
 
 
-def grid_needs(cells: Sequence[CellConfig]) -> GridNeeds:
-    """``cells``' needs; an empty grid needs one node."""
+def grid_needs(cells: Sequence[CellConfig], monitored: bool = False) -> GridNeeds:
+    """``cells``' needs (``monitored``: with the metrics agent); an empty grid needs one
+    node."""
     def nodes(of: Sequence[CellConfig]) -> int:
         return max((get_engine(c.engine).nodes_needed(c) for c in of), default=0)
 
@@ -27,4 +28,5 @@ def grid_needs(cells: Sequence[CellConfig]) -> GridNeeds:
     return GridNeeds(cells=tuple(cells), nodes=max(1, nodes(cells)),
                      slowed_nodes=nodes([c for c in cells if c.straggler != "none"]),
                      engines=tuple(sorted({c.engine for c in cells})),
-                     engine_problem=engine_problem, slowing_providers=slowing_clusters())
+                     engine_problem=engine_problem, slowing_providers=slowing_clusters(),
+                     monitored=monitored)

@@ -17,7 +17,7 @@ from .sweep import SweepSettings
 
 def preflight(settings: SweepSettings) -> None:
     cells = settings.cells
-    settings.cluster.check(grid_needs(cells))
+    settings.cluster.check(grid_needs(cells, settings.interval_s is not None))
     # A mixed grid would otherwise run its first engine's cells and fail the rest late.
     # Nodes with an install of their own (real boards) were checked by the provider;
     # this machine still plans.

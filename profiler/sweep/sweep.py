@@ -132,7 +132,8 @@ def _run_sweep(settings: SweepSettings, stop: StopRequest, progress: bool,
                            seed=settings.seed, val_samples=settings.val_samples,
                            breakdown=settings.breakdown, inputs_dir=inputs_dir)
 
-    with settings.cluster.open(grid_needs(settings.cells)) as cluster:
+    with settings.cluster.open(grid_needs(settings.cells,
+                                           settings.interval_s is not None)) as cluster:
         if on_start is not None:
             on_start(sweep_dir)
         run = SweepRun(settings, cluster, engines, sweep_id, sweep_dir, options, store,

@@ -18,7 +18,7 @@ from profiler.errors import ConfigError
 from tests.conftest import ROOT
 
 PROVIDER_MODULES = ("profiler.cluster.emulated", "profiler.cluster.inventory",
-                    "profiler.cluster.local")
+                    "profiler.cluster.local", "profiler.cluster.swarm")
 USERS = ("sweep", "study", "calibrate")
 
 
@@ -91,11 +91,18 @@ def test_the_options_come_from_the_providers_declarations():
     from profiler.cluster import declared_options
 
     options = declared_options()
-    assert list(options) == ["profile", "speedup", "inventory"]
+    swarm = ["swarm_host", "swarm_image", "swarm_python", "swarm_mtu", "swarm_shm_mb",
+             "swarm_limits", "swarm_mounts"]
+    assert list(options) == ["profile", "speedup", "inventory", *swarm]
     assert {name: owner.name for name, (_, owner) in options.items()} == {
-        "profile": "emulated", "speedup": "emulated", "inventory": "inventory"}
+        "profile": "emulated", "speedup": "emulated", "inventory": "inventory",
+        **{name: "swarm" for name in swarm}}
     with pytest.raises(ConfigError, match="--speedup fast: give a factor"):
         options["speedup"][0].parse("fast")
+    with pytest.raises(ConfigError, match="--swarm-mtu 100: give the overlay's MTU"):
+        options["swarm_mtu"][0].parse("100")
+    with pytest.raises(ConfigError, match="--swarm-mounts venv: give absolute paths"):
+        options["swarm_mounts"][0].parse("venv")
 
 
 def test_node_scope_round_trips_and_reads_an_older_state_file():

@@ -1,0 +1,296 @@
+"""The Swarm's nodes as a cluster: each process of a cell a service of one task.
+
+Why a service per process, not per role with ``{{.Task.Slot}}``: the runner starts,
+waits on and kills processes one at a time (``Cluster.start``), each with its own
+command line, environment (the rank the engine chose) and node (the engine's placement),
+and judges each by its own exit status. A service per process keeps all of that as it is
+on the other providers; a service per role would move the ranks and the placement
+from the engines into Swarm.
+
+Each service's task is pinned to its node by a ``node.id==`` constraint, attached to the
+cell's own overlay network (attachable, internal, its MTU ``--swarm-mtu``: made at the
+cell's first process, removed by ``collect`` once the cell is over) under an alias: the
+node's name for the first process the cell starts on that node (what the engines give
+as the node's address: MASTER_ADDR, the MXNet scheduler's URI), ``<node>-<role><k>`` for
+the others. The overlay is the container's only network, so its interface is ``eth0``,
+which Gloo is told (``NodeScope.interfaces``). The task gets the node profile's CPU quota
+and memory limit (``--swarm-limits profile``), ``/dev/shm`` as a tmpfs of
+``--swarm-shm-mb``, and the sweep's folder bind-mounted at its own path, so that the
+processes write their events, logs and step logs where the controller reads them: this
+holds where the controller and the tasks share a filesystem (one host, or an NFS mount
+at the same path on every node); boards with disks of their own need the sweep's folder
+brought back after each cell, which is not built yet (docs/swarm.md).
+
+ps-lite (MXNet's KVStore) binds the address a process announces: in a container that is
+its own, unknown before it starts, so ``DMLC_NODE_HOST`` is dropped (ps-lite then takes
+the address of ``DMLC_INTERFACE``, ``eth0``) and the scheduler binds every address
+(``DMLC_USE_KUBERNETES=1``, ps-lite's switch for containers), reached by its alias.
+
+Every service and network carries ``edgeprof.sweep``, ``edgeprof.cell`` (the attempt's
+folder) and ``edgeprof.controller`` (host:pid) labels: ``collect`` removes a cell's,
+``close`` the sweep's, and opening the cluster removes what a controller of this host
+that is no longer running left behind (one killed with ``kill -9``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from ...errors import ClusterError
+from ..base import SECRET_ENV_VARS, Cluster, Node, NodeScope, popen_in_group
+from .engine import NO_AGENT, SwarmNode, connect
+
+OVERLAY_IFACE = "eth0"
+STOP_GRACE_S = 2.0
+REMOVE_WAIT_S = 30.0
+# The controller's variables that say how the trainer runs (threads, the engines' own
+# settings): a task gets them, never the controller's PATH, HOME or secrets.
+PASSED_ENV_PREFIXES = ("OMP_", "MKL_", "OPENBLAS_", "MXNET_", "EDGEPROF_", "GLOO_",
+                       "TORCH_", "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONHASHSEED")
+LABEL = "edgeprof"
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """What the cluster needs of ``SwarmSettings`` (the provider's options, same names)."""
+
+    swarm_host: str | None
+    swarm_image: str
+    swarm_python: str
+    swarm_mtu: int
+    swarm_shm_mb: int
+    swarm_limits: str
+    swarm_mounts: tuple[str, ...]
+
+
+class SwarmCluster(Cluster):
+    """The ready nodes of a Swarm; see the module docstring."""
+
+    name = "swarm"
+
+    def __init__(self, settings: TaskSettings, swarm_nodes: Sequence[SwarmNode]):
+        from ..profiles import load_catalog
+
+        self.settings = settings
+        self._swarm = {n.name: n for n in swarm_nodes}
+        catalog = load_catalog()
+        self._nodes = []
+        for n in swarm_nodes:
+            profile = catalog.node_profiles(n.profile, 1)[0]
+            self._nodes.append(Node(
+                name=n.name, address=n.name, profile=n.profile,
+                **task_limits(n.profile, settings.swarm_limits),
+                scope=NodeScope(interfaces=(OVERLAY_IFACE,),
+                                board_cores=profile.board_cores or None)))
+        self.controller = f"{socket.gethostname()}:{os.getpid()}"
+        self._lock = threading.Lock()
+        # cell folder -> (network name, {node name: processes started there})
+        self._cells: dict[str, tuple[str, dict[str, int]]] = {}
+        remove_left_behind(settings.swarm_host, socket.gethostname())
+
+    def nodes(self) -> list[Node]:
+        return list(self._nodes)
+
+    def start(self, node: Node, argv: Sequence[str], env: Mapping[str, str],
+              log_path: Path, *, confine: bool = True,
+              role: str | None = None) -> subprocess.Popen:
+        if not confine:  # the metrics agent: refused before the sweep (check)
+            raise ClusterError(NO_AGENT)
+        # The runner's layout: <sweep>/cells/<id>/attempt-<N>/logs/<name>.log.
+        cell_dir = Path(log_path).parent.parent
+        network, alias = self._cell_network(cell_dir, node, role or "process")
+        service = self.service_spec(node, argv, env, Path(log_path), cell_dir, network,
+                                    alias, role or "process", confine)
+        proc = popen_in_group([sys.executable, "-m", "profiler.cluster.swarm.task"],
+                              {}, Path(log_path),
+                              stdin=subprocess.PIPE, parent_death_signal=15)
+        try:
+            proc.stdin.write(json.dumps({"host": self.settings.swarm_host, "node": node.name,
+                                         "service": service}).encode() + b"\n")
+            proc.stdin.close()
+        except OSError:
+            pass  # gone already: its exit status tells the runner
+        return proc
+
+    def labels(self, cell_dir: Path, **more: str) -> dict[str, str]:
+        return {LABEL: "1", f"{LABEL}.sweep": cell_dir.parents[2].name,
+                f"{LABEL}.cell": str(cell_dir), f"{LABEL}.controller": self.controller,
+                **{f"{LABEL}.{k}": v for k, v in more.items()}}
+
+    def _cell_network(self, cell_dir: Path, node: Node, role: str) -> tuple[str, str]:
+        """The cell's overlay (made at its first process) and this process's alias on it."""
+        key = str(cell_dir)
+        with self._lock:
+            if key not in self._cells:
+                name = "edgeprof-" + hashlib.sha1(key.encode()).hexdigest()[:12]
+                with connect(self.settings.swarm_host) as client:
+                    client.api.create_network(
+                        name, driver="overlay", attachable=True, internal=True,
+                        options={"com.docker.network.driver.mtu": str(self.settings.swarm_mtu)},
+                        labels=self.labels(cell_dir))
+                self._cells[key] = (name, {})
+            name, started = self._cells[key]
+            count = started.get(node.name, 0)
+            started[node.name] = count + 1
+        return name, node.name if count == 0 else f"{node.name}-{role}{count}"
+
+    def service_spec(self, node: Node, argv: Sequence[str], env: Mapping[str, str],
+                     log_path: Path, cell_dir: Path, network: str, alias: str, role: str,
+                     confine: bool) -> dict:
+        """The ``create_service`` arguments of one process (JSON: the task process posts
+        them)."""
+        from docker.types import (ContainerSpec, EndpointSpec, Mount,
+                                  NetworkAttachmentConfig, Placement, Resources,
+                                  RestartPolicy, ServiceMode, TaskTemplate)
+
+        settings = self.settings
+        argv = [settings.swarm_python if i == 0 and a == sys.executable else str(a)
+                for i, a in enumerate(argv)]
+        task_env = {k: v for k, v in os.environ.items()
+                    if k.startswith(PASSED_ENV_PREFIXES) and k not in SECRET_ENV_VARS}
+        if "PYTHONPATH" in task_env:  # the task's folder is not the controller's
+            task_env["PYTHONPATH"] = os.pathsep.join(
+                os.path.abspath(p) for p in task_env["PYTHONPATH"].split(os.pathsep) if p)
+        task_env.update(env)
+        task_env.pop("DMLC_NODE_HOST", None)
+        if "DMLC_ROLE" in task_env:
+            task_env["DMLC_INTERFACE"] = OVERLAY_IFACE
+            if task_env["DMLC_ROLE"] == "scheduler":
+                task_env["DMLC_USE_KUBERNETES"] = "1"
+        sweep_dir = cell_dir.parents[2]
+        mounts = [Mount(str(sweep_dir), str(sweep_dir), type="bind"),
+                  Mount("/dev/shm", None, type="tmpfs",
+                        tmpfs_size=settings.swarm_shm_mb * 1024 * 1024)]
+        data = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--data-dir"]
+        for path in (*settings.swarm_mounts, *data):
+            if not Path(path).resolve().is_relative_to(sweep_dir):
+                mounts.append(Mount(path, path, type="bind", read_only=True))
+        limits = None
+        if confine and node.cpu_cores:
+            limits = Resources(cpu_limit=task_nano_cpus(node.cpu_cores),
+                               mem_limit=(node.memory_mb or 0) * 1024 * 1024 or None)
+        labels = self.labels(cell_dir, role=role, node=node.name)
+        # The process's output goes to its log in the sweep's folder, as a process's would.
+        command = ["sh", "-c", 'exec "$@" >>"$0" 2>&1', str(log_path), *argv]
+        container = ContainerSpec(
+            settings.swarm_image, command=command, env=task_env, labels=labels,
+            mounts=mounts, workdir=str(cell_dir), hostname=alias,
+            stop_grace_period=int(STOP_GRACE_S * 1e9))
+        swarm_id = self._swarm[node.name].id
+        template = TaskTemplate(
+            container, resources=limits, restart_policy=RestartPolicy(condition="none"),
+            placement=Placement(constraints=[f"node.id=={swarm_id}"]),
+            networks=[NetworkAttachmentConfig(network, aliases=[alias])])
+        name = f"{network}-{alias}"
+        return {"task_template": template, "name": name, "labels": labels,
+                "mode": ServiceMode("replicated", replicas=1),
+                "endpoint_spec": EndpointSpec(mode="dnsrr")}
+
+    def collect(self, cell_dir: Path, nodes: Sequence[Node]) -> list[str]:
+        """The cell's files are in the sweep's folder already (bind mount): remove the
+        cell's services (the task processes removed theirs, unless killed) and network."""
+        with self._lock:
+            self._cells.pop(str(cell_dir), None)
+        problem = remove_labelled(self.settings.swarm_host,
+                                  {f"{LABEL}.cell": str(cell_dir)})
+        return [problem] if problem else []
+
+    def close(self) -> None:
+        """Remove whatever of this controller's is left on the Swarm."""
+        remove_labelled(self.settings.swarm_host, {f"{LABEL}.controller": self.controller})
+
+
+def task_limits(profile: str, limits: str) -> dict:
+    """``cpu_cores`` and ``memory_mb`` a task gets on a node of ``profile`` (None: no
+    limit) under ``--swarm-limits``."""
+    from ..profiles import load_catalog
+
+    if limits != "profile":
+        return {"cpu_cores": None, "memory_mb": None}
+    spec = load_catalog().node_profiles(profile, 1)[0]
+    return {"cpu_cores": spec.cpu_cores, "memory_mb": spec.memory_mb}
+
+
+def task_nano_cpus(cpu_cores: float) -> int:
+    """A task's CPU limit for ``cpu_cores``, in Swarm's NanoCPUs: the share the emulated
+    cluster's CFS quota and period give (``cgroups.cfs_quota_us``), rounded down, so that
+    a task on an emulated node of the same profile (its daemon's ``--cgroup-parent``)
+    never asks more than the node holds (cgroup v1 refuses a child quota above its
+    parent's: 0.7 cores is 1000/1429 us there, 0.69979)."""
+    from ..cgroups import cfs_quota_us
+
+    quota_us, period_us = cfs_quota_us(cpu_cores)
+    return quota_us * 10**9 // period_us
+
+
+def remove_labelled(host: str | None, labels: dict[str, str],
+                    wait_s: float = REMOVE_WAIT_S) -> str | None:
+    """Remove the services carrying ``labels``, wait until the nodes removed their
+    containers (a removed service's tasks stay listed, desired ``remove``, until then),
+    then remove the networks carrying ``labels``. None, or what was still there after
+    ``wait_s``."""
+    from docker.errors import APIError, NotFound
+
+    filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+    try:
+        with connect(host) as client:
+            networks = {n["Id"]: n["Name"] for n in client.api.networks(filters=filters)}
+            services = {s["ID"] for s in client.api.services(filters=filters)}
+            for service in services:
+                with contextlib.suppress(NotFound):
+                    client.api.remove_service(service)
+            deadline = time.monotonic() + wait_s
+            while True:
+                # Tasks of these services, or of services a task process removed, on the
+                # cell's networks.
+                tasks = [t for t in client.api.tasks() if t.get("ServiceID") in services
+                         or {n.get("Target") for n in t.get("Spec", {}).get("Networks", [])}
+                         & {*networks, *networks.values()}]
+                if not tasks or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            left = [f"{len(tasks)} tasks"] if tasks else []
+            for network, name in networks.items():
+                try:
+                    client.api.remove_network(network)
+                except NotFound:
+                    pass
+                except APIError as exc:
+                    left.append(f"network {name} ({exc.explanation})")
+    except ClusterError as exc:
+        return str(exc)
+    return f"the Swarm kept {', '.join(left)}" if left else None
+
+
+def remove_left_behind(host: str | None, hostname: str) -> None:
+    """Remove what a controller on ``hostname`` that no longer runs left on the Swarm."""
+    with connect(host) as client:
+        found = {*(s["Spec"].get("Labels", {}).get(f"{LABEL}.controller", "")
+                   for s in client.api.services(filters={"label": LABEL})),
+                 *(n.get("Labels", {}).get(f"{LABEL}.controller", "")
+                   for n in client.api.networks(filters={"label": LABEL}))}
+    for controller in sorted(found):
+        where, _, pid = controller.rpartition(":")
+        if where == hostname and pid.isdigit() and not _running(int(pid)):
+            remove_labelled(host, {f"{LABEL}.controller": controller})
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

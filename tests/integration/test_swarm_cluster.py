@@ -1,0 +1,262 @@
+"""``--cluster swarm`` on a real Swarm of two emulated Pi 4 nodes on this host.
+
+Each node of an emulated cluster (2 x pi4: the profiles' quotas fit this host's two
+cores unscaled, so a task's limit fits under its node's) runs a dockerd of its own in
+its network namespace, its containers under the node's cgroup; node 0 is the manager,
+node 1 joined over its emulated link (``tests.support.swarm``). The tasks run a
+development image: a minbase Debian made by mmdebstrap once per test session (about
+20 s to 90 s, as the mirror answers), imported on each node, with this host's Python,
+venv, repository and Fashion-MNIST bind-mounted read-only (``--swarm-mounts``), so that
+the containers run this checkout's code; edgeprof's own image is ``edgeprof image
+build``'s. Sweeps run through the real CLI with ``--no-agent`` (the metrics agent does
+not sample a task's container cgroup yet: docs/swarm.md).
+
+After every test no service, network or container of edgeprof's is left on any node
+(asked of each daemon's API), and at the end of the module the host's iptables are as
+they were (each dockerd rewrote its own namespace's only).
+
+Needs root, dockerd, mmdebstrap (and a Debian mirror, once a session) and the Docker
+SDK; under CI=true their absence fails.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, assert_one_line, need, need_binary, need_root
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+IMAGE = "edgeprof-dev:test"
+NODES = 2
+SMALL = ("--model", "lenet-mlp", "--batch", "32", "--devices", "2", "--epochs", "1",
+         "--max-samples", "256", "--val-samples", "64")
+CONTAINERS_GONE_S = 15
+WAIT_S = 240  # for a file a sweep writes, on a loaded 2-core host
+
+
+@pytest.fixture(scope="session")
+def dev_image_tar(tmp_path_factory) -> Path:
+    from tests.support.swarm import dev_image_tar as make
+
+    need_binary("mmdebstrap")
+    return make(tmp_path_factory.mktemp("swarm-image") / "bookworm-minbase.tar")
+
+
+@pytest.fixture(scope="module")
+def swarm(tmp_path_factory, dev_image_tar):
+    """A Swarm of ``NODES`` emulated Pi 4s, the development image on each."""
+    from profiler.cluster import emulated
+    from tests.support.swarm import SwarmOnNodes, host_iptables
+
+    need_root()
+    need("the Docker SDK for Python (scripts/setup.sh)",
+         importlib.util.find_spec("docker") is not None)
+    need("torch and mxnet (scripts/setup.sh)", all(
+        importlib.util.find_spec(m) is not None for m in ("torch", "mxnet")))
+    for binary in (*emulated.REQUIRED_BINARIES, "dockerd", "iptables"):
+        need_binary(binary)
+    before = host_iptables()
+    cluster, brought_up = emulated.ensure_cluster(NODES, "pi4")
+    if not brought_up and len(cluster.nodes()) != NODES:
+        # A larger pi4 cluster scales its quotas below the profile's, under which a task's
+        # limit does not fit: this module wants its own.
+        emulated.down()
+        cluster, brought_up = emulated.up(NODES, "pi4"), True
+    swarm = SwarmOnNodes(cluster.nodes()[:NODES],
+                         Path(tmp_path_factory.mktemp("swarm", numbered=True)))
+    try:
+        swarm.start()
+        began = time.monotonic()
+        swarm.import_image(dev_image_tar, IMAGE)
+        swarm.imported_s = time.monotonic() - began
+        print(f"\nSwarm of {NODES} formed in {swarm.formed_s:.1f} s, image imported on "
+              f"every node in {swarm.imported_s:.1f} s")
+        yield swarm
+    finally:
+        swarm.stop()
+        if brought_up:
+            emulated.down()
+    assert host_iptables() == before
+
+
+@pytest.fixture(autouse=True)
+def nothing_left(swarm):
+    """After each test: no service or network of edgeprof's on the Swarm, and none of its
+    containers on any node. The manager forgets a removed service's tasks before the
+    nodes have removed their exited containers: those get ``CONTAINERS_GONE_S``."""
+    yield
+    with swarm.client() as client:
+        left = [f"service {s['Spec']['Name']}" for s in client.api.services()]
+        left += [f"network {n['Name']}"
+                 for n in client.api.networks(filters={"label": "edgeprof"})]
+    assert not left, left
+    deadline = time.monotonic() + CONTAINERS_GONE_S
+    while True:
+        left = []
+        for daemon in swarm.daemons:
+            with swarm.client(daemon) as client:
+                # The low-level list: no inspect of a container going away meanwhile.
+                left += [f"{daemon.node.name}: container {c['Names'][0]} ({c['Status']})"
+                         for c in client.api.containers(all=True,
+                                                        filters={"label": "edgeprof"})]
+                left += [f"{daemon.node.name}: network {n['Name']}"
+                         for n in client.api.networks(filters={"label": "edgeprof"})]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert not left, left
+
+
+def _argv(swarm, out: Path, *args: str, image: str = IMAGE,
+          host: str | None = None) -> list[str]:
+    from tests.support.swarm import dev_mounts
+
+    return [sys.executable, "-m", "profiler.cli", "sweep", "--cluster", "swarm",
+            "--swarm-host", host or swarm.manager_url, "--swarm-image", image,
+            "--swarm-python", sys.executable, "--swarm-mounts", ",".join(dev_mounts(ROOT)),
+            "--no-agent", "--out", str(out), *args]
+
+
+def _sweep(swarm, out: Path, *args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(_argv(swarm, out, *args, **kw), capture_output=True, text=True,
+                          timeout=600, cwd=ROOT)
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+ENGINES = ("torch-ddp", "mxnet", "torch", "horovod")
+
+
+def test_ddp_parameter_server_and_horovod_cells_ok(swarm, tmp_path):
+    """torch DDP, MXNet's and torch's parameter servers (colocated: a server beside each
+    worker, MXNet's scheduler on n0 too), Horovod over Gloo."""
+    need("horovod (scripts/setup.sh)", importlib.util.find_spec("horovod") is not None)
+    out = tmp_path / "out"
+    done = _sweep(swarm, out, *SMALL, "--engine", ",".join(ENGINES),
+                  "--placement", "colocated")
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = _records(out)
+    assert {r["engine"]: r["status"] for r in records} == dict.fromkeys(ENGINES, "ok"), \
+        [r["reason"] for r in records]
+    for record in records:
+        assert record["cluster"] == "swarm" and record["syncs_per_worker"] == 4
+        assert record["first_step_s"] > 0
+        print(f"{record['engine']}: first step {record['first_step_s']:.1f} s after launch")
+        cell_dir = out / "cells" / record["cell_id"] / f"attempt-{record['attempt']}"
+        # Every worker's events came back through the bind mount, from both nodes.
+        starts = [json.loads((cell_dir / "events" / f"worker-{rank}.jsonl").open().readline())
+                  for rank in range(2)]
+        assert sorted(s["node"] for s in starts) == ["n0", "n1"]
+
+
+LONG = ("--engine", "torch-ddp", "--model", "lenet-mlp", "--batch", "32", "--devices", "2",
+        "--epochs", "2", "--max-samples", "60000", "--val-samples", "64")
+
+
+def _start_training(swarm, out: Path, log: Path) -> subprocess.Popen:
+    """A sweep of one long DDP cell, returned once worker 1 has taken a step."""
+    with open(log, "wb") as output:
+        sweep = subprocess.Popen(_argv(swarm, out, *LONG), stdout=output,
+                                 stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        steps = _wait_for(lambda: next(out.glob("cells/*/attempt-1/events/"
+                                                "steps-worker-1.jsonl"), None), sweep)
+        _wait_for(lambda: steps.stat().st_size > 0 or None, sweep)
+    except BaseException:
+        sweep.kill()
+        sweep.wait()
+        raise
+    return sweep
+
+
+def test_a_worker_task_killed_fails_the_cell_naming_the_role(swarm, tmp_path):
+    out = tmp_path / "out"
+    sweep = _start_training(swarm, out, tmp_path / "sweep.log")
+    try:
+        with swarm.client(swarm.daemons[1]) as client:
+            (worker,) = client.containers.list(filters={"label": ["edgeprof.role=worker"]})
+            worker.kill()
+        sweep.wait(timeout=WAIT_S)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()
+    (record,) = _records(out)
+    assert record["status"] == "failed"
+    assert "worker" in record["reason"], record["reason"]
+
+
+def test_sigterm_mid_cell_removes_the_cells_services_and_network(swarm, tmp_path):
+    sweep = _start_training(swarm, tmp_path / "out", tmp_path / "sweep.log")
+    sweep.send_signal(signal.SIGTERM)
+    assert sweep.wait(timeout=WAIT_S) != 0
+    # nothing_left checks the Swarm and every node
+
+
+def test_a_killed_controller_leaves_what_the_next_sweep_removes(swarm, tmp_path):
+    sweep = _start_training(swarm, tmp_path / "first", tmp_path / "first.log")
+    sweep.kill()
+    sweep.wait()
+    mine = {"label": f"edgeprof.controller={socket.gethostname()}:{sweep.pid}"}
+    with swarm.client() as client:
+        # Its task processes removed their services as it died; its cell's network stays.
+        assert client.api.networks(filters=mine)
+    done = _sweep(swarm, tmp_path / "next", *SMALL, "--engine", "torch-ddp")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r["status"] for r in _records(tmp_path / "next")] == ["ok"]
+    with swarm.client() as client:
+        assert not client.api.networks(filters=mine) and not client.api.services(filters=mine)
+
+
+def _wait_for(found, sweep: subprocess.Popen):
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        value = found()
+        if value:
+            return value
+        assert sweep.poll() is None, "the sweep ended before the worker trained"
+        time.sleep(0.1)
+    raise AssertionError(f"nothing within {WAIT_S} s")
+
+
+def test_cluster_status_lists_the_nodes_with_their_profiles(swarm):
+    done = subprocess.run([sys.executable, "-m", "profiler.cli", "cluster", "status",
+                           "--cluster", "swarm", "--swarm-host", swarm.manager_url,
+                           "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    nodes = json.loads(done.stdout)
+    assert [(n["name"], n["role"], n["profile"], n["cpu_cores"]) for n in nodes] == [
+        ("n0", "manager", "pi4", 0.7), ("n1", "worker", "pi4", 0.7)]
+    assert [n["address"] for n in nodes] == [n.address for n in swarm.nodes]
+
+
+def test_no_swarm_at_the_address_is_one_line(swarm, tmp_path):
+    done = _sweep(swarm, tmp_path / "out", *SMALL, "--engine", "torch-ddp",
+                  host=f"unix://{tmp_path}/no-docker.sock")
+    assert_one_line(done, "no Docker Engine answers", "--swarm-host")
+
+
+def test_an_image_not_on_the_swarm_is_one_line(swarm, tmp_path):
+    done = _sweep(swarm, tmp_path / "out", *SMALL, "--engine", "torch-ddp",
+                  image="edgeprof-absent:1")
+    assert_one_line(done, "--swarm-image edgeprof-absent:1")
+
+
+def test_a_node_without_a_profile_label_is_one_line(swarm, tmp_path):
+    swarm.label("n1", {"edgeprof.node": "n1"})
+    try:
+        done = _sweep(swarm, tmp_path / "out", *SMALL, "--engine", "torch-ddp")
+    finally:
+        swarm.label("n1", {"edgeprof.node": "n1", "edgeprof.profile": "pi4"})
+    assert_one_line(done, "Swarm node n1", "edgeprof.profile")

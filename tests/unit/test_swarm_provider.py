@@ -1,0 +1,66 @@
+"""``--cluster swarm`` without a Swarm: its options, refusals and the service a process
+becomes (tests/integration/test_swarm_cluster.py runs it on a real Swarm)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from profiler.cluster import GridNeeds, cluster_settings
+from profiler.errors import ConfigError
+from tests.conftest import need
+
+
+def test_the_metrics_agent_is_refused_before_anything_runs():
+    with pytest.raises(ConfigError, match="does not run the metrics agent yet.*--no-agent"):
+        cluster_settings("swarm", swarm_host="unix:///nowhere.sock").check(
+            GridNeeds(monitored=True))
+
+
+def test_its_options_are_refused_on_another_provider():
+    with pytest.raises(ConfigError, match="--swarm-image x:1 is a setting of --cluster swarm"):
+        cluster_settings("local", swarm_image="x:1")
+
+
+def test_a_process_becomes_a_one_task_service_pinned_to_its_node(tmp_path, monkeypatch):
+    need("the Docker SDK for Python", importlib.util.find_spec("docker") is not None)
+    from profiler.cluster.cgroups import cfs_quota_us
+    from profiler.cluster.swarm.cluster import SwarmCluster, TaskSettings
+    from profiler.cluster.swarm.engine import SwarmNode
+
+    monkeypatch.setenv("PYTHONPATH", "relative/dir")
+    monkeypatch.setattr("profiler.cluster.swarm.cluster.remove_left_behind",
+                        lambda *_: None)
+    settings = TaskSettings(None, "edgeprof:dev", "/opt/py", 1400, 64, "profile", ("/data",))
+    cluster = SwarmCluster(settings, [SwarmNode("id0", "n0", "pi4", "10.0.0.1", "manager")])
+    (node,) = cluster.nodes()
+    assert node.address == "n0" and node.scope.interfaces == ("eth0",)
+    cell_dir = tmp_path / "sweep" / "cells" / "c1" / "attempt-1"
+    spec = cluster.service_spec(
+        node, [sys.executable, "-m", "workloads.serve"],
+        {"DMLC_ROLE": "scheduler", "DMLC_NODE_HOST": "n0"}, cell_dir / "logs" / "s.log",
+        cell_dir, "edgeprof-net", "n0", "scheduler", True)
+    task = spec["task_template"]
+    container = task["ContainerSpec"]
+    assert task["Placement"]["Constraints"] == ["node.id==id0"]
+    assert task["RestartPolicy"]["Condition"] == "none"
+    (network,) = task["Networks"]
+    assert (network["Target"], network["Aliases"]) == ("edgeprof-net", ["n0"])
+    assert container["Command"][-3:] == ["/opt/py", "-m", "workloads.serve"]
+    env = dict(item.split("=", 1) for item in container["Env"])
+    assert "DMLC_NODE_HOST" not in env and env["DMLC_INTERFACE"] == "eth0"
+    assert env["DMLC_USE_KUBERNETES"] == "1"
+    assert env["PYTHONPATH"] == str(Path("relative/dir").resolve())
+    mounts = {m["Target"]: m for m in container["Mounts"]}
+    assert mounts["/dev/shm"]["TmpfsOptions"]["SizeBytes"] == 64 * 1024 * 1024
+    assert mounts[str(tmp_path / "sweep")]["ReadOnly"] is False
+    assert mounts["/data"]["ReadOnly"] is True
+    # The task's CPU limit never exceeds what an emulated node of the profile holds.
+    quota_us, period_us = cfs_quota_us(node.cpu_cores)
+    assert task["Resources"]["Limits"]["NanoCPUs"] / 1e9 <= quota_us / period_us
+    assert task["Resources"]["Limits"]["MemoryBytes"] == 4096 * 1024 * 1024
+    assert spec["labels"]["edgeprof.cell"] == str(cell_dir)
+    assert spec["labels"]["edgeprof.sweep"] == "sweep"
