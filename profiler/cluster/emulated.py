@@ -52,8 +52,8 @@ from workloads.node_limits import JOIN_CPU_CGROUP_ENV
 from ..errors import ClusterError, ConfigError
 from ..fsutil import atomic_write_text
 from . import cgroups, instance, netns
-from .base import (Cluster, ClusterSettings, GridNeeds, MemoryPressure, Node, NodeScope,
-                   ProviderOption, popen_in_group)
+from .base import (Cluster, ClusterSettings, GridNeeds, MemoryPressure, Node, NodeEntry,
+                   NodeScope, ProviderOption, popen_in_group)
 from .netns import TBF_LATENCY_MS
 
 if TYPE_CHECKING:
@@ -118,6 +118,21 @@ class EmulatedCluster(Cluster):
                 env = {**env, JOIN_CPU_CGROUP_ENV: str(group.cpu_dir / "cgroup.procs")}
             preexec = lambda: group.attach(os.getpid(), cpu_quota=not late)  # noqa: E731
         return popen_in_group(wrapped, env, log_path, preexec_fn=preexec)
+
+    def entry(self, node: Node, *, role: str | None = None) -> NodeEntry:
+        """What ``start`` does, as data for a process already on a node (an MPI
+        launcher's rsh agent, which runs on the host's filesystem like ``start``): the
+        node's network namespace, its cgroups (a training role joins the CPU quota
+        itself later, as ``start`` arranges) and the profile's environment."""
+        group = _node_cgroup(node)
+        late = role in LATE_CPU_ROLES and group.can_join_cpu_later()
+        env = dict(self._cell_env.get(node.name, {}))
+        if late:
+            env[JOIN_CPU_CGROUP_ENV] = str(group.cpu_dir / "cgroup.procs")
+        procs = tuple(str(d / "cgroup.procs") for d in group.dirs()
+                      if not (late and d == group.cpu_dir))
+        return NodeEntry(("nsenter", f"--net={netns.NETNS_DIR / node.scope.netns}", "--"),
+                         env, procs)
 
     def oom_killed(self, node: Node) -> int:
         return _node_cgroup(node).oom_kills()
