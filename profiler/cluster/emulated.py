@@ -131,6 +131,10 @@ class EmulatedCluster(Cluster):
             env[JOIN_CPU_CGROUP_ENV] = str(group.cpu_dir / "cgroup.procs")
         procs = tuple(str(d / "cgroup.procs") for d in group.dirs()
                       if not (late and d == group.cpu_dir))
+        if late:
+            # Out of the launcher's quota (node 0's) until the role joins its own, as
+            # ``start`` leaves it in the controller's CPU cgroup.
+            procs = (_own_cpu_cgroup_procs(group.cpu_dir), *procs)
         return NodeEntry(("nsenter", f"--net={netns.NETNS_DIR / node.scope.netns}", "--"),
                          env, procs)
 
@@ -230,6 +234,17 @@ class EmulatedCluster(Cluster):
 
     def close(self) -> None:
         pass
+
+
+def _own_cpu_cgroup_procs(node_cpu_dir: Path) -> str:
+    """``cgroup.procs`` of this process's cgroup in the CPU hierarchy (cgroup v1, where
+    ``cpu`` is mounted apart), under the mount that holds ``node_cpu_dir``."""
+    root = node_cpu_dir.parent.parent  # <mount>/edgeprof<N>/<node>
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            return str(root / path.lstrip("/") / "cgroup.procs")
+    return str(root / "cgroup.procs")
 
 
 def _node_quotas_at(recorded: dict, model: str) -> dict[float, float]:
