@@ -30,13 +30,16 @@ rank fails.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from workloads.events import NODE_ENV
@@ -63,6 +66,14 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
+def session_dir(host: str) -> Path:
+    """Open MPI's session directory base for ``host``'s daemon in this cell: one of its
+    own in /tmp (short: Open MPI's sockets live there), named after the cell's entries
+    file so that cells running at once never share one."""
+    tag = hashlib.sha1(os.environ[NODE_ENTRIES_ENV].encode()).hexdigest()[:10]
+    return Path(tempfile.gettempdir()) / f"edgeprof-ompi-{tag}-{host}"
+
+
 def rsh(host: str, words: list[str]) -> None:
     """Exec ``words`` (a remote shell's command line, as ssh gets it) on node ``host``."""
     entries = json.loads(Path(os.environ[NODE_ENTRIES_ENV]).read_text())
@@ -76,6 +87,12 @@ def rsh(host: str, words: list[str]) -> None:
             handle.write(str(os.getpid()))
     os.environ.update(entry["env"])
     os.environ[NODE_ENV] = host  # the rank's start event names its node
+    # A session directory of the node's own: daemons of "hosts" sharing one /tmp (the
+    # local cluster's slots, emulated nodes) race creating the same path, and the
+    # loser's orte_init fails ("mkdir ... File exists"), which leaves mpirun hanging.
+    session = session_dir(host)
+    session.mkdir(mode=0o700, exist_ok=True)
+    os.environ["OMPI_MCA_orte_tmpdir_base"] = str(session)
     command = " ".join(words)
     argv = shlex.split(command)
     if any(token in SHELL_SYNTAX or token.endswith(";") for token in argv):
@@ -129,6 +146,9 @@ def launch(argv: list[str], nodes: list[str]) -> int:
         sys.stdout.write(line)
         sys.stdout.flush()
     code = proc.wait()
+    if NODE_ENTRIES_ENV in os.environ:  # the daemons' session directories, emptied by them
+        for node in nodes:
+            shutil.rmtree(session_dir(node), ignore_errors=True)
     if code != 0:
         what = failure_line("".join(seen), nodes) or "mpirun did not say which rank failed"
         print(f"mpirun exited {code}: {what}", flush=True)
