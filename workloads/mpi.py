@@ -20,11 +20,13 @@ agent and each ``orted`` starts its node's rank:
   ``LOG_DIR/worker-<rank>.log`` (as the cluster logs a Gloo worker), then exec ``ARGV``
   (``workloads.train``), whose events go to the cell's ``events/`` as any worker's.
 
-Nothing may outlive the cell: ``orted`` and the ranks run in sessions of their own,
-out of the reach of the runner's process-group kill, so each asks the kernel to kill it
-when its parent dies (``PR_SET_PDEATHSIG``): the launcher killed takes ``mpirun`` with
-it, ``mpirun`` its ``orted``s, an ``orted`` its rank. Open MPI itself ends the job when a
-rank fails.
+Nothing may outlive the cell. ``orted`` daemonizes into a session of its own, out of
+reach of the runner's process-group kill: Open MPI's own lifeline ends it when it loses
+``mpirun`` (and ``mpirun`` stops the job when a rank fails). Each rank also asks the
+kernel to SIGKILL it when its ``orted`` dies (``PR_SET_PDEATHSIG``), and ``mpirun`` the
+same when the launcher dies. Each node's daemon gets a session directory of its own
+(``session_dir``): the daemons of a cell's nodes share one /tmp, and two of them
+creating the same directory at once made one fail and ``mpirun`` hang.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from workloads.events import NODE_ENV
@@ -49,6 +52,7 @@ from workloads.events import NODE_ENV
 NODE_ENTRIES_ENV = "EDGEPROF_NODE_ENTRIES"
 PR_SET_PDEATHSIG = 1
 SHELL_SYNTAX = (";", "&&", "||", "|", "&")
+STALE_SESSION_S = 600.0
 
 # mpirun's own report of the first failure (Open MPI 4.1).
 _SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal "
@@ -131,8 +135,22 @@ def failure_line(output: str, nodes: list[str]) -> str:
     return ""
 
 
+def remove_stale_sessions(min_age_s: float = STALE_SESSION_S) -> None:
+    """Remove the empty session directories of earlier cells that were killed before
+    their launcher could (a daemon empties its own as it exits; one in use is never
+    empty past its first moment, hence the age)."""
+    now = time.time()
+    for path in Path(tempfile.gettempdir()).glob("edgeprof-ompi-*"):
+        try:
+            if now - path.stat().st_mtime > min_age_s:
+                path.rmdir()  # only if empty
+        except OSError:
+            pass
+
+
 def launch(argv: list[str], nodes: list[str]) -> int:
     """Run ``mpirun`` (``argv``) to its end, its output to ours; its exit status."""
+    remove_stale_sessions()
     # A stop signal reaches mpirun too (same process group): it stops its job itself;
     # this process keeps copying its output until it ends.
     for sig in (signal.SIGTERM, signal.SIGINT):
