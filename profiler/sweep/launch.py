@@ -73,7 +73,7 @@ def launch(run: CellRun) -> None:
         # The start event names the node (MXNet's ranks are the KVStore's own).
         env = {**spec.env, NODE_ENV: spec.node.name}
         if spec.launches_on:
-            env[NODE_ENTRIES_ENV] = str(_write_entries(req.cluster, spec, req.cell_dir))
+            env[NODE_ENTRIES_ENV] = str(write_entries(req.cluster, spec, req.cell_dir))
         proc = req.cluster.start(spec.node, spec.argv, env,
                                  req.cell_dir / "logs" / f"{spec.name}.log", role=spec.role)
         run.launched.append(Launched(spec, proc))
@@ -112,7 +112,7 @@ def _reap(run: CellRun) -> None:
             p.returncode = code
 
 
-def _write_entries(cluster: Cluster, spec: ProcessSpec, cell_dir: Path) -> Path:
+def write_entries(cluster: Cluster, spec: ProcessSpec, cell_dir: Path) -> Path:
     """The file telling a launcher (``spec``) how to enter each node it starts workers
     on (``Cluster.entry``, by node name); ``ClusterError`` where the cluster cannot."""
     entries = {}
