@@ -51,22 +51,23 @@ def _cell(**kw) -> CellConfig:
                                   "engine_params": (("horovod_ops", "mpi"),), **kw}))
 
 
-def _mpi_left() -> list[str]:
-    """orted, mpirun and rank processes still alive (ours: any such process on the host
-    would be a leak of this module, which runs alone)."""
+def _mpi_left(tmp_path: Path) -> list[str]:
+    """orted and mpirun processes, and any process of this test's cells (a rank names
+    its cell's folder), still alive (no one else runs MPI on this host)."""
     left = []
     for proc in psutil.process_iter(["cmdline", "status"]):
         cmd = " ".join(proc.info["cmdline"] or [])
         if proc.info["status"] == psutil.STATUS_ZOMBIE:
             continue
-        if cmd.startswith(("orted", "mpirun")) or "workloads.mpi" in cmd:
+        if (cmd.startswith(("orted", "mpirun")) or "workloads.mpi" in cmd
+                or str(tmp_path) in cmd):
             left.append(f"{proc.pid} {cmd[:80]}")
     return left
 
 
-def _nothing_left() -> list[str]:
+def _nothing_left(tmp_path: Path) -> list[str]:
     deadline = time.monotonic() + LEFT_DEADLINE_S
-    while (left := _mpi_left() + [str(p) for p in no_children_left()]):
+    while (left := _mpi_left(tmp_path) + [str(p) for p in no_children_left()]):
         if time.monotonic() > deadline:
             return left
         time.sleep(0.2)
@@ -109,7 +110,7 @@ def test_two_mpi_ranks_train_on_the_local_cluster(mpi, tmp_path):
         (0, "local0", "allreduce", 2), (1, "local1", "allreduce", 2)]
     logs = sorted(p.name for p in (cell_dir / "logs").iterdir())
     assert logs == ["launcher-0.log", "worker-0.log", "worker-1.log"]
-    assert _nothing_left() == []
+    assert _nothing_left(tmp_path) == []
 
 
 def test_two_mpi_ranks_allreduce_across_emulated_nodes(mpi, tmp_path):
@@ -139,7 +140,7 @@ def test_two_mpi_ranks_allreduce_across_emulated_nodes(mpi, tmp_path):
         # figures are interpolated at the training window's ends: most of the traffic).
         assert rec["cpu_percent_mean"] and rec["cpu_percent_mean"] > 0
         assert rec["net_sent_kb"] and rec["net_sent_kb"] * 1024 >= floor_bytes / 2
-        assert _nothing_left() == []
+        assert _nothing_left(tmp_path) == []
     finally:
         gen.close()
 
@@ -159,7 +160,7 @@ def test_a_sweep_compares_gloo_and_mpi(mpi, tmp_path):
         assert r["status"] == "ok", r["reason"]
         assert float(r["syncs_per_worker"]) == 10 and float(r["samples_per_s"]) > 0
     assert "horovod_ops=mpi" in proc.stdout
-    assert _nothing_left() == []
+    assert _nothing_left(tmp_path) == []
 
 
 def _wait_for_first_step(events: Path, rank: int, cell_ended: threading.Event) -> None:
@@ -205,7 +206,7 @@ def test_a_killed_rank_fails_the_cell_and_leaves_nothing(mpi, tmp_path):
     assert rec["status"] == "failed"
     assert "worker-1 on local1 was killed by signal 9" in rec["reason"], rec["reason"]
     assert rec["reason"].startswith("launcher-0 (mpirun)")
-    assert _nothing_left() == []
+    assert _nothing_left(tmp_path) == []
 
 
 def test_bad_input_is_one_line(mpi, tmp_path, monkeypatch):
@@ -257,4 +258,4 @@ def test_ctrl_c_stops_an_mpi_cell_and_leaves_nothing(mpi, tmp_path):
     assert proc.returncode != 0
     (row,) = csv.DictReader(open(out / "results.csv"))
     assert row["status"] == "failed" and "interrupted" in row["reason"]
-    assert _nothing_left() == []
+    assert _nothing_left(tmp_path) == []
