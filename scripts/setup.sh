@@ -72,7 +72,7 @@ if ! .venv/bin/python -c "import horovod.mxnet as h; assert h.mpi_built() and h.
   HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 MAKEFLAGS="-j$(nproc)" \
     "${PIP[@]}" install -c constraints.txt --no-build-isolation --no-cache-dir \
       --force-reinstall --no-deps horovod==0.28.1
-  # --no-deps: Horovod's own dependencies, from the index as a first install would.
+  # The rebuild skipped Horovod's dependencies (cloudpickle, ...): a first install needs them.
   "${PIP[@]}" install -c constraints.txt --no-build-isolation horovod==0.28.1
 fi
 # Each framework in a process of its own, as edgeprof runs them: Horovod's MXNet extension
