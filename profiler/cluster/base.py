@@ -94,6 +94,23 @@ class Node:
 
 
 @dataclass(frozen=True)
+class NodeEntry:
+    """How a process the cluster started on one of its nodes (``mpirun`` on node 0)
+    starts a command on another node in that node's context, as data the device reads
+    (``workloads.mpi_rsh``): run ``argv`` + the command, with ``env`` added, after
+    writing the process's own pid into each of ``cgroup_procs`` (its ``cgroup.procs``
+    files). Empty: exec the command as it is (the local cluster)."""
+
+    argv: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    cgroup_procs: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"argv": list(self.argv), "env": dict(self.env),
+                "cgroup_procs": list(self.cgroup_procs)}
+
+
+@dataclass(frozen=True)
 class MemoryPressure:
     """One reading of a node's memory: its charge, its limit, major page faults so far."""
 
@@ -133,6 +150,12 @@ class Cluster:
         agent which process is which themselves (the inventory cluster).
         """
         raise NotImplementedError
+
+    def entry(self, node: Node, *, role: str | None = None) -> NodeEntry | None:
+        """How a process of a cell's started on one of these nodes starts ``role``'s
+        processes on ``node`` (an MPI launcher's rsh agent, ``NodeEntry``); None: this
+        provider cannot (then such a cell fails with a reason saying so)."""
+        return None
 
     def prepare(self, cell, nodes_needed: int, max_speedup: float = 1.0) -> float:
         """Set the first ``nodes_needed`` nodes up for ``cell`` before it starts (the

@@ -52,8 +52,8 @@ from workloads.node_limits import JOIN_CPU_CGROUP_ENV
 from ..errors import ClusterError, ConfigError
 from ..fsutil import atomic_write_text
 from . import cgroups, instance, netns
-from .base import (Cluster, ClusterSettings, GridNeeds, MemoryPressure, Node, NodeScope,
-                   ProviderOption, popen_in_group)
+from .base import (Cluster, ClusterSettings, GridNeeds, MemoryPressure, Node, NodeEntry,
+                   NodeScope, ProviderOption, popen_in_group)
 from .netns import TBF_LATENCY_MS
 
 if TYPE_CHECKING:
@@ -118,6 +118,25 @@ class EmulatedCluster(Cluster):
                 env = {**env, JOIN_CPU_CGROUP_ENV: str(group.cpu_dir / "cgroup.procs")}
             preexec = lambda: group.attach(os.getpid(), cpu_quota=not late)  # noqa: E731
         return popen_in_group(wrapped, env, log_path, preexec_fn=preexec)
+
+    def entry(self, node: Node, *, role: str | None = None) -> NodeEntry:
+        """What ``start`` does, as data for a process already on a node (an MPI
+        launcher's rsh agent, which runs on the host's filesystem like ``start``): the
+        node's network namespace, its cgroups (a training role joins the CPU quota
+        itself later, as ``start`` arranges) and the profile's environment."""
+        group = _node_cgroup(node)
+        late = role in LATE_CPU_ROLES and group.can_join_cpu_later()
+        env = dict(self._cell_env.get(node.name, {}))
+        if late:
+            env[JOIN_CPU_CGROUP_ENV] = str(group.cpu_dir / "cgroup.procs")
+        procs = tuple(str(d / "cgroup.procs") for d in group.dirs()
+                      if not (late and d == group.cpu_dir))
+        if late:
+            # Out of the launcher's quota (node 0's) until the role joins its own, as
+            # ``start`` leaves it in the controller's CPU cgroup.
+            procs = (_own_cpu_cgroup_procs(group.cpu_dir), *procs)
+        return NodeEntry(("nsenter", f"--net={netns.NETNS_DIR / node.scope.netns}", "--"),
+                         env, procs)
 
     def oom_killed(self, node: Node) -> int:
         return _node_cgroup(node).oom_kills()
@@ -215,6 +234,17 @@ class EmulatedCluster(Cluster):
 
     def close(self) -> None:
         pass
+
+
+def _own_cpu_cgroup_procs(node_cpu_dir: Path) -> str:
+    """``cgroup.procs`` of this process's cgroup in the CPU hierarchy (cgroup v1, where
+    ``cpu`` is mounted apart), under the mount that holds ``node_cpu_dir``."""
+    root = node_cpu_dir.parent.parent  # <mount>/edgeprof<N>/<node>
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            return str(root / path.lstrip("/") / "cgroup.procs")
+    return str(root / "cgroup.procs")
 
 
 def _node_quotas_at(recorded: dict, model: str) -> dict[float, float]:

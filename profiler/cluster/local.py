@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ContextManager, Mapping, Sequence
 
-from .base import Cluster, ClusterSettings, GridNeeds, Node, NodeScope, popen_in_group
+from .base import (Cluster, ClusterSettings, GridNeeds, Node, NodeEntry, NodeScope,
+                   popen_in_group)
 
 
 class LocalCluster(Cluster):
@@ -30,6 +31,9 @@ class LocalCluster(Cluster):
               log_path: Path, *, confine: bool = True,
               role: str | None = None) -> subprocess.Popen:
         return popen_in_group(argv, env, log_path)
+
+    def entry(self, node: Node, *, role: str | None = None) -> NodeEntry:
+        return NodeEntry()  # every slot is this host: run the command as it is
 
 
 @dataclass

@@ -57,6 +57,10 @@ class ProcessSpec:
     decisive: bool = True
     # What the process is in its engine's terms, for people (a pipeline's "stage 1").
     part: str = ""
+    # Nodes this process starts the cell's workers on itself (an MPI launcher): the
+    # runner hands it how to enter each one (``Cluster.entry``, a file named by
+    # ``workloads.mpi.NODE_ENTRIES_ENV``).
+    launches_on: tuple[Node, ...] = ()
 
     @property
     def name(self) -> str:
@@ -88,7 +92,7 @@ class EngineOption:
     of its ``engine_params`` and a results column of the same name (empty on the other
     engines' cells)."""
 
-    name: str  # the option without dashes, the cell's engine_params key and the column
+    name: str  # the option without dashes (``_`` for ``-``), engine_params key and column
     default: str  # as typed on the command line
     parse: Callable[[str], list]  # the typed text -> its list of values (ConfigError)
     help: str
@@ -103,6 +107,11 @@ class EngineOption:
     def default_value(self):
         """The default as a cell holds it (the typed default, parsed)."""
         return self.parse(self.default)[0]
+
+    @property
+    def flag(self) -> str:
+        """``--horovod-ops``: the option as typed (``_`` in the name typed as ``-``)."""
+        return "--" + self.name.replace("_", "-")
 
 
 @dataclass
@@ -253,6 +262,11 @@ class Engine:
         """The ``workloads.train`` command line of one process of ``cell``."""
         return train_argv(cell, cell_dir, options, self.framework, self.comm(cell), role,
                           self.worker)
+
+    def check_cells(self, cells: Sequence[CellConfig]) -> None:
+        """Raise ``ClusterError`` (one line) unless this machine can run what ``cells``
+        (the engine's cells of a grid) ask beyond ``check_installed``: a setting of the
+        engine's own that needs more (Horovod over MPI: an MPI build and ``mpirun``)."""
 
     def check_installed(self) -> None:
         """Raise ``ClusterError`` (one line, naming the fix) unless this machine's Python

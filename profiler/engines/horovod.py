@@ -19,40 +19,72 @@ lets the cluster do step 3:
 The same plan serves the local, emulated and inventory clusters. Each edgeprof node is
 one Horovod host with one slot, so on the local cluster too every worker is its own
 "host" (local size 1), as on a Pi cluster.
+
+``--horovod-ops mpi`` (a setting of the engine's own, a grid dimension: one sweep
+compares it with ``gloo``) runs Horovod's MPI controller and CPU operations over Open
+MPI instead, launched the way MPI jobs are: ``mpirun`` as the cell's one decisive
+process, the ``launcher`` on node 0, started through the cluster like any other. Open
+MPI starts an ``orted`` on every node through its rsh agent, which is
+``workloads.mpi rsh``: it enters each node the way the cluster says
+(``Cluster.entry``: the emulated node's network namespace and cgroups; the local
+cluster's plain exec), so each rank runs in its node's network and cgroup, as a Gloo
+worker does. ``workloads.mpi`` says how its output, events and failures come back and
+why nothing outlives the cell; docs/horovod.md says why this shape.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
+from typing import Sequence
 
 from ..cell import CellConfig
 from ..cluster.base import Node
 from ..errors import ClusterError
+from ..option_lists import parse_choice_list
 from ..ports import free_port
-from .base import Engine, Package, ProcessSpec, TrainOptions, gloo_interface
+from .base import Engine, EngineOption, Package, ProcessSpec, TrainOptions, gloo_interface
 from .mxnet import MXNET_ENGINE, mxnet_engine_columns
 
 # Gloo's default 30 s rendezvous timeout is too short when a Pi-class node needs longer
 # than its peers to import MXNet; a stuck cell is still ended by the runner's timeout.
 GLOO_TIMEOUT_S = 300
 
-BUILD_HINT = ("build it with HOROVOD_WITH_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 "
+BUILD_HINT = ("build it with HOROVOD_WITH_MXNET=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 "
               "HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 pip install "
-              "--no-build-isolation horovod==0.28.1 (see docs/horovod.md)")
+              "--no-build-isolation --no-cache-dir horovod==0.28.1 (see docs/horovod.md)")
+# Horovod's controller and collective operations, the engine's own setting.
+OPS = ("gloo", "mpi")
+MPIRUN = "mpirun"
+# Open MPI refuses root without them; the emulated cluster runs as root.
+MPI_ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def _ops(text: str) -> list[str]:
+    return parse_choice_list(text, "--horovod-ops", OPS)
 
 
 class HorovodEngine(Engine):
     name = "horovod"
-    description = "Horovod ring allreduce over Gloo, through MXNet (sync only)"
+    description = "Horovod ring allreduce over Gloo or MPI, through MXNet (sync only)"
     framework = "mxnet"
     sync_modes = ("sync",)
     packages = (Package("mxnet", "mxnet"), Package("horovod", "horovod.mxnet"))
     install_hint = BUILD_HINT
     plans_with_packages = True
     columns = (MXNET_ENGINE,)  # its workers are MXNet's
+    # Added after Horovod cells had ids: at gloo it stays out of the cell_id.
+    options = (EngineOption(
+        "horovod_ops", "gloo", _ops,
+        "Horovod's controller and CPU operations (horovod): gloo (Horovod's own launcher, "
+        "its rendezvous) or mpi (Open MPI, launched by mpirun); gloo,mpi compares them.",
+        "str", "Horovod's controller and collective operations: gloo (empty) or mpi",
+        omit_default=True),)
 
     def summarize(self, workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
         return mxnet_engine_columns(starts)
@@ -65,6 +97,9 @@ class HorovodEngine(Engine):
 
     def plan(self, cell: CellConfig, nodes: list[Node], cell_dir: Path,
              options: TrainOptions) -> list[ProcessSpec]:
+        if cell.param("horovod_ops", "gloo") == "mpi":
+            return [self._mpi_launcher(cell, nodes[:self.nodes_needed(cell)], cell_dir,
+                                       options)]
         needed = self.nodes_needed(cell)
         slot_env, run_env = _horovod_env_builders()
 
@@ -92,6 +127,46 @@ class HorovodEngine(Engine):
                                      {key: str(value) for key, value in env.items()}))
         return specs
 
+    def _mpi_launcher(self, cell: CellConfig, nodes: list[Node], cell_dir: Path,
+                      options: TrainOptions) -> ProcessSpec:
+        """``mpirun`` on node 0 (through ``workloads.mpi launch``) starting one rank per
+        node through ``workloads.mpi rsh``, on the nodes' training interface."""
+        iface = gloo_interface(nodes[0])
+        rank_env = {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi",
+                    "OMP_NUM_THREADS": str(options.threads_per_process),
+                    "PYTHONUNBUFFERED": "1"}
+        mpirun = [
+            MPIRUN, "-np", str(len(nodes)),
+            "--host", ",".join(f"{node.name}:1" for node in nodes),
+            # Each node its own binding: Open MPI would pin every "host"'s rank to core 0.
+            "--bind-to", "none",
+            "--mca", "plm_rsh_agent", f"{sys.executable} -m workloads.mpi rsh",
+            # Every orted from node 0's mpirun, not from each other (tree spawn).
+            "--mca", "plm_rsh_no_tree_spawn", "1",
+            # TCP on the node's training interface only: no shared memory between slots
+            # of one host (the local cluster), no guessing among a namespace's interfaces.
+            "--mca", "btl", "self,tcp",
+            "--mca", "btl_tcp_if_include", iface, "--mca", "oob_tcp_if_include", iface,
+            *[arg for key, value in rank_env.items() for arg in ("-x", f"{key}={value}")],
+            sys.executable, "-m", "workloads.mpi", "rank", str(cell_dir / "logs"), "--",
+            *self.train_argv(cell, cell_dir, options)]
+        argv = [sys.executable, "-m", "workloads.mpi", "launch",
+                ",".join(node.name for node in nodes), "--", *mpirun]
+        return ProcessSpec("launcher", 0, nodes[0], argv, dict(MPI_ROOT_ENV), part="mpirun",
+                           launches_on=tuple(nodes))
+
+    def check_cells(self, cells: Sequence[CellConfig]) -> None:
+        """``--horovod-ops mpi``: Horovod built with MPI, and Open MPI's ``mpirun``."""
+        if not any(cell.param("horovod_ops", "gloo") == "mpi" for cell in cells):
+            return
+        if shutil.which(MPIRUN) is None:
+            raise ClusterError("--horovod-ops mpi needs Open MPI's mpirun, which is not on "
+                               "PATH: apt-get install openmpi-bin libopenmpi-dev, then "
+                               "rebuild Horovod (scripts/setup.sh)")
+        if not mpi_built():
+            raise ClusterError(f"--horovod-ops mpi: Horovod in {sys.executable} was built "
+                               f"without MPI: re{BUILD_HINT}")
+
     def check_installed(self) -> None:
         """Horovod with its MXNet extension, found without loading MXNet (planning a
         cell needs Horovod's runner on the controller whatever the cluster)."""
@@ -106,6 +181,17 @@ class HorovodEngine(Engine):
                 return {"ok": False, "problem": "horovod.mxnet was built without Gloo "
                                                 "(HOROVOD_WITH_GLOO=1)"}
         return answer
+
+
+@functools.cache
+def mpi_built() -> bool:
+    """Whether Horovod's MXNet extension was built with MPI, asked in a process of its
+    own (the answer needs MXNet loaded, which the controller does not load to plan)."""
+    _import_horovod_runner()
+    probe = subprocess.run(
+        [sys.executable, "-c", "import horovod.mxnet as h; print(bool(h.mpi_built()))"],
+        capture_output=True, text=True, timeout=120)
+    return probe.returncode == 0 and probe.stdout.strip().endswith("True")
 
 
 def slot_plan(hosts: str) -> list:

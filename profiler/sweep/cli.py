@@ -144,7 +144,7 @@ def grid_options(func):
                           "and EDGEPROF_NAME in its environment. Repeatable."),
     ]
     # Each engine's own settings (profiler.engines.base.EngineOption), e.g. torch-pipe's.
-    options += [click.option(f"--{own.name}", default=own.default, show_default=True,
+    options += [click.option(own.flag, own.name, default=own.default, show_default=True,
                              help=own.help)
                 for engine in ENGINES.values() for own in engine.options]
     for option in reversed(options):
@@ -263,8 +263,8 @@ def _engine_values(kw: dict, engines: list[str]) -> dict[str, list]:
             if ctx.get_parameter_source(own.name) in (None, ParameterSource.DEFAULT):
                 continue
             if engine.name not in engines:
-                raise EdgeprofError(f"--{own.name} is a setting of --engine {engine.name}: "
-                                    f"add it to --engine, or drop --{own.name}")
+                raise EdgeprofError(f"{own.flag} is a setting of --engine {engine.name}: "
+                                    f"add it to --engine, or drop {own.flag}")
             values[own.name] = own.parse(kw[own.name])
     return values
 

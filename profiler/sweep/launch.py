@@ -12,11 +12,15 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from pathlib import Path
+
 from ..engines import cell_label
 
 from workloads.events import NODE_ENV
+from workloads.mpi import NODE_ENTRIES_ENV
 
 from ..cluster.base import Cluster, Node, kill_groups
+from ..engines.base import ProcessSpec
 from ..errors import ClusterError
 from ..fsutil import atomic_write_text
 from .cell_run import CellRequest, CellRun, Launched
@@ -67,7 +71,10 @@ def launch(run: CellRun) -> None:
         if req.stop.requested:
             break
         # The start event names the node (MXNet's ranks are the KVStore's own).
-        proc = req.cluster.start(spec.node, spec.argv, {**spec.env, NODE_ENV: spec.node.name},
+        env = {**spec.env, NODE_ENV: spec.node.name}
+        if spec.launches_on:
+            env[NODE_ENTRIES_ENV] = str(write_entries(req.cluster, spec, req.cell_dir))
+        proc = req.cluster.start(spec.node, spec.argv, env,
                                  req.cell_dir / "logs" / f"{spec.name}.log", role=spec.role)
         run.launched.append(Launched(spec, proc))
     run.straggler.start(run.specs, run.t_launch_mono, cell_dir=req.cell_dir,
@@ -103,6 +110,23 @@ def _reap(run: CellRun) -> None:
     for p, code in zip(run.launched, codes):
         if p.returncode is None:
             p.returncode = code
+
+
+def write_entries(cluster: Cluster, spec: ProcessSpec, cell_dir: Path) -> Path:
+    """The file telling a launcher (``spec``) how to enter each node it starts workers
+    on (``Cluster.entry``, by node name); ``ClusterError`` where the cluster cannot."""
+    entries = {}
+    for node in spec.launches_on:
+        entry = cluster.entry(node, role="worker")
+        if entry is None:
+            raise ClusterError(f"{spec.title} starts the workers on their nodes itself, and "
+                               f"the {cluster.name} cluster cannot give it a way onto node "
+                               f"{node.name}")
+        entries[node.name] = entry.to_dict()
+    path = cell_dir / "entries" / f"{spec.name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(entries, indent=1, sort_keys=True))
+    return path
 
 
 def _clock_offsets(cluster: Cluster, nodes: list[Node]) -> dict[str, float]:

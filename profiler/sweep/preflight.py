@@ -25,4 +25,5 @@ def preflight(settings: SweepSettings) -> None:
         engine = get_engine(name)
         if not settings.cluster.own_install or engine.plans_with_packages:
             engine.check_installed()
+            engine.check_cells([cell for cell in cells if cell.engine == name])
     check_sweep_dir(settings)  # --out and --resume, before anything is written

@@ -58,7 +58,9 @@ def _add_summary(run: CellRun, events: CellEvents, record: dict) -> None:
         return
     window = events.train_window() or (
         min((e["t"] for e in events.of("start")), default=run.t_launch), run.t_reaped)
-    worker_nodes = sorted({p.spec.node.name for p in run.launched if p.spec.role == "worker"})
+    # The workers' own start events name their nodes too: an MPI launcher starts them.
+    worker_nodes = sorted({p.spec.node.name for p in run.launched if p.spec.role == "worker"}
+                          | {e["node"] for e in events.of("start") if e.get("node")})
     try:
         record.update(run.monitor.summary(worker_nodes, *window,
                                           work=cell_work(events, run.speedup),
