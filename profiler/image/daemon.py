@@ -24,11 +24,11 @@ from .steps import ImageError
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 PING_TIMEOUT_S = 10
-LABEL = "org.edgeprof"
+LABEL = "org.edgeprof"  # the labels' prefix: .digest, .manifest, .layer-gzip-bytes
 # What a failed connection says, in words a user can act on (the SDK's message nests
 # urllib3's several levels deep).
 _REASONS = ("No such file or directory", "Connection refused", "Permission denied",
-            "timed out", "Name or service not known")  # the labels' prefix: .digest, .flavour, .arch, .manifest, ...
+            "timed out", "Name or service not known")
 
 
 def default_host() -> str:

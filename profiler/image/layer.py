@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import io
 import json
+import queue
 import tarfile
+import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -28,22 +30,42 @@ class LayerSizes:
 
 
 class _CountingWriter:
-    """A write-only file that counts its bytes, and their gzip, on their way to disk."""
+    """A write-only file that counts its bytes, and their gzip, on their way to disk.
+
+    gzip runs in a thread of its own (zlib lets go of the GIL), on chunks of
+    ``CHUNK_BYTES``: on two cores, the tar and its compression take the time of one.
+    """
+
+    CHUNK_BYTES = 1 << 20
 
     def __init__(self, out):
         self.out = out
         self.tar_bytes = 0
         self.gzip_bytes = 0
-        self._gzip = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)  # 31: gzip framing
+        self._pending = bytearray()
+        self._chunks: queue.Queue = queue.Queue(maxsize=16)
+        self._thread = threading.Thread(target=self._compress, daemon=True)
+        self._thread.start()
+
+    def _compress(self) -> None:
+        gzip = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)  # 31: gzip framing
+        while (chunk := self._chunks.get()) is not None:
+            self.gzip_bytes += len(gzip.compress(chunk))
+        self.gzip_bytes += len(gzip.flush())
 
     def write(self, data: bytes) -> int:
         self.out.write(data)
         self.tar_bytes += len(data)
-        self.gzip_bytes += len(self._gzip.compress(data))
+        self._pending += data
+        if len(self._pending) >= self.CHUNK_BYTES:
+            self._chunks.put(bytes(self._pending))
+            self._pending.clear()
         return len(data)
 
     def finish(self) -> LayerSizes:
-        self.gzip_bytes += len(self._gzip.flush())
+        self._chunks.put(bytes(self._pending))
+        self._chunks.put(None)
+        self._thread.join()
         return LayerSizes(self.tar_bytes, self.gzip_bytes)
 
 

@@ -100,17 +100,21 @@ def python_packages(recipe: Recipe, site: Path, work: Path) -> None:
     no_deps = work / "no-deps"
     if alone:
         _pip(recipe, no_deps, pins, alone, work / "pip-no-deps.log", "--no-deps")
-        rest += list(pinned(tuple(_wheel_requirements(no_deps, recipe.machine)),
-                            recipe.constraints))
+        rest += pinned(tuple(_wheel_requirements(no_deps, recipe.machine)),
+                       recipe.constraints)
     _pip(recipe, site, pins, rest, work / "pip.log")
     if alone:
-        for entry in no_deps.iterdir():
-            if not (site / entry.name).exists():
-                entry.rename(site / entry.name)
+        _merge(no_deps, site)
     if recipe.horovod_record_sha256 is not None:
         _copy_horovod(horovod_dist(), site)
     for relative in PRUNE:
         shutil.rmtree(site / relative, ignore_errors=True)
+
+
+def _merge(source: Path, site: Path) -> None:
+    for entry in source.iterdir():
+        if not (site / entry.name).exists():
+            entry.rename(site / entry.name)
 
 
 def _copy_horovod(dist: importlib.metadata.Distribution, site: Path) -> None:
