@@ -33,6 +33,9 @@ SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packa
 SUITE = "bookworm"
 # Debian's python3 (3.11.2 in bookworm); ca-certificates for an agent shipping over HTTPS.
 DEBIAN_PACKAGES = ("python3", "ca-certificates")
+# MXNet's wheel brings libopenblas and libgfortran but not what they link to (torch's
+# wheel brings its own libgomp).
+FLAVOUR_DEBIAN_PACKAGES = {"torch": (), "full": ("libgomp1", "libquadmath0")}
 # What a node never reads; copyright files stay (Debian's licences travel with the image).
 DPKG_EXCLUDES = ("/usr/share/man/*", "/usr/share/locale/*", "/usr/share/info/*",
                  "/usr/share/doc/*")
@@ -92,9 +95,13 @@ class Recipe:
     def machine(self) -> str:
         return ARCHES[self.arch]
 
+    @property
+    def debian_packages(self) -> tuple[str, ...]:
+        return DEBIAN_PACKAGES + FLAVOUR_DEBIAN_PACKAGES[self.flavour]
+
     def digest(self) -> str:
         """12 hex digits of the SHA-256 of every input (canonical JSON)."""
-        inputs = {"suite": SUITE, "debian_packages": DEBIAN_PACKAGES,
+        inputs = {"suite": SUITE, "debian_packages": self.debian_packages,
                   "dpkg": [DPKG_EXCLUDES, DPKG_INCLUDES], "python": PYTHON_VERSION,
                   "flavour": self.flavour, "arch": self.arch, "config": CONFIG,
                   "requirements": self.requirements, "constraints": self.constraints,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from .recipe import (ARCHES, DEBIAN_PACKAGES, DPKG_EXCLUDES, DPKG_INCLUDES, GLIBC_MINOR,
+from .recipe import (ARCHES, DPKG_EXCLUDES, DPKG_INCLUDES, GLIBC_MINOR,
                      HOROVOD, NO_DEPS, PYTHON_VERSION, SUITE, Recipe, holds, horovod_dist,
                      pinned)
 from .steps import ImageError, run_step
@@ -51,7 +51,7 @@ def check_tools(arch: str, host_arch: str) -> None:
 def debian_root(recipe: Recipe, out: Path, work: Path) -> None:
     """``out``: a tar of a minimal bookworm with Debian's python3, for the recipe's arch."""
     argv = ["mmdebstrap", "--variant=minbase", f"--arch={recipe.arch}",
-            f"--include={','.join(DEBIAN_PACKAGES)}",
+            f"--include={','.join(recipe.debian_packages)}",
             *[f"--dpkgopt=path-exclude={p}" for p in DPKG_EXCLUDES],
             *[f"--dpkgopt=path-include={p}" for p in DPKG_INCLUDES],
             SUITE, str(out)]
