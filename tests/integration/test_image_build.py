@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -144,3 +145,32 @@ def test_a_rebuild_with_nothing_changed_reuses_the_image(docker_host, built, tmp
     assert elapsed_s < 30, elapsed_s
     assert "root: mmdebstrap" not in again.stderr
     assert {image.id for image in client.images.list()} == images
+
+
+def test_a_build_interrupted_leaves_nothing_behind(docker_host, built, tmp_path):
+    """Ctrl-C while mmdebstrap makes the root: exit 130, no work folder, no process,
+    no mount, no image. (Interrupted in the import, the daemon never tags the image:
+    docs/image.md.)"""
+    import docker
+
+    from profiler.image.steps import mounted_under
+
+    client = docker.DockerClient(base_url=docker_host, timeout=60)
+    images = {image.id for image in client.images.list()}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "profiler.cli", "image", "build", "--arch", "amd64",
+         "--docker-host", docker_host, "--tag-prefix", "edgeprof-test-interrupted",
+         "--work-dir", str(tmp_path)],
+        cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    for line in process.stderr:
+        if "root: mmdebstrap" in line:
+            break
+    time.sleep(5)  # mmdebstrap is at work: downloading, unpacking
+    process.send_signal(signal.SIGINT)
+    rest = process.stderr.read()
+    assert process.wait(timeout=180) == 130, rest
+    assert "interrupted" in rest and "Traceback" not in rest
+    assert list(tmp_path.iterdir()) == [] and mounted_under(tmp_path) == []
+    assert {image.id for image in client.images.list()} == images
+    leftovers = subprocess.run(["pgrep", "-f", f"mmdebstrap.*{tmp_path}"], capture_output=True)
+    assert leftovers.stdout == b""
