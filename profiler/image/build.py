@@ -3,7 +3,7 @@
 Cheap checks first (the choice, the tools, the daemon), then the recipe's digest: an
 image already tagged with it is reused in seconds. Otherwise the root, the wheels and
 the layer are made in a work folder that is removed whatever happens (Ctrl-C included),
-and the layer is imported under the digest's tag. The CLI and a test both call
+and the layer is loaded as an image under the digest's tag. The CLI and a test both call
 ``build_image``; it says what it is doing through ``say`` and prints nothing itself.
 """
 
@@ -83,12 +83,12 @@ def _build(client, wanted: recipe.Recipe, tag: str, work: Path, say):
     sizes, debian = layer.write_layer(base, site, recipe.SOURCE_ROOT, sorted(wanted.sources),
                                       manifest, layer_tar)
     manifest["python"] = debian.get("python3.11", "")
-    say(f"import: {sizes.tar_bytes / 1e6:.0f} MB into dockerd as {tag}")
+    say(f"load: {sizes.tar_bytes / 1e6:.0f} MB into dockerd as {tag}")
     labels = {f"{daemon.LABEL}.digest": wanted.digest(),
               f"{daemon.LABEL}.manifest": json.dumps(manifest, sort_keys=True),
               f"{daemon.LABEL}.layer-gzip-bytes": str(sizes.gzip_bytes)}
-    return daemon.import_layer(client, str(layer_tar), tag, wanted.arch, recipe.CONFIG,
-                               labels)
+    return daemon.load_layer(client, layer_tar, sizes.sha256, tag, wanted.arch,
+                             recipe.IMAGE_CONFIG, labels, work)
 
 
 def _manifest(wanted: recipe.Recipe, versions: dict[str, str]) -> dict:

@@ -1,13 +1,14 @@
 """The image's one layer: the Debian root, the wheels, the node's code and a manifest.
 
-Written in one pass as an uncompressed tar (what ``docker import`` takes) while the same
-bytes go through gzip (level 6, gzip's default) only to count them: the compressed size
-is what moving the image costs (``docker save | gzip``, a registry's layer), measured
-without writing a second file. Every member is owned by root, whoever ran pip.
-"""
+Written in one pass as an uncompressed tar (an image's layer, as ``docker save`` holds
+it) while the same bytes go through gzip (level 6, gzip's default) only to count them:
+the compressed size is what moving the image costs (``docker save | gzip``, a registry's
+layer), measured without writing a second file. Every member is owned by root, whoever
+ran pip. """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import queue
@@ -27,13 +28,16 @@ DPKG_STATUS = "var/lib/dpkg/status"
 class LayerSizes:
     tar_bytes: int
     gzip_bytes: int
+    sha256: str  # of the tar: the layer's diff_id in the image's config
 
 
 class _CountingWriter:
-    """A write-only file that counts its bytes, and their gzip, on their way to disk.
+    """A write-only file that counts its bytes, and their gzip, on their way to disk,
+    and hashes them.
 
-    gzip runs in a thread of its own (zlib lets go of the GIL), on chunks of
-    ``CHUNK_BYTES``: on two cores, the tar and its compression take the time of one.
+    gzip and SHA-256 run in a thread of their own (zlib and hashlib let go of the GIL),
+    on chunks of ``CHUNK_BYTES``: on two cores, the tar and its compression take the
+    time of one.
     """
 
     CHUNK_BYTES = 1 << 20
@@ -42,6 +46,7 @@ class _CountingWriter:
         self.out = out
         self.tar_bytes = 0
         self.gzip_bytes = 0
+        self._sha256 = hashlib.sha256()
         self._pending = bytearray()
         self._chunks: queue.Queue = queue.Queue(maxsize=16)
         self._thread = threading.Thread(target=self._compress, daemon=True)
@@ -51,6 +56,7 @@ class _CountingWriter:
         gzip = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)  # 31: gzip framing
         while (chunk := self._chunks.get()) is not None:
             self.gzip_bytes += len(gzip.compress(chunk))
+            self._sha256.update(chunk)
         self.gzip_bytes += len(gzip.flush())
 
     def write(self, data: bytes) -> int:
@@ -66,7 +72,7 @@ class _CountingWriter:
         self._chunks.put(bytes(self._pending))
         self._chunks.put(None)
         self._thread.join()
-        return LayerSizes(self.tar_bytes, self.gzip_bytes)
+        return LayerSizes(self.tar_bytes, self.gzip_bytes, self._sha256.hexdigest())
 
 
 def _as_root(member: tarfile.TarInfo) -> tarfile.TarInfo:

@@ -3,9 +3,9 @@
 Everything that decides the image's content is data here: the Debian suite and packages,
 the flavour's Python requirements and their pins, the platform, the Horovod build a
 ``full`` image copies, the node's own source files, and the code that assembles them
-(``recipe.py``, ``root.py``). The tag carries the first 12 hex digits of the SHA-256 of
-all of it, so a rebuild with nothing changed finds its image, and any change (a source
-file of the agent, a pin, a package) makes a new tag.
+(``recipe.py``, ``root.py``, ``layer.py``, ``daemon.py``). The tag carries the first 12
+hex digits of the SHA-256 of all of it, so a rebuild with nothing changed finds its
+image, and any change (a source file of the agent, a pin, a package) makes a new tag.
 
 Pins are those of the venv: ``constraints.txt``'s lines whose markers hold for the
 image's platform (evaluated here for the target, not this host: pip evaluates markers
@@ -67,16 +67,18 @@ NODE_SOURCES = ("edgeprof_hooks.py", "workloads/**/*.py", "profiler/__init__.py"
                 "profiler/agent/**/*.py", "profiler/errors.py", "profiler/cli_errors.py",
                 "profiler/cgroupfs.py", "profiler/fsutil.py", "profiler/secrets.py",
                 "profiler/inputs.py", "profiler/plugins.py")
-RECIPE_CODE = ("profiler/image/recipe.py", "profiler/image/root.py")
+RECIPE_CODE = ("profiler/image/recipe.py", "profiler/image/root.py",
+               "profiler/image/layer.py", "profiler/image/daemon.py")
 
 # Where things go inside the image, and how a container starts.
 IMAGE_HOME = "/opt/edgeprof"
 SITE_DIR = f"{IMAGE_HOME}/site"  # the wheels, pip install --target
 SRC_DIR = f"{IMAGE_HOME}/src"  # the node's source files
 MANIFEST = f"{IMAGE_HOME}/manifest.json"
-CONFIG = (f"ENV PYTHONPATH={SRC_DIR}:{SITE_DIR}", "ENV LANG=C.UTF-8",
-          "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-          f"WORKDIR {SRC_DIR}", 'CMD ["python3", "-m", "workloads.train", "--help"]')
+# The container's settings (the image config's ``config``, docker image inspect's).
+IMAGE_CONFIG = {"Env": [f"PYTHONPATH={SRC_DIR}:{SITE_DIR}", "LANG=C.UTF-8",
+                        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+                "WorkingDir": SRC_DIR, "Cmd": ["python3", "-m", "workloads.train", "--help"]}
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ class Recipe:
         """12 hex digits of the SHA-256 of every input (canonical JSON)."""
         inputs = {"suite": SUITE, "debian_packages": self.debian_packages,
                   "dpkg": [DPKG_EXCLUDES, DPKG_INCLUDES], "python": PYTHON_VERSION,
-                  "flavour": self.flavour, "arch": self.arch, "config": CONFIG,
+                  "flavour": self.flavour, "arch": self.arch, "config": IMAGE_CONFIG,
                   "requirements": self.requirements, "constraints": self.constraints,
                   "horovod": self.horovod_record_sha256, "sources": self.sources,
                   "recipe_code": self.recipe_code}

@@ -113,7 +113,7 @@ def test_the_torch_image_runs_the_workloads(docker_host, built):
     done, _ = built
     tag, how = _tag(done.stdout)
     assert how == "built"
-    for phase in ("root: mmdebstrap", "wheels: pip install", "layer:", "import:"):
+    for phase in ("root: mmdebstrap", "wheels: pip install", "layer:", "load:"):
         assert phase in done.stderr, done.stderr
     assert "Lerat et al.: 143.34 MB" in done.stdout and "torch 2.13.0+cpu" in done.stdout
     client = docker.DockerClient(base_url=docker_host, timeout=300)
