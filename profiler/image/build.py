@@ -61,6 +61,9 @@ def build_image(settings: BuildSettings, say: Callable[[str], None]) -> BuiltIma
         work = Path(tempfile.mkdtemp(prefix="edgeprof-image-", dir=settings.work_parent))
         try:
             image = _build(client, wanted, tag, work, say)
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(f"interrupted: no image {tag}; its work folder and "
+                                    "steps are removed") from None
         finally:
             if settings.keep_work:
                 say(f"work folder kept: {work}")
