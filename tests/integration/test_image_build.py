@@ -42,10 +42,11 @@ def docker_host(tmp_path_factory):
 
     base = tmp_path_factory.mktemp("dockerd")
     socket = base / "docker.sock"
+    cgroup_parent = f"edgeprof-image-test-{os.getpid()}"
     argv = [dockerd, "--data-root", str(base / "data"), "--exec-root", str(base / "exec"),
             "-H", f"unix://{socket}", "--pidfile", str(base / "pid"), "--iptables=false",
             "--ip-forward=false", "--ip-masq=false", "--bridge=none",
-            "--cgroup-parent", f"edgeprof-image-test-{os.getpid()}"]
+            "--cgroup-parent", cgroup_parent]
     with open(base / "dockerd.log", "wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
@@ -65,6 +66,17 @@ def docker_host(tmp_path_factory):
             process.kill()
             process.wait()
         remove_tree(base)
+        _remove_cgroups(cgroup_parent)
+
+
+def _remove_cgroups(name: str) -> None:
+    """The daemon's cgroup parent in each hierarchy (dockerd leaves them, empty)."""
+    for top in Path("/sys/fs/cgroup").glob(f"*/{name}"):
+        for folder, _, _ in sorted(os.walk(top), key=lambda entry: -len(entry[0])):
+            try:
+                os.rmdir(folder)
+            except OSError:  # still in use: left for the machine's owner to see
+                pass
 
 
 def _has(module: str) -> bool:
