@@ -19,7 +19,7 @@ from typing import Callable
 
 from .. import __version__
 from . import daemon, layer, recipe, root
-from .steps import remove_tree
+from .steps import ImageError, remove_tree
 
 # The manifest's packages: the frameworks, and what their versions are checked against.
 MANIFEST_PACKAGES = ("torch", "mxnet", "horovod", "numpy")
@@ -47,7 +47,7 @@ class BuiltImage:
 
 
 def build_image(settings: BuildSettings, say: Callable[[str], None]) -> BuiltImage:
-    """The image of ``settings``: found by its digest's tag, or built and imported."""
+    """The image of ``settings``: found by its digest's tag, or built and loaded."""
     started = time.monotonic()
     recipe.check_choice(settings.flavour, settings.arch)
     root.check_tools(settings.arch, recipe.host_arch())
@@ -58,9 +58,12 @@ def build_image(settings: BuildSettings, say: Callable[[str], None]) -> BuiltIma
     image = daemon.find(client, tag)
     reused = image is not None
     if not reused:
-        work = Path(tempfile.mkdtemp(prefix="edgeprof-image-", dir=settings.work_parent))
+        work = _work_folder(settings.work_parent)
         try:
             image = _build(client, wanted, tag, work, say)
+        except OSError as exc:  # a full disk, a folder that went away
+            raise ImageError(f"building {tag} in {work} failed: {exc}: free space or "
+                             "give another --work-dir") from None
         except KeyboardInterrupt:
             raise KeyboardInterrupt(f"interrupted: no image {tag}; its work folder and "
                                     "steps are removed") from None
@@ -70,6 +73,16 @@ def build_image(settings: BuildSettings, say: Callable[[str], None]) -> BuiltIma
             else:
                 remove_tree(work)
     return _described(image, tag, reused=reused, elapsed_s=time.monotonic() - started)
+
+
+def _work_folder(parent: Path | None) -> Path:
+    try:
+        if parent is not None:
+            parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix="edgeprof-image-", dir=parent))
+    except OSError as exc:
+        raise ImageError(f"no work folder in {parent or tempfile.gettempdir()}: {exc}: "
+                         "give a writable --work-dir") from None
 
 
 def _build(client, wanted: recipe.Recipe, tag: str, work: Path, say):
