@@ -26,6 +26,7 @@ _LAZY_COMMANDS = {
     "compare": "profiler.report.cli:compare",
     "dashboards": "profiler.dashboards.cli:dashboards",
     "study": "profiler.study.cli:study",
+    "image": "profiler.image.cli:image",
 }
 # Calibration runs sweeps: the cluster package must not import it, so it joins the
 # cluster group here.
