@@ -34,8 +34,10 @@ SUITE = "bookworm"
 # Debian's python3 (3.11.2 in bookworm); ca-certificates for an agent shipping over HTTPS.
 DEBIAN_PACKAGES = ("python3", "ca-certificates")
 # MXNet's wheel brings libopenblas and libgfortran but not what they link to (torch's
-# wheel brings its own libgomp).
-FLAVOUR_DEBIAN_PACKAGES = {"torch": (), "full": ("libgomp1", "libquadmath0")}
+# wheel brings its own libgomp); Horovod, built with Open MPI as well as Gloo, loads
+# libmpi at import, and a `--horovod-ops mpi` cell needs Open MPI's orted on the node.
+FLAVOUR_DEBIAN_PACKAGES = {"torch": (), "full": ("libgomp1", "libquadmath0", "libopenmpi3",
+                                                 "openmpi-bin")}
 # What a node never reads; copyright files stay (Debian's licences travel with the image).
 DPKG_EXCLUDES = ("/usr/share/man/*", "/usr/share/locale/*", "/usr/share/info/*",
                  "/usr/share/doc/*")

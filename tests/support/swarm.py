@@ -48,8 +48,10 @@ KEY_FILE = Path("/etc/docker/key.json")
 ADDRESS_POOL = "10.199.0.0/16"
 EMULATED_CONTROLLERS = ("cpu", "cpuacct", "memory")
 # What the venv's wheels load from the system and minbase lacks: MXNet's OpenMP and
-# quad-precision maths, the Python's ctypes, ssl and sqlite3.
-DEV_IMAGE_PACKAGES = ("libgomp1", "libquadmath0", "libffi8", "libssl3", "libsqlite3-0")
+# quad-precision maths, Horovod's Open MPI (it loads libmpi at import), the Python's
+# ctypes, ssl and sqlite3.
+DEV_IMAGE_PACKAGES = ("libgomp1", "libquadmath0", "libopenmpi3", "libffi8", "libssl3",
+                      "libsqlite3-0")
 
 
 def host_iptables() -> str:
