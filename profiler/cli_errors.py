@@ -58,6 +58,7 @@ def reports_errors(func):
         except EdgeprofError as exc:
             raise UsageFailure(str(exc)) from None
         except KeyboardInterrupt as exc:
-            click.echo(f"edgeprof: {exc or 'interrupted'}", err=True)
+            # A bare Ctrl-C's KeyboardInterrupt has no message (an exception is always truthy).
+            click.echo(f"edgeprof: {str(exc) or 'interrupted'}", err=True)
             sys.exit(getattr(exc, "exit_status", EXIT_INTERRUPTED))
     return wrapper
