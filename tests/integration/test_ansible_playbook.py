@@ -51,6 +51,7 @@ What this machine makes the test do differently from a box of Pis, and so cannot
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -68,7 +69,7 @@ import pytest
 from profiler.cluster import netns
 from profiler.cluster.base import kill_group, popen_in_group
 from tests.support.servers import influxd_config
-from tests.conftest import ROOT, need_binary, sshd_nodes
+from tests.conftest import ROOT, need, need_binary, sshd_nodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 BIN = Path(sys.executable).parent
@@ -89,7 +90,9 @@ MONITOR_ADDRESS = f"{NET}.3"      # n2
 
 def _pki(folder: Path) -> dict[str, Path]:
     """A lab's own CA and the monitor's certificate (its address, name and loopback)."""
-    trustme = pytest.importorskip("trustme")
+    # The test extras install it: under CI=true its absence fails the test (need).
+    need("trustme (pip install -e .[test])", importlib.util.find_spec("trustme") is not None)
+    import trustme
     folder.mkdir()
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1", MONITOR_ADDRESS, "n2", "localhost")

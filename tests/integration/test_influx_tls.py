@@ -16,6 +16,7 @@ shipping live (as on a Pi) is refused in one line with another CA and ships with
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from click.testing import CliRunner
 from profiler.agent import lineproto
 from profiler.agent.spool import SpoolWriter
 from profiler.agent.shipping.cli import ship
-from tests.conftest import ROOT, need_binary
+from tests.conftest import ROOT, need, need_binary
 from tests.support.servers import LocalServer
 
 pytestmark = pytest.mark.integration
@@ -41,7 +42,9 @@ T0_MS = (int(time.time()) - 3600) * 1000  # VictoriaMetrics drops samples older 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    trustme = pytest.importorskip("trustme")
+    # The test extras install it: under CI=true its absence fails the test (need).
+    need("trustme (pip install -e .[test])", importlib.util.find_spec("trustme") is not None)
+    import trustme
     folder = tmp_path_factory.mktemp("pki")
     ca, other = trustme.CA(), trustme.CA()
     ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(
