@@ -30,18 +30,26 @@ TOKEN = "tok-XYZ-9c41e8b2d7"
 SWEEP_TIMEOUT_S = 240
 
 
+# How long a forked copy of the sweep may take to exec its program before it counts:
+# a process starting takes milliseconds, a loaded host's scheduler now and then longer;
+# a copy that lives on (a pool worker) lives for the whole cell.
+FORK_GRACE_S = 5.0
+
+
 def _watch_descendants(proc: subprocess.Popen, secrets: list[str]) -> tuple[set, list]:
     """Until ``proc`` ends: (names of the descendants seen, leaks found in them).
 
     Between ``fork`` and ``exec`` a child still shows its parent's cmdline and environ;
-    a child that shows the sweep's own cmdline counts only if it is still like that a
-    poll later (a forked copy of the sweep that lives on, not a process starting).
+    a child that shows the sweep's own cmdline counts only if it is still like that
+    ``FORK_GRACE_S`` after it was first seen (a forked copy of the sweep that lives on,
+    not a process starting: on a loaded CI host a child once sat between fork and exec
+    for over three polls, 0.2 s).
     """
     seen: set[str] = set()
     leaks: list[str] = []
     parent = psutil.Process(proc.pid)
     own_cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
-    forked: dict[int, int] = {}  # pid → polls seen with the sweep's own cmdline
+    forked: dict[int, float] = {}  # pid → when first seen with the sweep's own cmdline
     deadline = time.monotonic() + SWEEP_TIMEOUT_S
     while proc.poll() is None and time.monotonic() < deadline:
         try:
@@ -56,8 +64,8 @@ def _watch_descendants(proc: subprocess.Popen, secrets: list[str]) -> tuple[set,
             except OSError:
                 continue  # it ended meanwhile
             if texts["cmdline"] == own_cmdline:
-                forked[child.pid] = forked.get(child.pid, 0) + 1
-                if forked[child.pid] < 3:
+                first_seen = forked.setdefault(child.pid, time.monotonic())
+                if time.monotonic() - first_seen < FORK_GRACE_S:
                     continue
             name = " ".join(texts["cmdline"].decode(errors="replace").split("\0")[1:4])
             seen.add(name)
