@@ -96,10 +96,10 @@ class Node:
 @dataclass(frozen=True)
 class NodeEntry:
     """How a process the cluster started on one of its nodes (``mpirun`` on node 0)
-    starts a command on another node in that node's context, as data the device reads
-    (``workloads.mpi_rsh``): run ``argv`` + the command, with ``env`` added, after
-    writing the process's own pid into each of ``cgroup_procs`` (its ``cgroup.procs``
-    files). Empty: exec the command as it is (the local cluster)."""
+    starts a command on another node in that node's context, as data its rsh agent
+    reads (``python -m workloads.mpi rsh``): run ``argv`` + the command, with ``env``
+    added, after writing the process's own pid into each of ``cgroup_procs`` (its
+    ``cgroup.procs`` files). Empty: exec the command as it is (the local cluster)."""
 
     argv: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)

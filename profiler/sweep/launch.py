@@ -14,12 +14,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from ..engines import cell_label
-
 from workloads.events import NODE_ENV
 from workloads.mpi import NODE_ENTRIES_ENV
 
 from ..cluster.base import Cluster, Node, kill_groups
+from ..engines import cell_label
 from ..engines.base import ProcessSpec
 from ..errors import ClusterError
 from ..fsutil import atomic_write_text
