@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import shutil
 import socket
@@ -68,6 +67,7 @@ import pytest
 
 from profiler.cluster import netns
 from profiler.cluster.base import kill_group, popen_in_group
+from tests.support.playbook import play_recap, playbook_env, task_output
 from tests.support.servers import influxd_config
 from tests.conftest import ROOT, need, need_binary, sshd_nodes
 
@@ -174,14 +174,6 @@ def _source_copy(dest: Path) -> Path:
     return dest
 
 
-def _env(work: Path) -> dict[str, str]:
-    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0",
-           "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"),
-           "PATH": f"{BIN}:{os.environ['PATH']}"}
-    env.pop("PYTHONPATH", None)  # the wheel is built from edgeprof_source, nothing else
-    return env
-
-
 @pytest.fixture(scope="module")
 def provisioned(tmp_path_factory):
     work = tmp_path_factory.mktemp("ansible")
@@ -256,7 +248,7 @@ def _both_plays(argv: list[str], work: Path) -> subprocess.CompletedProcess:
     turns (they share no host), and the monitor's waited 22 s of a 115 s first run and
     21 s of a 75 s second; a test suite that must stay under 20 minutes cannot spare it."""
     procs = [subprocess.Popen([*argv, "--limit", hosts], cwd=ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=_env(work))
+                              stderr=subprocess.PIPE, text=True, env=playbook_env(work))
              for hosts in ("master:workers", "monitor")]
     try:
         outputs = [proc.communicate(timeout=600) for proc in procs]
@@ -270,25 +262,10 @@ def _both_plays(argv: list[str], work: Path) -> subprocess.CompletedProcess:
                                        "".join(err for _, err in outputs))
 
 
-def _recap(output: str) -> dict[str, dict[str, int]]:
-    hosts = {}
-    for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M):
-        hosts[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counts)}
-    return hosts
-
-
-def _task(output: str, name: str) -> str:
-    """What ansible printed for the task called ``name`` (its result lines)."""
-    match = re.search(rf"^TASK \[{re.escape(name)}\].*?$(.*?)"
-                      r"(?=^TASK \[|^PLAY |^RUNNING HANDLER)", output, re.M | re.S)
-    assert match, f"task {name!r} not in the output"
-    return match.group(1)
-
-
 def test_playbook_provisions_every_node(provisioned):
     done, seconds = provisioned["runs"][0]
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    recap = _recap(done.stdout)
+    recap = play_recap(done.stdout)
     assert sorted(recap) == ["n0", "n1", "n2"]
     for host, counts in recap.items():
         assert counts["failed"] == 0 and counts["unreachable"] == 0, (host, counts)
@@ -298,7 +275,7 @@ def test_playbook_provisions_every_node(provisioned):
 def test_second_run_changes_nothing(provisioned):
     done, seconds = provisioned["runs"][1]
     assert done.returncode == 0, done.stdout[-4000:]
-    recap = _recap(done.stdout)
+    recap = play_recap(done.stdout)
     assert sorted(recap) == ["n0", "n1", "n2"]
     assert all(counts["changed"] == 0 for counts in recap.values()), done.stdout[-4000:]
     print(f"second run: {seconds:.1f} s")
@@ -367,8 +344,8 @@ def test_influxdb_users_are_made_once_with_escaped_passwords(provisioned):
     for task in ("Create InfluxDB's admin user", "Create the database",
                  "Create the agents' user", "Grant the agents' user the database",
                  "Create Grafana's reader", "Grant Grafana's reader the database, to read"):
-        assert "changed: [n2]" in _task(first, f"monitor : {task}"), task
-        assert "skipping: [n2]" in _task(second, f"monitor : {task}"), task
+        assert "changed: [n2]" in task_output(first, f"monitor : {task}"), task
+        assert "skipping: [n2]" in task_output(second, f"monitor : {task}"), task
 
 
 def test_firewall_closes_high_ports_to_all_but_the_cluster(provisioned):
@@ -441,13 +418,13 @@ def test_grafana_provisioning_files_and_the_tls_made_on_the_host(tmp_path):
                             f"        tasks_from: {name}.yml\n"
                             for name in ("influx-secrets", "influx-tls",
                                          "grafana-provisioning")))
-    env = {**_env(tmp_path), "ANSIBLE_ROLES_PATH": str(ROOT / "ansible" / "roles")}
+    env = {**playbook_env(tmp_path), "ANSIBLE_ROLES_PATH": str(ROOT / "ansible" / "roles")}
     runs = [subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", str(playbook),
                             "-e", f"@{settings}"], cwd=tmp_path, capture_output=True,
                            text=True, env=env, timeout=300) for _ in range(2)]
     for done in runs:
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert _recap(runs[1].stdout)["localhost"]["changed"] == 0, runs[1].stdout[-3000:]
+    assert play_recap(runs[1].stdout)["localhost"]["changed"] == 0, runs[1].stdout[-3000:]
     text = (tmp_path / "provisioning" / "datasources" / "edgeprof.yaml").read_text()
     made = {name: (tmp_path / "monitor-secrets" / name).read_text().strip()
             for name in ("influx-admin-password", "influx-reader-password")}
@@ -484,15 +461,15 @@ def test_torch_is_a_stock_wheel_installed_without_compiling(provisioned):
     --no-index), a wheel, so no compiler runs; the node's venv imports it with Gloo."""
     work = provisioned["work"]
     first, _ = provisioned["runs"][0]
-    installed = _task(first.stdout, "trainer : Install edgeprof with its engines (MXNet 1.9.1, "
-                                    "torch, NumPy < 1.24)")
+    installed = task_output(first.stdout, "trainer : Install edgeprof with its engines "
+                                          "(MXNet 1.9.1, torch, NumPy < 1.24)")
     assert "changed: [n0]" in installed and "changed: [n1]" in installed
     for node in ("n0", "n1"):
         node_python = work / node / "venv" / "bin" / "python"
         shown = subprocess.run(
             [str(node_python), "-c", "import torch, torch.distributed as d; "
              "print(torch.__version__, d.is_gloo_available())"],
-            capture_output=True, text=True, timeout=120, env=_env(work))
+            capture_output=True, text=True, timeout=120, env=playbook_env(work))
         assert shown.stdout.split() == ["2.13.0+cpu", "True"], shown.stderr[-2000:]
         # Installed from the manylinux wheel PyPI's mirror or PyTorch's index serves (a
         # build on the node would be tagged linux_x86_64): nothing was compiled.
@@ -540,7 +517,7 @@ def _ship_from_a_worker(provisioned, out: Path) -> None:
         str(work / "n1" / "venv" / "bin" / "python"), "-m", "profiler.cli", "ship", str(out),
         "--influx-url", f"https://{MONITOR_ADDRESS}:8086", "--influx-db", "edgeprof",
         "--influx-token-file", str(etc / "influx-credentials"),
-        "--influx-ca", str(etc / "influx-ca.pem")], env=_env(work), cwd=str(out.parent))
+        "--influx-ca", str(etc / "influx-ca.pem")], env=playbook_env(work), cwd=str(out.parent))
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     shipped = int(re.search(r"shipped (\d+) points", done.stdout).group(1))
     assert shipped > 0, done.stdout
@@ -560,13 +537,13 @@ def test_code_change_without_version_bump_is_deployed(provisioned, tmp_path):
     init.write_text(init.read_text() + f'DEPLOYED_MARK = "{mark}"\n')
     start = time.monotonic()
     done = subprocess.run([*provisioned["argv"], "--limit", "n1", "--tags", "trainer"], cwd=ROOT,
-                          capture_output=True, text=True, env=_env(work), timeout=600)
+                          capture_output=True, text=True, env=playbook_env(work), timeout=600)
     print(f"third run (--tags trainer on n1, code changed): {time.monotonic() - start:.1f} s")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "changed: [n1]" in _task(done.stdout,
+    assert "changed: [n1]" in task_output(done.stdout,
                                     "trainer : Reinstall edgeprof from the controller's code")
     node_python = work / "n1" / "venv" / "bin" / "python"
     shown = subprocess.run([str(node_python), "-c",
                             "import profiler; print(profiler.DEPLOYED_MARK)"], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=60, env=_env(work))
+                           capture_output=True, text=True, timeout=60, env=playbook_env(work))
     assert shown.stdout.strip() == mark, shown.stderr

@@ -133,14 +133,17 @@ class SwarmOnNodes:
         return contextlib.closing(docker.DockerClient(
             base_url=(daemon or self.daemons[0]).url, timeout=60))
 
-    def start(self) -> "SwarmOnNodes":
+    def start(self, form: bool = True) -> "SwarmOnNodes":
+        """Start the daemons and, with ``form``, make them one Swarm (else each stands
+        alone: an engine a test only keeps images in)."""
         began = time.monotonic()
         try:
             for daemon in self.daemons:
                 self._start_daemon(daemon)
             for daemon in self.daemons:
                 self._wait_daemon(daemon)
-            self._form()
+            if form:
+                self._form()
         except BaseException:
             self.stop()
             raise
@@ -232,13 +235,19 @@ class SwarmOnNodes:
                 daemon.proc.wait()
             # containerd-shims outlive a killed dockerd: their pids sit in the node's cgroup.
         for daemon in self.daemons:
-            _kill_shims(daemon.root)
-            _unmount_under(daemon.root)
-            shutil.rmtree(daemon.root, ignore_errors=True)
-            _remove_runc_cgroups(daemon.node)
+            remove_leftovers(daemon.root, daemon.node)
         # The daemons' identity key: another dockerd on this host may use it.
         if not self._key_existed and not _other_dockerd_running():
             KEY_FILE.unlink(missing_ok=True)
+
+
+def remove_leftovers(root: Path, node: Node) -> None:
+    """What a stopped dockerd with everything under ``root`` leaves: its shims, mounts,
+    folder, and the cgroups runc made for it under ``node``'s."""
+    _kill_shims(root)
+    _unmount_under(root)
+    shutil.rmtree(root, ignore_errors=True)
+    _remove_runc_cgroups(node)
 
 
 def _kill_shims(root: Path) -> None:
