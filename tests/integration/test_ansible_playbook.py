@@ -540,8 +540,8 @@ def test_code_change_without_version_bump_is_deployed(provisioned, tmp_path):
                           capture_output=True, text=True, env=playbook_env(work), timeout=600)
     print(f"third run (--tags trainer on n1, code changed): {time.monotonic() - start:.1f} s")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "changed: [n1]" in task_output(done.stdout,
-                                    "trainer : Reinstall edgeprof from the controller's code")
+    assert "changed: [n1]" in task_output(
+        done.stdout, "trainer : Reinstall edgeprof from the controller's code")
     node_python = work / "n1" / "venv" / "bin" / "python"
     shown = subprocess.run([str(node_python), "-c",
                             "import profiler; print(profiler.DEPLOYED_MARK)"], cwd=tmp_path,
