@@ -161,9 +161,6 @@ class SwarmSettings(ClusterSettings):
     def check(self, needs: GridNeeds) -> None:
         """Reach the manager, read its nodes (each with a known profile), find the image."""
         super().check(needs)
-        if needs.monitored:
-            from .engine import NO_AGENT
-            raise ConfigError(NO_AGENT)
         self._checked = self._nodes(needs)
 
     def open(self, needs: GridNeeds) -> ContextManager[Cluster]:
