@@ -66,6 +66,18 @@ HOST_CGROUP = "/host/sys/fs/cgroup"
 # How long the first training process of a cell waits for the cell's agents to sample
 # (a service made, scheduled, its container and Python started: 2 to 4 s here).
 AGENT_START_TIMEOUT_S = 60.0
+# A container's cgroup and network namespace go with it: once its process ended, a
+# container of a cell with agents stays for the agent's interval and this margin (at
+# most LINGER_MAX_S), so that the agent reads its final CPU time and traffic.
+LINGER_MARGIN_S = 0.5
+LINGER_MAX_S = 5.0
+# The container's first process, then: runs the command (its output to its log) as a
+# child, passes SIGTERM, SIGINT and SIGHUP on to it (a signal also cuts the stay short),
+# and exits with its status (128 + N for a signal N, as a shell reports it).
+LINGER_SH = ('log=$0 linger=$1; shift; "$@" >>"$log" 2>&1 & child=$!; '
+             "trap 'kill -TERM $child 2>/dev/null; linger=0' TERM INT HUP; "
+             "while wait $child; code=$?; kill -0 $child 2>/dev/null; do :; done; "
+             '[ "$linger" = 0 ] || { sleep "$linger" & wait $!; }; exit $code')
 
 
 @dataclass(frozen=True)
@@ -119,12 +131,13 @@ class SwarmCluster(Cluster):
         cell = self._cell(cell_dir)
         if not confine:
             return self._start_agent(cell, node, argv, env, Path(log_path), cell_dir)
+        network, alias = self._cell_network(cell, cell_dir, node, role or "process")
         # The cell's agents sample from before its first container starts, so that each
         # container's counters (from 0) are bracketed by their samples.
         self._await_agents(cell)
-        network, alias = self._cell_network(cell, cell_dir, node, role or "process")
         service = self.service_spec(node, argv, env, Path(log_path), cell_dir, network,
-                                    alias, role or "process", confine)
+                                    alias, role or "process", confine,
+                                    linger_s=cell.linger_s)
         # Where the node's agent learns this container (``--containers``).
         register = containers_dir(cell_dir, node) / f"{service['name']}.json"
         return self._task_process(node, service, Path(log_path),
@@ -144,8 +157,10 @@ class SwarmCluster(Cluster):
                                     AGENT_ROLE, False, name=f"{name}-{alias}")
         proc = self._task_process(node, service, log_path)
         spool = argv[argv.index("--spool") + 1] if "--spool" in argv else None
+        interval_s = float(argv[argv.index("--interval") + 1]) if "--interval" in argv else 1.0
         with self._lock:
             cell.agents.append((proc, Path(spool) if spool else None))
+            cell.linger_s = min(interval_s + LINGER_MARGIN_S, LINGER_MAX_S)
         return proc
 
     def _task_process(self, node: Node, service: dict, log_path: Path,
@@ -205,10 +220,12 @@ class SwarmCluster(Cluster):
 
     def service_spec(self, node: Node, argv: Sequence[str], env: Mapping[str, str],
                      log_path: Path, cell_dir: Path, network: str | None, alias: str,
-                     role: str, confine: bool, name: str | None = None) -> dict:
+                     role: str, confine: bool, name: str | None = None,
+                     linger_s: float = 0.0) -> dict:
         """The ``create_service`` arguments of one process (JSON: the task process posts
         them). ``network`` None: none (the agent); ``confine`` False: no limit, and the
-        node's /proc and cgroup tree mounted read-only (the agent)."""
+        node's /proc and cgroup tree mounted read-only (the agent); ``linger_s``: how
+        long the container stays once its process ended (``LINGER_SH``)."""
         from docker.types import (ContainerSpec, EndpointSpec, Mount,
                                   NetworkAttachmentConfig, Placement, Resources,
                                   RestartPolicy, ServiceMode, TaskTemplate)
@@ -245,7 +262,9 @@ class SwarmCluster(Cluster):
                                mem_limit=(node.memory_mb or 0) * 1024 * 1024 or None)
         labels = self.labels(cell_dir, role=role, node=node.name)
         # The process's output goes to its log in the sweep's folder, as a process's would.
-        command = ["sh", "-c", 'exec "$@" >>"$0" 2>&1', str(log_path), *argv]
+        command = (["sh", "-c", LINGER_SH, str(log_path), f"{linger_s:.2f}", *argv]
+                   if linger_s > 0 else ["sh", "-c", 'exec "$@" >>"$0" 2>&1', str(log_path),
+                                         *argv])
         container = ContainerSpec(
             settings.swarm_image, command=command, env=task_env, labels=labels,
             mounts=mounts, workdir=str(cell_dir), hostname=alias,
@@ -284,6 +303,7 @@ class _Cell:
     started: dict[str, int] = field(default_factory=dict)
     agents: list[tuple[subprocess.Popen, Path | None]] = field(default_factory=list)
     agents_awaited: bool = False
+    linger_s: float = 0.0  # how long its containers stay once their process ended
 
 
 def containers_dir(cell_dir: Path, node: Node) -> Path:
