@@ -98,3 +98,13 @@ def test_the_agent_is_a_service_reading_the_node_s_proc_and_cgroups(tmp_path, mo
     bare = SwarmCluster(TaskSettings(None, "i", "/py", 1400, 64, "none", ()),
                         [SwarmNode("id1", "n1", "pi4", "10.0.0.2", "worker")])
     assert bare.nodes()[0].scope.own_meters is True
+
+
+@pytest.mark.parametrize("host", ["manager:2375", "not a url", "ftp://manager", "tcp://"])
+def test_a_manager_address_that_is_not_one_is_refused(host):
+    from profiler.cluster.swarm import _host
+
+    with pytest.raises(ConfigError, match=f"--swarm-host {host} is not the address of an "
+                                          "Engine API.*tcp://HOST:2375"):
+        _host(host)
+    assert _host("ssh://pi@manager") == "ssh://pi@manager"
