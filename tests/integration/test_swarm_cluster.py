@@ -283,16 +283,35 @@ def test_a_killed_controller_leaves_what_resume_removes_and_finishes(swarm, tmp_
         assert not client.api.networks(filters=mine) and not client.api.services(filters=mine)
 
 
-def test_a_pipeline_cell_and_a_user_script_cell_are_ok(swarm, tmp_path):
-    """``--engine torch-pipe`` (two stages, one a node) and ``--script`` (the example DDP
-    script, staged in the sweep's folder, which the tasks see through its bind mount)."""
-    pipe = _sweep(swarm, tmp_path / "pipe", "--engine", "torch-pipe", "--model", "lenet-cnn",
-                  "--devices", "2", "--batch", "32", "--epochs", "1", "--max-samples", "256",
-                  "--val-samples", "64")
-    assert pipe.returncode == 0, pipe.stderr[-3000:]
-    (record,) = _records(tmp_path / "pipe")
-    assert (record["engine"], record["status"]) == ("torch-pipe", "ok"), record["reason"]
-    assert record["metrics_nodes"] == 2
+def test_a_pipeline_cell_shipped_live_and_a_user_script_cell_are_ok(swarm, tmp_path):
+    """``--engine torch-pipe`` (two stages, one a node), its agents' points shipped live
+    to InfluxDB 1.6 (Debian's ``influxd``) as they are spooled, and ``--script`` (the
+    example DDP script, staged in the sweep's folder, which the tasks see through its
+    bind mount)."""
+    from collections import Counter
+
+    from profiler.agent.spool_reader import find_spools, read_points
+    from tests.support.servers import LocalServer, influx_query
+
+    need_binary("influxd")
+    with LocalServer("influxdb1", tmp_path / "influxdb") as server:
+        pipe = _sweep(swarm, tmp_path / "pipe", "--engine", "torch-pipe", "--model",
+                      "lenet-cnn", "--devices", "2", "--batch", "32", "--epochs", "1",
+                      "--max-samples", "256", "--val-samples", "64",
+                      "--influx-url", server.url, "--influx-db", "edgeprof")
+        assert pipe.returncode == 0, pipe.stderr[-3000:]
+        (record,) = _records(tmp_path / "pipe")
+        assert (record["engine"], record["status"]) == ("torch-pipe", "ok"), record["reason"]
+        assert record["metrics_nodes"] == 2
+        spooled = Counter((p.measurement, p.tags["node"])
+                          for spool in find_spools(tmp_path / "pipe")
+                          for _, p in read_points(spool))
+        shipped = Counter()
+        for series in influx_query(server.url, "edgeprof", "SELECT * FROM /.*/ WHERE "
+                                   f"sweep = '{record['sweep_id']}' GROUP BY node"):
+            shipped[(series["name"], series["tags"]["node"])] += len(series["values"])
+    assert {("cpu", "n0"), ("cpu", "n1"), ("net", "n1"), ("proc", "n0")} <= set(spooled)
+    assert shipped == spooled
     script = _sweep(swarm, tmp_path / "script", "--script",
                     str(ROOT / "examples" / "ddp_train.py"), "--script-args",
                     "--epochs {epochs} --batch {batch} --max-samples 256 --val-samples 64",
