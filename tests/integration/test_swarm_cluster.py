@@ -303,9 +303,9 @@ def test_a_pipeline_cell_shipped_live_and_a_user_script_cell_are_ok(swarm, tmp_p
         (record,) = _records(tmp_path / "pipe")
         assert (record["engine"], record["status"]) == ("torch-pipe", "ok"), record["reason"]
         assert record["metrics_nodes"] == 2
-        spooled = Counter((p.measurement, p.tags["node"])
+        spooled = Counter((point.measurement, base["node"])
                           for spool in find_spools(tmp_path / "pipe")
-                          for _, p in read_points(spool))
+                          for base, point in read_points(spool))
         shipped = Counter()
         for series in influx_query(server.url, "edgeprof", "SELECT * FROM /.*/ WHERE "
                                    f"sweep = '{record['sweep_id']}' GROUP BY node"):
@@ -319,7 +319,7 @@ def test_a_pipeline_cell_shipped_live_and_a_user_script_cell_are_ok(swarm, tmp_p
     assert script.returncode == 0, script.stderr[-3000:]
     (record,) = _records(tmp_path / "script")
     assert (record["engine"], record["status"]) == ("script", "ok"), record["reason"]
-    assert record["val_acc"] is not None and record["metrics_nodes"] == 2
+    assert record["val_accuracy"] is not None and record["metrics_nodes"] == 2
 
 
 def _wait_for(found, sweep: subprocess.Popen):

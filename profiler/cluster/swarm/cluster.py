@@ -65,7 +65,7 @@ HOST_PROC = "/host/proc"
 HOST_CGROUP = "/host/sys/fs/cgroup"
 # How long the first training process of a cell waits for the cell's agents to sample
 # (a service made, scheduled, its container and Python started: 2 to 4 s here).
-AGENT_START_TIMEOUT_S = 60.0
+AGENT_START_TIMEOUT_S = 30.0
 # A container's cgroup and network namespace go with it: once its process ended, a
 # container of a cell with agents stays for the agent's interval and this margin (at
 # most LINGER_MAX_S), so that the agent reads its final CPU time and traffic.
@@ -152,9 +152,8 @@ class SwarmCluster(Cluster):
         argv = [*argv, "--containers", str(containers_dir(cell_dir, node)),
                 "--proc-root", HOST_PROC, "--cgroup-root", HOST_CGROUP]
         alias = f"{node.name}-{AGENT_ROLE}"
-        name = "edgeprof-" + hashlib.sha1(str(cell_dir).encode()).hexdigest()[:12]
         service = self.service_spec(node, argv, env, log_path, cell_dir, None, alias,
-                                    AGENT_ROLE, False, name=f"{name}-{alias}")
+                                    AGENT_ROLE, False, name=f"{cell_name(cell_dir)}-{alias}")
         proc = self._task_process(node, service, log_path)
         spool = argv[argv.index("--spool") + 1] if "--spool" in argv else None
         interval_s = float(argv[argv.index("--interval") + 1]) if "--interval" in argv else 1.0
@@ -207,7 +206,7 @@ class SwarmCluster(Cluster):
         """The cell's overlay (made at its first process) and this process's alias on it."""
         with self._lock:
             if cell.network is None:
-                name = "edgeprof-" + hashlib.sha1(str(cell_dir).encode()).hexdigest()[:12]
+                name = cell_name(cell_dir)
                 with connect(self.settings.swarm_host) as client:
                     client.api.create_network(
                         name, driver="overlay", attachable=True, internal=True,
@@ -304,6 +303,11 @@ class _Cell:
     agents: list[tuple[subprocess.Popen, Path | None]] = field(default_factory=list)
     agents_awaited: bool = False
     linger_s: float = 0.0  # how long its containers stay once their process ended
+
+
+def cell_name(cell_dir: Path) -> str:
+    """The name of a cell's overlay network, and the stem of its services' names."""
+    return "edgeprof-" + hashlib.sha1(str(cell_dir).encode()).hexdigest()[:12]
 
 
 def containers_dir(cell_dir: Path, node: Node) -> Path:
