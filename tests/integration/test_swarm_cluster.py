@@ -303,13 +303,14 @@ def test_a_pipeline_cell_shipped_live_and_a_user_script_cell_are_ok(swarm, tmp_p
         (record,) = _records(tmp_path / "pipe")
         assert (record["engine"], record["status"]) == ("torch-pipe", "ok"), record["reason"]
         assert record["metrics_nodes"] == 2
-        spooled = Counter((point.measurement, base["node"])
+        # The agents' spools, and the workers' own (``train``, no node tag).
+        spooled = Counter((point.measurement, point.tags.get("node") or base.get("node", ""))
                           for spool in find_spools(tmp_path / "pipe")
                           for base, point in read_points(spool))
         shipped = Counter()
         for series in influx_query(server.url, "edgeprof", "SELECT * FROM /.*/ WHERE "
                                    f"sweep = '{record['sweep_id']}' GROUP BY node"):
-            shipped[(series["name"], series["tags"]["node"])] += len(series["values"])
+            shipped[(series["name"], series["tags"].get("node", ""))] += len(series["values"])
     assert {("cpu", "n0"), ("cpu", "n1"), ("net", "n1"), ("proc", "n0")} <= set(spooled)
     assert shipped == spooled
     script = _sweep(swarm, tmp_path / "script", "--script",

@@ -368,11 +368,10 @@ def remove_labelled(host: str | None, labels: dict[str, str],
             deadline = time.monotonic() + wait_s
             down: dict[str, str] = {}
             while True:
-                # Tasks of these services, or of services a task process removed, on the
-                # cell's networks.
+                # Tasks of these services, or of services a task process removed (their
+                # containers carry the same labels: the agents' have no network).
                 tasks = [t for t in client.api.tasks() if t.get("ServiceID") in services
-                         or {n.get("Target") for n in t.get("Spec", {}).get("Networks", [])}
-                         & {*networks, *networks.values()}]
+                         or labels.items() <= _container_labels(t).items()]
                 if tasks:
                     down.update(nodes_down(client, {t.get("NodeID", "") for t in tasks}))
                     tasks = [t for t in tasks if t.get("NodeID") not in down]
@@ -390,6 +389,10 @@ def remove_labelled(host: str | None, labels: dict[str, str],
     except ClusterError as exc:
         return [str(exc)]
     return [*down.values(), *([f"the Swarm kept {', '.join(left)}"] if left else [])]
+
+
+def _container_labels(task: dict) -> dict[str, str]:
+    return task.get("Spec", {}).get("ContainerSpec", {}).get("Labels") or {}
 
 
 def nodes_down(client, node_ids: set[str]) -> dict[str, str]:
