@@ -52,12 +52,22 @@ def _parse_tags(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--board-cores", type=click.IntRange(1), default=None,
               help="Cores of the board an emulated node stands for (cpu.cores).")
 @click.option("--memory-mb", type=float, help="The node's memory limit in MB.")
+@click.option("--containers", "containers_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Folder naming the cell's containers on this node, one JSON file each "
+                   "{role, id, pid} (the Swarm provider's): sample their cgroups, network "
+                   "and processes instead of the node's and --pids-file's.")
+@click.option("--proc-root", default="/proc", show_default=True,
+              help="Where the node's /proc is mounted here (an agent in a container: "
+                   "/host/proc), for --containers and --pids-file's processes.")
+@click.option("--cgroup-root", default="/sys/fs/cgroup", show_default=True,
+              help="Where the node's cgroup tree is mounted here, for --containers.")
 @click.option("--spool-max-mb", type=click.IntRange(8), default=256, show_default=True,
               help="Bound on the spool's size; the oldest segments go first.")
 @influx_options
 @reports_errors
 def agent(node, spool_dir, interval, tag_items, pids_file, interfaces, cgroup_cpu,
-          cgroup_memory, cpu_cores, board_cores, memory_mb, spool_max_mb, **influx):
+          cgroup_memory, cpu_cores, board_cores, memory_mb, containers_dir, proc_root,
+          cgroup_root, spool_max_mb, **influx):
     """Sample this node's CPU, memory, network, disk, temperature and training processes
     into an on-disk spool until stopped (SIGTERM/SIGINT), shipping it live if
     --influx-url is given.
@@ -76,7 +86,8 @@ def agent(node, spool_dir, interval, tag_items, pids_file, interfaces, cgroup_cp
         interfaces=[name.strip() for name in interfaces.split(",") if name.strip()],
         cgroup_cpu=cgroup_cpu, cgroup_memory=cgroup_memory, cpu_cores=cpu_cores,
         board_cores=board_cores,
-        memory_mb=memory_mb, spool_max_bytes=spool_max_mb * MB)
+        memory_mb=memory_mb, spool_max_bytes=spool_max_mb * MB,
+        containers=containers_dir, proc_root=proc_root, cgroup_root=cgroup_root)
     shipper = None
     if any(influx.values()):
         # Only an agent that ships loads the shipper (influxdb-client, requests).

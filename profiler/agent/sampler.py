@@ -50,6 +50,21 @@ class AgentConfig:
     memory_mb: float | None = None
     segment_max_bytes: int = SEGMENT_MAX_BYTES
     spool_max_bytes: int = SPOOL_MAX_BYTES
+    # The cell's containers on this node (``containers``: the folder naming them), read
+    # through the node's /proc and cgroup tree as mounted here: sampled instead of the
+    # node's own CPU, memory, network and pids (an agent in a container, on Swarm).
+    containers: Path | None = None
+    proc_root: str = "/proc"
+    cgroup_root: str = "/sys/fs/cgroup"
+    _container_set: object = field(default=None, init=False, repr=False, compare=False)
+
+    def container_set(self):
+        """The ``ContainerSet`` the container collectors share (one per agent)."""
+        if self._container_set is None:
+            from .containers import ContainerSet
+            self._container_set = ContainerSet(self.containers, self.proc_root,
+                                               self.cgroup_root)
+        return self._container_set
 
     def base_tags(self) -> dict[str, str]:
         tags = {"host": socket.gethostname(), **self.tags, "node": self.node}

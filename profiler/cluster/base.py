@@ -43,7 +43,10 @@ class NodeScope:
     is Gloo's); ``netns``: its network namespace (emulated); ``cgroup_*``: its cgroup
     directories (``cgroup_cpu`` the accounting one, ``cgroup_cpu_quota`` the one holding
     the quota, which differ on cgroup v1); ``board_cores``: the cores of the board it
-    emulates; ``ssh_host``: the inventory host it is. Every field is optional.
+    emulates; ``ssh_host``: the inventory host it is; ``own_meters``: whether the power
+    meters its agent reads (RAPL, hwmon) are the node's own (False: a board emulated
+    under a quota on a machine that is not it, as an emulated Swarm's). Every field is
+    optional.
     """
 
     interfaces: tuple[str, ...] = ()
@@ -54,11 +57,12 @@ class NodeScope:
     cgroup_memory: str | None = None
     board_cores: int | None = None
     ssh_host: str | None = None
+    own_meters: bool = True
 
     def to_dict(self) -> dict:
         """The fields that are set, as JSON (the emulated cluster's state file)."""
         return {k: list(v) if k == "interfaces" else v for k, v in asdict(self).items()
-                if v not in (None, ())}
+                if v not in (None, ()) and not (k == "own_meters" and v)}
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "NodeScope":

@@ -81,7 +81,8 @@ class CellMonitor:
 def node_power(nodes: list[Node]) -> dict:
     """``{node: energy.NodePower}``: its profile's power model (None for a local slot or
     a profile without one), whether the meters its agent reads are its own (not on an
-    emulated node: a network namespace of a host that is not its board), and the
+    emulated node: a network namespace of a host that is not its board, nor a Swarm
+    task under a profile's quota: ``NodeScope.own_meters``), and the
     machine they are on: the SSH host, else the address (the local cluster's slots all
     127.0.0.1, one host). Not the agents' ``host`` tag, which is the controller's."""
     from ..cluster.profiles import load_catalog
@@ -89,7 +90,8 @@ def node_power(nodes: list[Node]) -> dict:
 
     profiles = load_catalog().profiles if any(n.profile != "host" for n in nodes) else {}
     return {node.name: NodePower(model=getattr(profiles.get(node.profile), "power", None),
-                                 own_meters=node.scope.netns is None,
+                                 own_meters=node.scope.netns is None
+                                 and node.scope.own_meters,
                                  host=node.scope.ssh_host or node.address)
             for node in nodes}
 

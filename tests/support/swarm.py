@@ -195,6 +195,33 @@ class SwarmOnNodes:
             self.label(daemon.node.name, {"edgeprof.profile": daemon.node.profile,
                                           "edgeprof.node": daemon.node.name}, ids)
 
+    def daemon(self, node_name: str) -> Daemon:
+        return next(d for d in self.daemons if d.node.name == node_name)
+
+    def stop_daemon(self, node_name: str) -> None:
+        """Stop one node's dockerd (SIGTERM, as ``systemctl stop docker`` does): its
+        containers stop with it, and the manager marks the node down once its
+        heartbeat fails."""
+        daemon = self.daemon(node_name)
+        daemon.proc.send_signal(signal.SIGTERM)
+        daemon.proc.wait(timeout=DAEMON_STOP_TIMEOUT_S)
+
+    def restart_daemon(self, node_name: str, ready_s: float = DAEMON_START_TIMEOUT_S) -> None:
+        """Start a stopped node's dockerd again and wait until the manager counts the
+        node ready (it then removes what the manager removed meanwhile)."""
+        daemon = self.daemon(node_name)
+        self._start_daemon(daemon)
+        self._wait_daemon(daemon)
+        deadline = time.monotonic() + ready_s
+        while time.monotonic() < deadline:
+            with self.client() as client:
+                states = {n.attrs["Spec"].get("Labels", {}).get("edgeprof.node"):
+                          n.attrs["Status"]["State"] for n in client.nodes.list()}
+            if states.get(node_name) == "ready":
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"node {node_name} not ready within {ready_s} s of its restart")
+
     def label(self, node_name: str, labels: dict[str, str], ids: dict | None = None) -> None:
         """Set the Swarm node's labels to ``labels`` (through the manager)."""
         with self.client() as client:

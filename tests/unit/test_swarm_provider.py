@@ -9,15 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from profiler.cluster import GridNeeds, cluster_settings
+from profiler.cluster import cluster_settings
 from profiler.errors import ConfigError
 from tests.conftest import need
-
-
-def test_the_metrics_agent_is_refused_before_anything_runs():
-    with pytest.raises(ConfigError, match="does not run the metrics agent yet.*--no-agent"):
-        cluster_settings("swarm", swarm_host="unix:///nowhere.sock").check(
-            GridNeeds(monitored=True))
 
 
 def test_its_options_are_refused_on_another_provider():
@@ -64,3 +58,53 @@ def test_a_process_becomes_a_one_task_service_pinned_to_its_node(tmp_path, monke
     assert task["Resources"]["Limits"]["MemoryBytes"] == 4096 * 1024 * 1024
     assert spec["labels"]["edgeprof.cell"] == str(cell_dir)
     assert spec["labels"]["edgeprof.sweep"] == "sweep"
+
+
+def test_the_agent_is_a_service_reading_the_node_s_proc_and_cgroups(tmp_path, monkeypatch):
+    """The metrics agent's service: on its node, no network, no limit, the node's /proc
+    and cgroup tree read-only, told where the cell's containers are named."""
+    need("the Docker SDK for Python", importlib.util.find_spec("docker") is not None)
+    from profiler.cluster.swarm import cluster as swarm_cluster
+    from profiler.cluster.swarm.cluster import SwarmCluster, TaskSettings
+    from profiler.cluster.swarm.engine import SwarmNode
+
+    monkeypatch.setattr(swarm_cluster, "remove_left_behind", lambda *_: None)
+    posted = []
+    monkeypatch.setattr(SwarmCluster, "_task_process",
+                        lambda self, node, service, log, register=None:
+                        posted.append((service, register)))
+    settings = TaskSettings(None, "edgeprof:dev", "/opt/py", 1400, 64, "profile", ())
+    cluster = SwarmCluster(settings, [SwarmNode("id1", "n1", "pi4", "10.0.0.2", "worker")])
+    (node,) = cluster.nodes()
+    assert node.scope.own_meters is False  # a profile's quota: an emulated board
+    cell_dir = tmp_path / "sweep" / "cells" / "c1" / "attempt-1"
+    argv = [sys.executable, "-m", "profiler.agent", "--node", "n1", "--spool",
+            str(cell_dir / "metrics" / "n1")]
+    cluster.start(node, argv, {}, cell_dir / "logs" / "agent-n1.log", confine=False)
+    ((service, register),) = posted
+    task = service["task_template"]
+    container = task["ContainerSpec"]
+    assert register is None and not task.get("Networks") and not task.get("Resources")
+    assert task["Placement"]["Constraints"] == ["node.id==id1"]
+    mounts = {m["Target"]: m for m in container["Mounts"]}
+    assert (mounts["/host/proc"]["Source"], mounts["/host/proc"]["ReadOnly"]) == ("/proc", True)
+    assert mounts["/host/sys/fs/cgroup"]["ReadOnly"] is True
+    assert mounts[str(tmp_path / "sweep")]["ReadOnly"] is False
+    command = container["Command"]
+    assert command[command.index("--containers") + 1] == str(cell_dir / "containers" / "n1")
+    assert command[command.index("--proc-root") + 1] == "/host/proc"
+    assert service["labels"]["edgeprof.role"] == "agent"
+    # Real boards (no limit) read their own meters.
+    bare = SwarmCluster(TaskSettings(None, "i", "/py", 1400, 64, "none", ()),
+                        [SwarmNode("id1", "n1", "pi4", "10.0.0.2", "worker")])
+    assert bare.nodes()[0].scope.own_meters is True
+
+
+@pytest.mark.parametrize("host", ["manager:2375", "not a url", "ftp://manager", "tcp://"])
+def test_a_manager_address_that_is_not_one_is_refused(host):
+    from profiler.cluster.swarm import _host
+
+    with pytest.raises(ConfigError, match=f"--swarm-host {host} is not the address of an "
+                                          "Engine API.*tcp://HOST:2375"):
+        _host(host)
+    assert _host("ssh://pi@manager") == "ssh://pi@manager"

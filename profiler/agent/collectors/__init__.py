@@ -10,6 +10,9 @@ from .agent_self import AgentSelf
 from .base import PLUGINS, REGISTRY, Collector, Field, Sample, Unavailable, build, register
 from .cgroup_cpu import CgroupCpu
 from .cgroup_memory import CgroupMemory
+from .container_cpu import ContainerCpu
+from .container_memory import ContainerMemory
+from .container_network import ContainerNetwork
 from .cpu_freq import CpuFreq
 from .disk import Disk
 from .host_cpu import HostCpu
@@ -25,11 +28,14 @@ from .temperature import Temperature
 
 register(HostCpu)
 register(CgroupCpu)
+register(ContainerCpu)
 register(Load)
 register(CpuFreq)
 register(HostMemory)
 register(CgroupMemory)
+register(ContainerMemory)
 register(Network)
+register(ContainerNetwork)
 register(Disk)
 register(Temperature)
 register(PiThrottling)
@@ -41,6 +47,7 @@ register(AgentSelf)
 
 __all__ = ["PLUGINS", "REGISTRY", "Collector", "Field", "Sample", "Unavailable", "build",
            "register",
-           "AgentSelf", "CgroupCpu", "CgroupMemory", "CpuFreq", "Disk", "HostCpu",
+           "AgentSelf", "CgroupCpu", "CgroupMemory", "ContainerCpu", "ContainerMemory",
+           "ContainerNetwork", "CpuFreq", "Disk", "HostCpu",
            "HostMemory", "HwmonPower", "Load", "Network", "Pi5Pmic", "PiThrottling", "Processes",
            "Rapl", "Temperature"]

@@ -32,7 +32,7 @@ class CgroupMemory(Collector):
 
     @classmethod
     def create(cls, config, spool):
-        if not config.cgroup_memory:
+        if not config.cgroup_memory or config.containers is not None:
             return None
         return cls(config.cgroup_memory, config.memory_mb)
 
@@ -75,15 +75,20 @@ class CgroupMemory(Collector):
         return limit / MB
 
     def collect(self) -> list[Sample]:
-        if self.v2:
-            usage = int((self.path / "memory.current").read_text())
-            inactive = read_keyed(self.path / "memory.stat").get("inactive_file", 0)
-        else:
-            usage = int((self.path / "memory.usage_in_bytes").read_text())
-            inactive = read_keyed(self.path / "memory.stat").get("total_inactive_file", 0)
-        used_mb = max(0, usage - inactive) / MB
+        used_mb = used_bytes(self.path, self.v2) / MB
         return [("mem", {}, {"used_mb": used_mb,
                              "available_mb": max(0.0, self.limit_mb - used_mb),
                              "total_mb": self.limit_mb,
                              "used_percent": 100.0 * used_mb / self.limit_mb,
                              **self._peak_mb()})]
+
+
+def used_bytes(cgroup_dir: Path, v2: bool) -> int:
+    """The cgroup's memory usage less its inactive page cache (as docker counts it)."""
+    if v2:
+        usage = int((cgroup_dir / "memory.current").read_text())
+        inactive = read_keyed(cgroup_dir / "memory.stat").get("inactive_file", 0)
+    else:
+        usage = int((cgroup_dir / "memory.usage_in_bytes").read_text())
+        inactive = read_keyed(cgroup_dir / "memory.stat").get("total_inactive_file", 0)
+    return max(0, usage - inactive)

@@ -31,8 +31,9 @@ class HostCpu(Collector):
 
     @classmethod
     def create(cls, config, spool):
-        # A cgroup node's total comes from its cgroup (CgroupCpu); its cores stay the host's.
-        return cls(include_total=not config.cgroup_cpu)
+        # A cgroup node's total comes from its cgroup (CgroupCpu), a node's containers'
+        # from theirs (ContainerCpu); its cores stay the host's.
+        return cls(include_total=not (config.cgroup_cpu or config.containers))
 
     def __init__(self, include_total: bool = True):
         self.include_total = include_total

@@ -21,7 +21,7 @@ class HostMemory(Collector):
 
     @classmethod
     def create(cls, config, spool):
-        return None if config.cgroup_memory else cls()
+        return None if config.cgroup_memory or config.containers else cls()
 
     def collect(self) -> list[Sample]:
         mem = psutil.virtual_memory()

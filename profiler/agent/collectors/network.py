@@ -18,6 +18,8 @@ class Network(Collector):
 
     @classmethod
     def create(cls, config, spool):
+        if config.containers is not None:
+            return None  # the containers' own namespaces: ContainerNetwork
         # Fixed at start: an interface that appears later (a new veth) is not counted.
         return cls(config.interfaces or [name for name in psutil.net_if_addrs()
                                          if name != "lo"])

@@ -2,7 +2,13 @@
 (with its descendants), by role.
 
 Also where the node's roles come from: the sampler tags every node-level point with
-``role_tag()`` (the roles present in the pids file).
+``role_tag()`` (the roles present in the pids file, or among the cell's containers of
+an agent given ``--containers``).
+
+Read from ``/proc`` directly (``status``, ``stat``, ``task/*/children``), under a root
+that can be another mount of it: an agent in a container reads the node's processes
+through the node's /proc mounted in it (``--proc-root``), where psutil reads only the
+one mount its module-wide ``PROCFS_PATH`` names (the agent's own figures too).
 """
 
 from __future__ import annotations
@@ -10,13 +16,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from pathlib import Path
-
-import psutil
 
 from .base import Collector, Field, Sample
 
 log = logging.getLogger(__name__)
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 class Processes(Collector):
@@ -44,14 +50,19 @@ class Processes(Collector):
 
     @classmethod
     def create(cls, config, spool):
-        return cls(config.pids_file)
+        if config.containers is not None:
+            return cls(None, containers=config.container_set(), proc_root=config.proc_root)
+        return cls(config.pids_file, proc_root=config.proc_root)
 
-    def __init__(self, pids_file: Path | None):
+    def __init__(self, pids_file: Path | None, *, containers=None, proc_root: str = "/proc"):
         self.pids_file = Path(pids_file) if pids_file else None
+        self.containers = containers  # a ContainerSet: the roles are its containers'
+        self.proc_root = str(proc_root)
         self._mtime_ns = -1
         self._unparsed_mtime_ns = -1  # mtime of a read that was not valid JSON
         self.roles: dict[str, list[int]] = {}
-        self._procs: dict[int, psutil.Process] = {}
+        # (pid, start time) -> (monotonic s, its own CPU seconds) at the last reading
+        self._cpu: dict[tuple[int, int], tuple[float, float]] = {}
 
     def refresh(self) -> None:
         """Re-read the pids file if its mtime changed (one ``stat`` per tick otherwise).
@@ -60,6 +71,9 @@ class Processes(Collector):
         invalid JSON twice at the same mtime, i.e. not a write in progress) means "no
         roles", with one WARNING per change of the file.
         """
+        if self.containers is not None:
+            self.roles = self.containers.roles()
+            return
         if self.pids_file is None:
             return
         try:
@@ -93,65 +107,64 @@ class Processes(Collector):
         present = sorted(role for role, pids in self.roles.items() if pids)
         return "+".join(present) if present else "none"
 
-    def _process(self, pid: int) -> psutil.Process:
-        proc = self._procs.get(pid)
-        if proc is None:
-            proc = self._procs[pid] = psutil.Process(pid)
-            proc.cpu_percent()  # primes it: the first call always returns 0
-        return proc
-
-    def _descendants(self, pid: int) -> list[psutil.Process]:
+    def _descendants(self, pid: int) -> list[int]:
         """The process's descendants, from /proc/<pid>/task/*/children when available.
 
         psutil's ``children()`` reads /proc/*/stat of every process on the machine
         (3 ms a tick here, most of the agent's CPU budget); the kernel's children
-        lists cost a few small reads.
+        lists cost a few small reads. A kernel without them is read the long way.
         """
-        found: list[psutil.Process] = []
+        root = self.proc_root
+        found: list[int] = []
         stack = [pid]
         try:
             while stack:
                 parent = stack.pop()
-                for tid in os.listdir(f"/proc/{parent}/task"):
-                    with open(f"/proc/{parent}/task/{tid}/children") as handle:
+                for tid in os.listdir(f"{root}/{parent}/task"):
+                    with open(f"{root}/{parent}/task/{tid}/children") as handle:
                         kids = [int(child) for child in handle.read().split()]
                     stack.extend(kids)
-                    found.extend(self._process(kid) for kid in kids)
+                    found.extend(kids)
             return found
         except FileNotFoundError:
-            if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):  # kernel without it
-                return [self._process(child.pid)
-                        for child in self._process(pid).children(recursive=True)]
+            if not os.path.exists(f"{root}/{pid}/task/{pid}/children"):  # kernel without it
+                return _descendants_by_parent(root, pid)
             return found  # a process exited while walking: report the rest
-        except (OSError, psutil.Error):
+        except (OSError, ValueError):
             return found
+
+    def _cpu_percent(self, pid: int, start: int, own_s: float, now: float) -> float:
+        """The process's CPU since its last reading, in % of one core (0 when first seen,
+        as psutil's ``cpu_percent``)."""
+        before = self._cpu.get((pid, start))
+        self._cpu[(pid, start)] = (now, own_s)
+        if before is None:
+            return 0.0
+        return 100.0 * max(0.0, own_s - before[1]) / max(now - before[0], 1e-9)
 
     def collect(self) -> list[Sample]:
         self.refresh()
         samples: list[Sample] = []
-        seen: set[int] = set()
+        seen: set[tuple[int, int]] = set()
+        now = time.monotonic()
         for role, pids in sorted(self.roles.items()):
             for index, pid in enumerate(pids):
-                try:
-                    tree = [self._process(pid)] + self._descendants(pid)
-                except psutil.Error:
+                if not os.path.exists(f"{self.proc_root}/{pid}"):
                     continue  # exited: nothing to report
+                tree = [pid] + self._descendants(pid)
                 rss_kb, hwm_kb, cpu_percent, cpu_s, threads, alive = 0, 0, 0.0, 0.0, 0, 0
-                for proc in tree:  # cached, primed psutil objects (see _process)
+                for member in tree:
                     try:
-                        rss, hwm, count = _status(proc.pid)
-                        # One read of /proc/PID/stat gives both (oneshot caches it).
-                        with proc.oneshot():
-                            cpu_percent += proc.cpu_percent()
-                            times = proc.cpu_times()
-                    except (OSError, ValueError, KeyError, psutil.Error):
+                        rss, hwm, count = _status(member, self.proc_root)
+                        start, own_s, reaped_s = _stat(member, self.proc_root)
+                    except (OSError, ValueError, KeyError, IndexError):
                         continue  # exited, or a zombie (no memory left to report)
                     rss_kb, hwm_kb, threads = rss_kb + rss, hwm_kb + hwm, threads + count
-                    # A reaped descendant's time is in its reaper's children_* fields.
-                    cpu_s += (times.user + times.system + times.children_user
-                              + times.children_system)
+                    cpu_percent += self._cpu_percent(member, start, own_s, now)
+                    # A reaped descendant's time is in its reaper's children's fields.
+                    cpu_s += own_s + reaped_s
                     alive += 1
-                    seen.add(proc.pid)
+                    seen.add((member, start))
                 if not alive:
                     # Gone (a zombie until its parent reaps it): a sample of 0 MB would
                     # pass for a reading of its memory.
@@ -160,18 +173,18 @@ class Processes(Collector):
                                 {"rss_mb": rss_kb / 1024, "rss_hwm_mb": hwm_kb / 1024,
                                  "cpu_percent": cpu_percent, "cpu_s": round(cpu_s, 3),
                                  "num_procs": alive, "num_threads": threads}))
-        for pid in set(self._procs) - seen:
-            del self._procs[pid]  # forget exited processes
+        for key in set(self._cpu) - seen:
+            del self._cpu[key]  # forget exited processes
         return samples
 
 
-def _status(pid: int) -> tuple[int, int, int]:
+def _status(pid: int, root: str = "/proc") -> tuple[int, int, int]:
     """(VmRSS kB, VmHWM kB, threads) of a process: one read of /proc/PID/status.
 
     VmHWM is the kernel's high-water mark of the process's resident memory: a peak
     between two ticks is in it. A zombie (or kernel thread) has no VmRSS: KeyError.
     """
-    with open(f"/proc/{pid}/status", "rb") as handle:
+    with open(f"{root}/{pid}/status", "rb") as handle:
         text = handle.read()
     found = {}
     for line in text.split(b"\n"):
@@ -179,6 +192,40 @@ def _status(pid: int) -> tuple[int, int, int]:
         if key in (b"VmRSS:", b"VmHWM:") or line.startswith(b"Threads:"):
             found[key] = int(line.split()[1])
     return found[b"VmRSS:"], found.get(b"VmHWM:", 0), found.get(b"Thread", 0)
+
+
+def _stat(pid: int, root: str = "/proc") -> tuple[int, float, float]:
+    """(start time in ticks, its own CPU seconds, its reaped children's CPU seconds) of
+    a process: one read of /proc/PID/stat (user + system time of each)."""
+    with open(f"{root}/{pid}/stat", "rb") as handle:
+        text = handle.read()
+    # The name (field 2) may hold spaces and parentheses: the fields follow its last ')'.
+    fields = text[text.rindex(b")") + 2:].split()
+    utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
+    return (int(fields[19]), (utime + stime) / _TICKS_PER_S,
+            (cutime + cstime) / _TICKS_PER_S)
+
+
+def _descendants_by_parent(root: str, pid: int) -> list[int]:
+    """``pid``'s descendants from every process's parent (a kernel without children
+    lists): one read of each /proc/*/stat."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir(root):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"{root}/{name}/stat", "rb") as handle:
+                text = handle.read()
+            parent = int(text[text.rindex(b")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(name))
+    found, stack = [], [pid]
+    while stack:
+        kids = children.get(stack.pop(), [])
+        found.extend(kids)
+        stack.extend(kids)
+    return found
 
 
 def _parse_roles(raw) -> dict[str, list[int]] | None:

@@ -32,6 +32,18 @@ DEFAULT_SHM_MB = 256
 LIMITS = ("profile", "none")
 
 
+HOST_SCHEMES = ("unix", "tcp", "ssh", "http", "https")
+
+
+def _host(text: str) -> str:
+    scheme, sep, rest = text.partition("://")
+    if not sep or scheme not in HOST_SCHEMES or not rest:
+        raise ConfigError(f"--swarm-host {text} is not the address of an Engine API: give "
+                          "unix:///var/run/docker.sock, tcp://HOST:2375 or ssh://USER@HOST "
+                          "(a Swarm manager's)")
+    return text
+
+
 def _mtu(text: str) -> int:
     try:
         value = int(text)
@@ -90,7 +102,7 @@ class SwarmSettings(ClusterSettings):
     help = "Docker Swarm services, with --swarm-host"
     options = (
         ProviderOption(
-            "swarm_host", metavar="URL", identity=True,
+            "swarm_host", metavar="URL", identity=True, parse=_host,
             help="--cluster swarm: the Swarm manager's Engine API (unix:///var/run/"
                  "docker.sock, tcp://HOST:2375, ssh://USER@HOST) [default: DOCKER_HOST, "
                  "else the local socket]."),
@@ -161,9 +173,6 @@ class SwarmSettings(ClusterSettings):
     def check(self, needs: GridNeeds) -> None:
         """Reach the manager, read its nodes (each with a known profile), find the image."""
         super().check(needs)
-        if needs.monitored:
-            from .engine import NO_AGENT
-            raise ConfigError(NO_AGENT)
         self._checked = self._nodes(needs)
 
     def open(self, needs: GridNeeds) -> ContextManager[Cluster]:

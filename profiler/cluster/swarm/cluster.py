@@ -44,12 +44,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from ...errors import ClusterError
 from ..base import SECRET_ENV_VARS, Cluster, Node, NodeScope, popen_in_group
-from .engine import NO_AGENT, SwarmNode, connect
+from .engine import NAME_LABEL, SwarmNode, connect
 
 OVERLAY_IFACE = "eth0"
 STOP_GRACE_S = 2.0
@@ -59,6 +59,25 @@ REMOVE_WAIT_S = 30.0
 PASSED_ENV_PREFIXES = ("OMP_", "MKL_", "OPENBLAS_", "MXNET_", "EDGEPROF_", "GLOO_",
                        "TORCH_", "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONHASHSEED")
 LABEL = "edgeprof"
+AGENT_ROLE = "agent"
+# Where the agent's container sees the node's /proc and cgroup tree (read-only).
+HOST_PROC = "/host/proc"
+HOST_CGROUP = "/host/sys/fs/cgroup"
+# How long the first training process of a cell waits for the cell's agents to sample
+# (a service made, scheduled, its container and Python started: 2 to 4 s here).
+AGENT_START_TIMEOUT_S = 30.0
+# A container's cgroup and network namespace go with it: once its process ended, a
+# container of a cell with agents stays for the agent's interval and this margin (at
+# most LINGER_MAX_S), so that the agent reads its final CPU time and traffic.
+LINGER_MARGIN_S = 0.5
+LINGER_MAX_S = 5.0
+# The container's first process, then: runs the command (its output to its log) as a
+# child, passes SIGTERM, SIGINT and SIGHUP on to it (a signal also cuts the stay short),
+# and exits with its status (128 + N for a signal N, as a shell reports it).
+LINGER_SH = ('log=$0 linger=$1; shift; "$@" >>"$log" 2>&1 & child=$!; '
+             "trap 'kill -TERM $child 2>/dev/null; linger=0' TERM INT HUP; "
+             "while wait $child; code=$?; kill -0 $child 2>/dev/null; do :; done; "
+             '[ "$linger" = 0 ] || { sleep "$linger" & wait $!; }; exit $code')
 
 
 @dataclass(frozen=True)
@@ -91,12 +110,14 @@ class SwarmCluster(Cluster):
             self._nodes.append(Node(
                 name=n.name, address=n.name, profile=n.profile,
                 **task_limits(n.profile, settings.swarm_limits),
+                # A task limited to a profile's quota is a board emulated on a machine
+                # that is not it: the machine's power meters are not the board's.
                 scope=NodeScope(interfaces=(OVERLAY_IFACE,),
-                                board_cores=profile.board_cores or None)))
+                                board_cores=profile.board_cores or None,
+                                own_meters=settings.swarm_limits != "profile")))
         self.controller = f"{socket.gethostname()}:{os.getpid()}"
         self._lock = threading.Lock()
-        # cell folder -> (network name, {node name: processes started there})
-        self._cells: dict[str, tuple[str, dict[str, int]]] = {}
+        self._cells: dict[str, _Cell] = {}
         remove_left_behind(settings.swarm_host, socket.gethostname())
 
     def nodes(self) -> list[Node]:
@@ -105,51 +126,105 @@ class SwarmCluster(Cluster):
     def start(self, node: Node, argv: Sequence[str], env: Mapping[str, str],
               log_path: Path, *, confine: bool = True,
               role: str | None = None) -> subprocess.Popen:
-        if not confine:  # the metrics agent: refused before the sweep (check)
-            raise ClusterError(NO_AGENT)
         # The runner's layout: <sweep>/cells/<id>/attempt-<N>/logs/<name>.log.
         cell_dir = Path(log_path).parent.parent
-        network, alias = self._cell_network(cell_dir, node, role or "process")
+        cell = self._cell(cell_dir)
+        if not confine:
+            return self._start_agent(cell, node, argv, env, Path(log_path), cell_dir)
+        network, alias = self._cell_network(cell, cell_dir, node, role or "process")
+        # The cell's agents sample from before its first container starts, so that each
+        # container's counters (from 0) are bracketed by their samples.
+        self._await_agents(cell)
         service = self.service_spec(node, argv, env, Path(log_path), cell_dir, network,
-                                    alias, role or "process", confine)
+                                    alias, role or "process", confine,
+                                    linger_s=cell.linger_s)
+        # Where the node's agent learns this container (``--containers``).
+        register = containers_dir(cell_dir, node) / f"{service['name']}.json"
+        return self._task_process(node, service, Path(log_path),
+                                  register={"path": str(register), "role": role or "process"})
+
+    def _start_agent(self, cell: "_Cell", node: Node, argv: Sequence[str],
+                     env: Mapping[str, str], log_path: Path, cell_dir: Path
+                     ) -> subprocess.Popen:
+        """The node's metrics agent as a service of its own on the node (no network,
+        no limit), reading the node's /proc and cgroup tree mounted read-only, told
+        which containers are the cell's by the files their task processes write."""
+        argv = [*argv, "--containers", str(containers_dir(cell_dir, node)),
+                "--proc-root", HOST_PROC, "--cgroup-root", HOST_CGROUP]
+        alias = f"{node.name}-{AGENT_ROLE}"
+        service = self.service_spec(node, argv, env, log_path, cell_dir, None, alias,
+                                    AGENT_ROLE, False, name=f"{cell_name(cell_dir)}-{alias}")
+        proc = self._task_process(node, service, log_path)
+        spool = argv[argv.index("--spool") + 1] if "--spool" in argv else None
+        interval_s = float(argv[argv.index("--interval") + 1]) if "--interval" in argv else 1.0
+        with self._lock:
+            cell.agents.append((proc, Path(spool) if spool else None))
+            cell.linger_s = min(interval_s + LINGER_MARGIN_S, LINGER_MAX_S)
+        return proc
+
+    def _task_process(self, node: Node, service: dict, log_path: Path,
+                      register: dict | None = None) -> subprocess.Popen:
+        """The process on the controller standing for ``service`` (``task``)."""
         proc = popen_in_group([sys.executable, "-m", "profiler.cluster.swarm.task"],
-                              {}, Path(log_path),
-                              stdin=subprocess.PIPE, parent_death_signal=15)
+                              {}, log_path, stdin=subprocess.PIPE, parent_death_signal=15)
         try:
-            proc.stdin.write(json.dumps({"host": self.settings.swarm_host, "node": node.name,
-                                         "service": service}).encode() + b"\n")
+            proc.stdin.write(json.dumps({
+                "host": self.settings.swarm_host, "node": node.name,
+                "node_id": self._swarm[node.name].id, "service": service,
+                "register": register}).encode() + b"\n")
             proc.stdin.close()
         except OSError:
             pass  # gone already: its exit status tells the runner
         return proc
+
+    def _await_agents(self, cell: "_Cell") -> None:
+        """Wait (once a cell) until each of its agents wrote its first sample, ended, or
+        ``AGENT_START_TIMEOUT_S`` passed (then the cell runs without its samples)."""
+        from ...agent.spool import segments
+
+        if cell.agents_awaited:
+            return
+        cell.agents_awaited = True
+        deadline = time.monotonic() + AGENT_START_TIMEOUT_S
+        for proc, spool in cell.agents:
+            while spool is not None and proc.poll() is None and time.monotonic() < deadline:
+                if any(_sampled(path) for _, path in segments(spool)):
+                    break
+                time.sleep(0.1)
 
     def labels(self, cell_dir: Path, **more: str) -> dict[str, str]:
         return {LABEL: "1", f"{LABEL}.sweep": cell_dir.parents[2].name,
                 f"{LABEL}.cell": str(cell_dir), f"{LABEL}.controller": self.controller,
                 **{f"{LABEL}.{k}": v for k, v in more.items()}}
 
-    def _cell_network(self, cell_dir: Path, node: Node, role: str) -> tuple[str, str]:
-        """The cell's overlay (made at its first process) and this process's alias on it."""
-        key = str(cell_dir)
+    def _cell(self, cell_dir: Path) -> "_Cell":
         with self._lock:
-            if key not in self._cells:
-                name = "edgeprof-" + hashlib.sha1(key.encode()).hexdigest()[:12]
+            return self._cells.setdefault(str(cell_dir), _Cell())
+
+    def _cell_network(self, cell: "_Cell", cell_dir: Path, node: Node,
+                      role: str) -> tuple[str, str]:
+        """The cell's overlay (made at its first process) and this process's alias on it."""
+        with self._lock:
+            if cell.network is None:
+                name = cell_name(cell_dir)
                 with connect(self.settings.swarm_host) as client:
                     client.api.create_network(
                         name, driver="overlay", attachable=True, internal=True,
                         options={"com.docker.network.driver.mtu": str(self.settings.swarm_mtu)},
                         labels=self.labels(cell_dir))
-                self._cells[key] = (name, {})
-            name, started = self._cells[key]
-            count = started.get(node.name, 0)
-            started[node.name] = count + 1
-        return name, node.name if count == 0 else f"{node.name}-{role}{count}"
+                cell.network = name
+            count = cell.started.get(node.name, 0)
+            cell.started[node.name] = count + 1
+        return cell.network, node.name if count == 0 else f"{node.name}-{role}{count}"
 
     def service_spec(self, node: Node, argv: Sequence[str], env: Mapping[str, str],
-                     log_path: Path, cell_dir: Path, network: str, alias: str, role: str,
-                     confine: bool) -> dict:
+                     log_path: Path, cell_dir: Path, network: str | None, alias: str,
+                     role: str, confine: bool, name: str | None = None,
+                     linger_s: float = 0.0) -> dict:
         """The ``create_service`` arguments of one process (JSON: the task process posts
-        them)."""
+        them). ``network`` None: none (the agent); ``confine`` False: no limit, and the
+        node's /proc and cgroup tree mounted read-only (the agent); ``linger_s``: how
+        long the container stays once its process ended (``LINGER_SH``)."""
         from docker.types import (ContainerSpec, EndpointSpec, Mount,
                                   NetworkAttachmentConfig, Placement, Resources,
                                   RestartPolicy, ServiceMode, TaskTemplate)
@@ -169,9 +244,13 @@ class SwarmCluster(Cluster):
             if task_env["DMLC_ROLE"] == "scheduler":
                 task_env["DMLC_USE_KUBERNETES"] = "1"
         sweep_dir = cell_dir.parents[2]
-        mounts = [Mount(str(sweep_dir), str(sweep_dir), type="bind"),
-                  Mount("/dev/shm", None, type="tmpfs",
-                        tmpfs_size=settings.swarm_shm_mb * 1024 * 1024)]
+        mounts = [Mount(str(sweep_dir), str(sweep_dir), type="bind")]
+        if confine:
+            mounts.append(Mount("/dev/shm", None, type="tmpfs",
+                                tmpfs_size=settings.swarm_shm_mb * 1024 * 1024))
+        else:
+            mounts += [Mount(HOST_PROC, "/proc", type="bind", read_only=True),
+                       Mount(HOST_CGROUP, "/sys/fs/cgroup", type="bind", read_only=True)]
         data = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--data-dir"]
         for path in (*settings.swarm_mounts, *data):
             if not Path(path).resolve().is_relative_to(sweep_dir):
@@ -182,7 +261,9 @@ class SwarmCluster(Cluster):
                                mem_limit=(node.memory_mb or 0) * 1024 * 1024 or None)
         labels = self.labels(cell_dir, role=role, node=node.name)
         # The process's output goes to its log in the sweep's folder, as a process's would.
-        command = ["sh", "-c", 'exec "$@" >>"$0" 2>&1', str(log_path), *argv]
+        command = (["sh", "-c", LINGER_SH, str(log_path), f"{linger_s:.2f}", *argv]
+                   if linger_s > 0 else ["sh", "-c", 'exec "$@" >>"$0" 2>&1', str(log_path),
+                                         *argv])
         container = ContainerSpec(
             settings.swarm_image, command=command, env=task_env, labels=labels,
             mounts=mounts, workdir=str(cell_dir), hostname=alias,
@@ -191,24 +272,57 @@ class SwarmCluster(Cluster):
         template = TaskTemplate(
             container, resources=limits, restart_policy=RestartPolicy(condition="none"),
             placement=Placement(constraints=[f"node.id=={swarm_id}"]),
-            networks=[NetworkAttachmentConfig(network, aliases=[alias])])
-        name = f"{network}-{alias}"
-        return {"task_template": template, "name": name, "labels": labels,
+            networks=[NetworkAttachmentConfig(network, aliases=[alias])] if network else None)
+        return {"task_template": template, "name": name or f"{network}-{alias}",
+                "labels": labels,
                 "mode": ServiceMode("replicated", replicas=1),
                 "endpoint_spec": EndpointSpec(mode="dnsrr")}
 
     def collect(self, cell_dir: Path, nodes: Sequence[Node]) -> list[str]:
         """The cell's files are in the sweep's folder already (bind mount): remove the
-        cell's services (the task processes removed theirs, unless killed) and network."""
+        cell's services (the task processes removed theirs, unless killed) and network.
+        A node whose daemon stopped answering keeps its tasks: it is named (the manager
+        marks it down within its heartbeat, 5 s by default)."""
         with self._lock:
             self._cells.pop(str(cell_dir), None)
-        problem = remove_labelled(self.settings.swarm_host,
-                                  {f"{LABEL}.cell": str(cell_dir)})
-        return [problem] if problem else []
+        return remove_labelled(self.settings.swarm_host, {f"{LABEL}.cell": str(cell_dir)})
 
     def close(self) -> None:
         """Remove whatever of this controller's is left on the Swarm."""
         remove_labelled(self.settings.swarm_host, {f"{LABEL}.controller": self.controller})
+
+
+@dataclass
+class _Cell:
+    """What the cluster keeps of a cell while it runs: its overlay (made at its first
+    training process), the processes started on each node, and its agents (their task
+    processes and spools), awaited once before its first training process."""
+
+    network: str | None = None
+    started: dict[str, int] = field(default_factory=dict)
+    agents: list[tuple[subprocess.Popen, Path | None]] = field(default_factory=list)
+    agents_awaited: bool = False
+    linger_s: float = 0.0  # how long its containers stay once their process ended
+
+
+def cell_name(cell_dir: Path) -> str:
+    """The name of a cell's overlay network, and the stem of its services' names."""
+    return "edgeprof-" + hashlib.sha1(str(cell_dir).encode()).hexdigest()[:12]
+
+
+def containers_dir(cell_dir: Path, node: Node) -> Path:
+    """The folder naming the cell's containers on ``node`` for its agent: one JSON file
+    per service, written by its task process once the container runs."""
+    return cell_dir / "containers" / node.name
+
+
+def _sampled(segment: Path) -> bool:
+    """Whether a spool segment holds a sample (a line after its header)."""
+    try:
+        with open(segment, "rb") as handle:
+            return handle.read(1 << 16).count(b"\n") >= 2
+    except OSError:
+        return False
 
 
 def task_limits(profile: str, limits: str) -> dict:
@@ -235,11 +349,12 @@ def task_nano_cpus(cpu_cores: float) -> int:
 
 
 def remove_labelled(host: str | None, labels: dict[str, str],
-                    wait_s: float = REMOVE_WAIT_S) -> str | None:
+                    wait_s: float = REMOVE_WAIT_S) -> list[str]:
     """Remove the services carrying ``labels``, wait until the nodes removed their
     containers (a removed service's tasks stay listed, desired ``remove``, until then),
-    then remove the networks carrying ``labels``. None, or what was still there after
-    ``wait_s``."""
+    then remove the networks carrying ``labels``. What was still there after ``wait_s``,
+    one problem a line; a node the manager marks down (its daemon stopped answering)
+    is not waited for and is named instead."""
     from docker.errors import APIError, NotFound
 
     filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
@@ -251,12 +366,15 @@ def remove_labelled(host: str | None, labels: dict[str, str],
                 with contextlib.suppress(NotFound):
                     client.api.remove_service(service)
             deadline = time.monotonic() + wait_s
+            down: dict[str, str] = {}
             while True:
-                # Tasks of these services, or of services a task process removed, on the
-                # cell's networks.
+                # Tasks of these services, or of services a task process removed (their
+                # containers carry the same labels: the agents' have no network).
                 tasks = [t for t in client.api.tasks() if t.get("ServiceID") in services
-                         or {n.get("Target") for n in t.get("Spec", {}).get("Networks", [])}
-                         & {*networks, *networks.values()}]
+                         or labels.items() <= _container_labels(t).items()]
+                if tasks:
+                    down.update(nodes_down(client, {t.get("NodeID", "") for t in tasks}))
+                    tasks = [t for t in tasks if t.get("NodeID") not in down]
                 if not tasks or time.monotonic() > deadline:
                     break
                 time.sleep(0.1)
@@ -269,8 +387,30 @@ def remove_labelled(host: str | None, labels: dict[str, str],
                 except APIError as exc:
                     left.append(f"network {name} ({exc.explanation})")
     except ClusterError as exc:
-        return str(exc)
-    return f"the Swarm kept {', '.join(left)}" if left else None
+        return [str(exc)]
+    return [*down.values(), *([f"the Swarm kept {', '.join(left)}"] if left else [])]
+
+
+def _container_labels(task: dict) -> dict[str, str]:
+    return task.get("Spec", {}).get("ContainerSpec", {}).get("Labels") or {}
+
+
+def nodes_down(client, node_ids: set[str]) -> dict[str, str]:
+    """Of ``node_ids``, those the manager no longer counts ready (their daemon stopped,
+    or the board is off): {id: "node NAME (down: the manager's message)"}."""
+    found = {}
+    for node in client.api.nodes():
+        status = node.get("Status", {})
+        if node["ID"] in node_ids and status.get("State") != "ready":
+            found[node["ID"]] = (f"node {node_name(node)} ({status.get('State', '?')}: "
+                                 f"{status.get('Message') or 'its daemon does not answer'})")
+    return found
+
+
+def node_name(node: dict) -> str:
+    """A Swarm node's name: its ``edgeprof.node`` label, else its hostname."""
+    return ((node.get("Spec", {}).get("Labels") or {}).get(NAME_LABEL)
+            or node.get("Description", {}).get("Hostname", node.get("ID", "?")[:12]))
 
 
 def remove_left_behind(host: str | None, hostname: str) -> None:

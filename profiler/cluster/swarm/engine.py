@@ -20,8 +20,6 @@ PROFILE_LABEL = "edgeprof.profile"
 NAME_LABEL = "edgeprof.node"
 CONNECT_TIMEOUT_S = 10
 API_TIMEOUT_S = 60
-NO_AGENT = ("--cluster swarm does not run the metrics agent yet (it is to sample each task's "
-            "own container cgroup, docs/swarm.md): add --no-agent")
 
 
 @dataclass(frozen=True)

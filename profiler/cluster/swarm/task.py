@@ -2,17 +2,25 @@
 
 ``SwarmCluster.start`` starts ``python -m profiler.cluster.swarm.task`` in a process
 group of its own (``popen_in_group``) and writes it one JSON line on stdin: the
-manager's address and the service to create. This process then
+manager's address, the node (name and id), the service to create and where to register
+its container. This process then
 
 - creates the service (one task, pinned to its node, no restart);
 - follows its task until it ends (the Engine API has no wait on a service: a poll every
   ``POLL_S``), writing a line to the process's log when the task is rejected, waits
-  for resources or ends otherwise than by exiting (a node that went down);
+  for resources or ends otherwise than by exiting;
+- once the task's container runs, writes its id and first pid (both in the task's
+  status) to the ``register`` file, whose folder the node's metrics agent reads;
+- watches the node (every ``NODE_CHECK_S``): a node the manager no longer counts ready
+  (its daemon stopped, the board is off) leaves the task listed as running, so the
+  process says so, naming the node, and exits ``GONE``;
 - exits with the task's exit status (137 for a container killed with SIGKILL, 125 for
   a task that never ran), which the runner judges as it judges any process's;
 - on SIGTERM, SIGHUP or SIGINT (the runner ending the cell, Ctrl-C, or the controller
   dying: its parent-death signal is SIGTERM) removes the service, which stops the
-  container, and exits 143; and removes it as well when the task ended by itself.
+  container, waits for the container to end (at most ``STOP_WAIT_S``: the agent takes
+  its last sample then), and exits 143; and removes it as well when the task ended by
+  itself.
 
 What a SIGKILL of this process leaves (a service, the cell's network) is removed by
 the cell's ``collect``, the sweep's ``close`` or, after a controller killed with
@@ -22,11 +30,15 @@ the cell's ``collect``, the sweep's ``close`` or, after a controller killed with
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
+import time
 
 POLL_S = 0.2
+NODE_CHECK_S = 1.0
+STOP_WAIT_S = 5.0
 ENDED = {"complete", "failed", "rejected", "shutdown", "orphaned", "remove"}
 NEVER_RAN = 125  # as `docker run` exits when the container could not be run
 GONE = 137
@@ -49,51 +61,117 @@ def main() -> int:
     except DockerException as exc:
         _say(f"cannot create service {name}: {exc}")
         return NEVER_RAN
+    task = _Task(client, service_id, name, request.get("node", "?"), request.get("node_id"),
+                 request.get("register"))
     try:
-        return _follow(client, service_id, name, request.get("node", "?"), stop)
+        return task.follow(stop)
     finally:
         try:
             client.api.remove_service(service_id)
         except DockerException:
             pass  # gone already, or the cell's collect removes it
+        else:
+            if stop.is_set():
+                task.wait_gone(STOP_WAIT_S)
         client.close()
 
 
-def _follow(client, service_id: str, name: str, node: str, stop: threading.Event) -> int:
-    from docker.errors import DockerException, NotFound
+class _Task:
+    """The one task of a service, followed through the manager."""
 
-    said = ""
-    while not stop.wait(POLL_S):
+    def __init__(self, client, service_id: str, name: str, node: str, node_id: str | None,
+                 register: dict | None):
+        self.client, self.service_id, self.name = client, service_id, name
+        self.node, self.node_id, self.register = node, node_id, register
+        self._next_node_check = time.monotonic() + NODE_CHECK_S
+
+    def follow(self, stop: threading.Event) -> int:
+        from docker.errors import DockerException, NotFound
+
+        said = ""
+        while not stop.wait(POLL_S):
+            try:
+                tasks = self.client.api.tasks(filters={"service": self.service_id})
+                down = self._node_down()
+            except NotFound:
+                _say(f"service {self.name} was removed by someone else while its task ran")
+                return GONE
+            except DockerException as exc:
+                line = f"the Swarm manager does not answer about service {self.name}: {exc}"
+                if line != said:
+                    _say(line)
+                    said = line
+                continue
+            if not tasks:
+                continue
+            status = tasks[0].get("Status", {})
+            state, error = status.get("State", ""), status.get("Err", "")
+            if state in ENDED:
+                return self._ended(state, error, status)
+            if down:
+                _say(f"node {self.node} is {down}: the task of service {self.name} there is "
+                     "lost")
+                return GONE
+            if state == "running" and self.register:
+                self._register(status.get("ContainerStatus", {}))
+            if error and error != said:  # pending: "no suitable node (insufficient ...)"
+                _say(f"task of service {self.name} on node {self.node} is {state}: {error}")
+                said = error
+        return 128 + signal.SIGTERM
+
+    def _ended(self, state: str, error: str, status: dict) -> int:
+        code = status.get("ContainerStatus", {}).get("ExitCode")
+        if state == "complete":
+            return 0
+        if state == "failed" and code:
+            _say(f"task of service {self.name} on node {self.node} exited {code}"
+                 + (f" ({error})" if error else ""))
+            return int(code)
+        _say(f"task of service {self.name} on node {self.node} ended {state}"
+             + (f": {error}" if error else ""))
+        return NEVER_RAN if state == "rejected" or code is None else GONE
+
+    def _node_down(self) -> str:
+        """How the manager sees the node when it is not ready ("down (heartbeat
+        failure)"), else ""; asked every ``NODE_CHECK_S``."""
+        if not self.node_id or time.monotonic() < self._next_node_check:
+            return ""
+        self._next_node_check = time.monotonic() + NODE_CHECK_S
+        status = self.client.api.inspect_node(self.node_id).get("Status", {})
+        if status.get("State", "ready") == "ready":
+            return ""
+        return f"{status.get('State')} ({status.get('Message') or 'its daemon does not answer'})"
+
+    def _register(self, container: dict) -> None:
+        """Tell the node's agent this container: its id and first pid, as one file."""
+        if not container.get("ContainerID") or not container.get("PID"):
+            return
+        path = self.register["path"]
+        record = {"role": self.register["role"], "id": container["ContainerID"],
+                  "pid": container["PID"]}
         try:
-            tasks = client.api.tasks(filters={"service": service_id})
-        except NotFound:
-            _say(f"service {name} was removed by someone else while its task ran")
-            return GONE
-        except DockerException as exc:
-            line = f"the Swarm manager does not answer about service {name}: {exc}"
-            if line != said:
-                _say(line)
-                said = line
-            continue
-        if not tasks:
-            continue
-        status = tasks[0].get("Status", {})
-        state, error = status.get("State", ""), status.get("Err", "")
-        if state in ENDED:
-            code = status.get("ContainerStatus", {}).get("ExitCode")
-            if state == "complete":
-                return 0
-            if state == "failed" and code:
-                _say(f"task of service {name} on node {node} exited {code}"
-                     + (f" ({error})" if error else ""))
-                return int(code)
-            _say(f"task of service {name} on node {node} ended {state}"
-                 + (f": {error}" if error else ""))
-            return NEVER_RAN if state == "rejected" or code is None else GONE
-        if error and error != said:  # pending: "no suitable node (insufficient ...)"
-            _say(f"task of service {name} on node {node} is {state}: {error}")
-            said = error
-    return 128 + signal.SIGTERM
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(f"{path}.tmp", "w") as handle:
+                json.dump(record, handle)
+            os.replace(f"{path}.tmp", path)
+        except OSError as exc:
+            _say(f"cannot tell the node's agent about the container of {self.name}: {exc}")
+        self.register = None
+
+    def wait_gone(self, wait_s: float) -> None:
+        """Wait until the removed service's task has stopped its container (the task is
+        no longer listed, or has ended), for at most ``wait_s``."""
+        from docker.errors import DockerException
+
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                tasks = self.client.api.tasks(filters={"service": self.service_id})
+            except DockerException:
+                return
+            if all(t.get("Status", {}).get("State") in ENDED for t in tasks):
+                return
+            time.sleep(POLL_S / 2)
 
 
 def _say(line: str) -> None:
