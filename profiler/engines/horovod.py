@@ -140,9 +140,15 @@ class HorovodEngine(Engine):
             "--host", ",".join(f"{node.name}:1" for node in nodes),
             # Each node its own binding: Open MPI would pin every "host"'s rank to core 0.
             "--bind-to", "none",
-            "--mca", "plm_rsh_agent", f"{sys.executable} -m workloads.mpi rsh",
-            # Every orted from node 0's mpirun, not from each other (tree spawn).
+            # (The rsh agent, ``workloads.mpi rsh``, is named by the launcher on node 0:
+            # it is that node's Python.) Every orted from node 0's mpirun, not from
+            # each other (tree spawn).
             "--mca", "plm_rsh_no_tree_spawn", "1",
+            # Each orted stays its rsh agent's child instead of daemonizing: one that
+            # failed after daemonizing left mpirun waiting for it until the time limit;
+            # attached, its end is its agent's, which mpirun sees at once, and a stopped
+            # agent takes its daemon along.
+            "--mca", "orte_leave_session_attached", "1",
             # TCP on the node's training interface only: no shared memory between slots
             # of one host (the local cluster), no guessing among a namespace's interfaces.
             "--mca", "btl", "self,tcp",
@@ -180,7 +186,22 @@ class HorovodEngine(Engine):
             if not hvd.gloo_built():
                 return {"ok": False, "problem": "horovod.mxnet was built without Gloo "
                                                 "(HOROVOD_WITH_GLOO=1)"}
+            # What --horovod-ops mpi needs on every node (host_problem judges it).
+            answer["mpi"] = {"built": bool(hvd.mpi_built()),
+                             "orted": shutil.which("orted") is not None}
         return answer
+
+    def host_problem(self, answer: dict, cells: Sequence[CellConfig]) -> str | None:
+        problem = super().host_problem(answer, cells)
+        if problem or not any(c.param("horovod_ops", "gloo") == "mpi" for c in cells):
+            return problem
+        mpi = answer.get("mpi") or {}
+        if not mpi.get("orted"):
+            return ("--horovod-ops mpi needs Open MPI there (no orted on PATH): "
+                    "apt-get install openmpi-bin libopenmpi-dev, then rebuild Horovod")
+        if not mpi.get("built"):
+            return f"--horovod-ops mpi: Horovod there was built without MPI: re{BUILD_HINT}"
+        return None
 
 
 @functools.cache
