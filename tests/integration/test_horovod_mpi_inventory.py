@@ -199,3 +199,34 @@ def test_open_mpi_missing_on_a_node_is_one_line_before_anything_runs(hosts, tmp_
     assert "host n1" in lines[0] and "no orted on PATH" in lines[0], lines[0]
     assert "apt-get install openmpi-bin" in lines[0]
     assert not out.exists()
+
+
+def test_a_node_unreachable_when_its_daemon_starts_is_named(hosts, tmp_path):
+    """The inventory's n1 refuses SSH (a port nothing listens on: the sweep's check
+    would refuse it, here it goes missing after). The relay's ssh to it fails, and the
+    cell's reason names n1 and says so; nothing is left on n0."""
+    import dataclasses
+
+    from profiler.cluster.inventory.cluster import InventoryCluster
+    from profiler.cluster.inventory.hosts import read_inventory
+    from profiler.engines.base import TrainOptions
+    from profiler.engines.horovod import HorovodEngine
+    from profiler.sweep.grid import CellConfig, validate
+    from profiler.sweep.runner import run_cell
+
+    n0, n1 = read_inventory(hosts["inventory"])
+    cluster = InventoryCluster([n0, dataclasses.replace(n1, port=1)])
+    cell = validate(CellConfig(engine="horovod", model="lenet-mlp", layers=None, devices=2,
+                               batch=32, max_samples=640, epochs=100000,
+                               engine_params=(("horovod_ops", "mpi"),)))
+    out = tmp_path / "sweep"
+    cell_dir = out / "cells" / cell.cell_id / "attempt-1"
+    try:
+        rec = run_cell(cell, cluster, HorovodEngine(), cell_dir, TrainOptions(val_samples=64),
+                       sweep_id="t", timeout_s=300, monitor_interval_s=None)
+    finally:
+        cluster.close()
+    assert rec["status"] == "failed"
+    assert "node n1: unreachable over SSH" in rec["reason"], rec["reason"]
+    assert "Connection refused" in rec["reason"], rec["reason"]  # ssh's own words
+    assert _wait_gone(hosts, out) == []
