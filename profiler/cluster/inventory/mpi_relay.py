@@ -72,7 +72,7 @@ class MpiRelay:
         self._listener.listen(64)
         self._lock = threading.Lock()
         self._tickets: dict[str, Ticket] = {}
-        self._forwards: dict[str, str] = {}  # origin node name -> its socket there
+        self._forwards: dict[str, tuple[Node, str]] = {}  # name -> (origin, its socket)
         self._running: set[subprocess.Popen] = set()
         self._closed = False
         threading.Thread(target=self._accept, daemon=True, name="mpi-relay").start()
@@ -95,7 +95,7 @@ class MpiRelay:
         """The socket on ``origin`` that leads here (forwarded once a sweep)."""
         with self._lock:
             if origin.name in self._forwards:
-                return self._forwards[origin.name]
+                return self._forwards[origin.name][1]
             path = str(REMOTE_SOCKET_DIR / f"edgeprof-mpi-{secrets.token_hex(6)}.sock")
             done = subprocess.run(self._cluster.control_argv(origin, "forward",
                                                              f"{path}:{self._local}"),
@@ -107,7 +107,7 @@ class MpiRelay:
                     f"socket ({last_line(done.stderr)}): MPI cells need the shared "
                     "connection (no ControlMaster=no for it) and sshd's "
                     "AllowStreamLocalForwarding (its default)")
-            self._forwards[origin.name] = path
+            self._forwards[origin.name] = (origin, path)
             return path
 
     def _accept(self) -> None:
@@ -209,8 +209,7 @@ class MpiRelay:
         self._listener.close()
         for proc in running:
             kill_group(proc)
-        for name, path in forwards.items():
-            node = next(n for n in self._cluster.nodes() if n.name == name)
+        for node, path in forwards.values():
             for argv in (self._cluster.control_argv(node, "cancel", f"{path}:{self._local}"),
                          self._cluster.ssh_argv(self._cluster.host(node),
                                                 ["rm", "-f", "--", path])):
