@@ -158,8 +158,10 @@ def enter(host: str, entry: dict, argv: list[str]) -> int:
     try:
         child = subprocess.Popen([*entry["argv"], *argv], preexec_fn=die_with_parent)
     except OSError as exc:
-        node_line(host, f"cannot start {argv[0]} ({exc.strerror}): install Open MPI "
-                        "there (apt-get install openmpi-bin)")
+        what = "not found" if isinstance(exc, FileNotFoundError) else \
+            f"cannot be started ({exc.strerror})"
+        node_line(host, f"{argv[0]} {what}: install Open MPI there (apt-get install "
+                        "openmpi-bin)")
         return 127
     code = child.wait()
     code = code if code >= 0 else 128 - code

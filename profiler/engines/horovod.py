@@ -132,6 +132,12 @@ class HorovodEngine(Engine):
         """``mpirun`` on node 0 (through ``workloads.mpi launch``) starting one rank per
         node through ``workloads.mpi rsh``, on the nodes' training interface."""
         iface = gloo_interface(nodes[0])
+        other = next((n for n in nodes if gloo_interface(n) != iface), None)
+        if other is not None:  # Open MPI takes one list of interfaces for every node
+            raise ClusterError(
+                f"--horovod-ops mpi names one network interface for all of a cell's nodes, "
+                f"and node {nodes[0].name} trains on {iface}, node {other.name} on "
+                f"{gloo_interface(other)}: give them the same edgeprof_interface")
         rank_env = {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi",
                     "OMP_NUM_THREADS": str(options.threads_per_process),
                     "PYTHONUNBUFFERED": "1"}
