@@ -165,6 +165,7 @@ def enter(host: str, entry: dict, argv: list[str]) -> int:
         return 127
     code = child.wait()
     code = code if code >= 0 else 128 - code
+    shutil.rmtree(session, ignore_errors=True)  # the daemon and its rank are gone
     if code != 0:  # after a ``via``'s own line, which the reason takes (the first)
         if code == 127:
             node_line(host, f"{argv[0]} not found: install Open MPI there "

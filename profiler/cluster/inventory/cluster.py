@@ -134,6 +134,13 @@ class InventoryCluster(Cluster):
             pass  # ssh already gone: its exit status tells the runner
         return proc
 
+    def ship_inputs(self, node: Node, cell_dir: Path) -> None:
+        """Copy the sweep's staged inputs, if it has any, to ``node`` (once): for a
+        process whose command line names them but does not come through ``start``
+        (an MPI rank on another node: its command is ``mpirun``'s)."""
+        if _inputs_dir(cell_dir).is_dir():
+            self._ship_inputs(node, cell_dir)
+
     def _ship_inputs(self, node: Node, cell_dir: Path) -> None:
         """Copy the sweep's staged inputs to ``node`` unless it has them already."""
         remote = self._remote_inputs(node, cell_dir)

@@ -153,6 +153,7 @@ class MpiRelay:
                    "nodes": {node.name: NodeEntry(env=own).to_dict()}}
         env = {NODE_ENTRIES_ENV: json.dumps(entries),
                **{k: str(v) for k, v in forwarded.items() if k in FORWARDED_ENV}}
+        cluster.ship_inputs(node, ticket.cell_dir)  # the rank's model or data files
         with self._lock:
             if self._closed:
                 raise ClusterError("the sweep is ending")
