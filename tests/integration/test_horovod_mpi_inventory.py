@@ -31,7 +31,6 @@ import pytest
 from profiler.cluster import netns
 from profiler.engines.horovod import mpi_built
 from tests.conftest import ROOT, need, sshd_nodes
-from tests.support.sshd import SSHD
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 EDGEPROF = [sys.executable, "-m", "profiler.cli"]
@@ -74,17 +73,7 @@ def _leftovers(hosts, out: Path) -> list[str]:
     """Any process in a node's namespace but sshd itself, and any process here or there
     that names the sweep's folders or is Open MPI's (the local ``ssh`` clients, ``orted``
     started with the relay's help)."""
-    found = []
-    for node in hosts["sshd"].nodes:
-        for pid in netns.netns_pids(node.scope.netns):
-            try:
-                proc = psutil.Process(pid)
-                if proc.exe() == SSHD:
-                    continue
-                cmd = " ".join(proc.cmdline())
-            except psutil.Error:
-                continue
-            found.append(f"{node.name} {pid}: {cmd[:160]}")
+    found = hosts["sshd"].processes()
     marks = (str(out), str(hosts["work"]))
     for p in psutil.process_iter(["pid", "cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])

@@ -44,7 +44,8 @@ DAEMON_FAILED = """\
 --------------------------------------------------------------------------
 ORTE was unable to reliably start one or more daemons.
 --------------------------------------------------------------------------
-edgeprof-mpi: node n1: unreachable over SSH (ssh: connect to host 10.0.0.2 port 22: Connection refused): check that it is up
+edgeprof-mpi: node n1: unreachable over SSH (ssh: connect to host 10.0.0.2 port 22: \
+Connection refused): check that it is up
 edgeprof-mpi: node n1: the MPI daemon (orted) exited 255
 """
 

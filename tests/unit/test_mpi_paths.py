@@ -12,8 +12,8 @@ from workloads.mpi import DATA_DIR_ENV, PATHS_ENV, local_paths
 
 
 def test_node_0_paths_become_this_nodes(monkeypatch):
-    monkeypatch.setenv(PATHS_ENV, json.dumps([["/w0/s/cells/c/attempt-1", "/w1/s/cells/c/attempt-1"],
-                                              ["/w0/s", "/w1/s"]]))
+    monkeypatch.setenv(PATHS_ENV, json.dumps([
+        ["/w0/s/cells/c/attempt-1", "/w1/s/cells/c/attempt-1"], ["/w0/s", "/w1/s"]]))
     monkeypatch.setenv(DATA_DIR_ENV, "/data1")
     argv = ["py", "-m", "workloads.train", "--events-dir", "/w0/s/cells/c/attempt-1/events",
             "--model-file", "/w0/s/inputs/m.py", "--data-dir", "/data0", "/w0/sx"]
