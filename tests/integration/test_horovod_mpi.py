@@ -240,6 +240,15 @@ def test_bad_input_is_one_line(mpi, tmp_path, monkeypatch):
     assert result.exit_code == 2 and "--horovod-ops 'nccl' is unknown" in result.output
 
 
+def _sweep_trains(out: Path, proc: subprocess.Popen, within_s: float = 240) -> None:
+    """Return at the first step of rank 1 of the sweep in ``out`` (polled every 50 ms)."""
+    deadline = time.monotonic() + within_s
+    while not any('"first_step"' in p.read_text()
+                  for p in out.glob("cells/*/attempt-1/events/worker-1.jsonl")):
+        assert proc.poll() is None and time.monotonic() < deadline, "no first step"
+        time.sleep(0.05)
+
+
 def test_ctrl_c_stops_an_mpi_cell_and_leaves_nothing(mpi, tmp_path):
     out = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "profiler.cli", "sweep", "--engine", "horovod",
@@ -247,11 +256,7 @@ def test_ctrl_c_stops_an_mpi_cell_and_leaves_nothing(mpi, tmp_path):
            "--max-samples", "640", "--epochs", "300", "--val-samples", "200", "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 240
-        while not any('"first_step"' in p.read_text()
-                      for p in out.glob("cells/*/attempt-1/events/worker-1.jsonl")):
-            assert proc.poll() is None and time.monotonic() < deadline, "no first step"
-            time.sleep(0.1)
+        _sweep_trains(out, proc)
         proc.send_signal(2)  # what Ctrl-C sends the sweep
         proc.wait(timeout=120)
     finally:
@@ -318,11 +323,7 @@ def test_kill_9_then_resume_reruns_the_mpi_cell(mpi, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "profiler.cli", "sweep", *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 240
-        while not any('"first_step"' in p.read_text()
-                      for p in out.glob("cells/*/attempt-1/events/worker-1.jsonl")):
-            assert proc.poll() is None and time.monotonic() < deadline, "no first step"
-            time.sleep(0.05)
+        _sweep_trains(out, proc)
         proc.kill()
         proc.wait(timeout=60)
     finally:
