@@ -74,7 +74,9 @@ def _leftovers(hosts, out: Path) -> list[str]:
     that names the sweep's folders or is Open MPI's (the local ``ssh`` clients, ``orted``
     started with the relay's help)."""
     found = hosts["sshd"].processes()
-    marks = (str(out), str(hosts["work"]))
+    # The nodes' work folders and the key name what of a sweep runs here (the local
+    # ssh clients) and there; sshd's own command names its config, in that folder too.
+    marks = (str(out), str(hosts["work"] / "remote-"), str(hosts["sshd"].key_path))
     for p in psutil.process_iter(["pid", "cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
         if any(mark in cmd for mark in marks) and "pytest" not in cmd:
