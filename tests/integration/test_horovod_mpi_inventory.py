@@ -1,7 +1,8 @@
 """Horovod over Open MPI on the inventory cluster: ``mpirun`` on node 0 over SSH, the
 other nodes' daemons started through the controller's own SSH connections
-(``profiler.cluster.inventory.mpi_relay``), beside Gloo in one sweep; a rank killed;
-Open MPI missing on a node.
+(``profiler.cluster.inventory.mpi_relay``), beside Gloo in one sweep; a rank on
+another node killed, and Ctrl-C; Open MPI missing on a node; a node that refuses SSH
+when its daemon starts.
 
 The hosts are emulated Pi 4 nodes serving sshd (``tests.support.sshd``), as in
 test_inventory_cluster.py, each with a work folder of its own (so node 1's rank must
@@ -137,25 +138,38 @@ def _rank_pid(node, rank: int) -> int | None:
     return None
 
 
-def test_a_killed_rank_on_another_node_fails_the_cell_and_leaves_nothing(hosts, tmp_path):
-    out = tmp_path / "sweep"
-    # 100,000 epochs: only the kill ends this cell, on any host.
+def _training_mpi_sweep(hosts, out: Path) -> subprocess.Popen:
+    """An MPI sweep that only a fault or a signal ends (100,000 epochs, on any host),
+    returned once rank 1 on n1 has made its first step."""
     proc = subprocess.Popen(_sweep_argv(hosts["inventory"], out, "--horovod-ops", "mpi",
                                         "--max-samples", "640", "--epochs", "100000"),
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
-    n1 = hosts["sshd"].nodes[1]
-    remote_events = hosts["work"] / "remote-n1" / "sweep" / "cells"
+    remote_events = hosts["work"] / "remote-n1" / out.name / "cells"
+    deadline = time.monotonic() + 300
+    while not any('"first_step"' in p.read_text()
+                  for p in remote_events.glob("*/attempt-1/events/worker-1.jsonl")):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("no first step: " + proc.communicate()[1][-2000:])
+        time.sleep(0.1)
+    return proc
+
+
+@pytest.mark.parametrize("fault", ["rank 1 killed", "ctrl-c"])
+def test_a_fault_or_ctrl_c_ends_the_cell_and_leaves_nothing_on_any_node(hosts, tmp_path,
+                                                                        fault):
+    """Rank 1 (on n1, its daemon started by the relay) killed: the cell fails naming it.
+    Ctrl-C: the sweep stops the cell. Either way no daemon, rank or ssh is left."""
+    out = tmp_path / "sweep"
+    proc = _training_mpi_sweep(hosts, out)
     try:
-        deadline = time.monotonic() + 300
-        while not any('"first_step"' in p.read_text()
-                      for p in remote_events.glob("*/attempt-1/events/worker-1.jsonl")):
-            assert proc.poll() is None and time.monotonic() < deadline, \
-                "no first step: " + (proc.stderr.read() if proc.poll() is not None else "")
-            time.sleep(0.1)
-        pid = _rank_pid(n1, 1)
-        assert pid is not None, "rank 1 is not running in n1's namespace"
-        os.kill(pid, signal.SIGKILL)
+        if fault == "ctrl-c":
+            proc.send_signal(signal.SIGINT)
+        else:
+            pid = _rank_pid(hosts["sshd"].nodes[1], 1)
+            assert pid is not None, "rank 1 is not running in n1's namespace"
+            os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=180)
     finally:
         if proc.poll() is None:
@@ -163,8 +177,11 @@ def test_a_killed_rank_on_another_node_fails_the_cell_and_leaves_nothing(hosts, 
             proc.wait()
     (row,) = csv.DictReader(open(out / "results.csv"))
     assert row["status"] == "failed"
-    assert row["reason"].startswith("launcher-0 (mpirun)"), row["reason"]
-    assert "worker-1 on n1 was killed by signal 9" in row["reason"], row["reason"]
+    if fault == "ctrl-c":
+        assert proc.returncode != 0 and "interrupted" in row["reason"], row["reason"]
+    else:
+        assert row["reason"].startswith("launcher-0 (mpirun)"), row["reason"]
+        assert "worker-1 on n1 was killed by signal 9" in row["reason"], row["reason"]
     assert _wait_gone(hosts, out) == []
 
 
