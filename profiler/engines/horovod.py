@@ -27,8 +27,9 @@ process, the ``launcher`` on node 0, started through the cluster like any other.
 MPI starts an ``orted`` on every node through its rsh agent, which is
 ``workloads.mpi rsh``: it enters each node the way the cluster says
 (``Cluster.entry``: the emulated node's network namespace and cgroups; the local
-cluster's plain exec), so each rank runs in its node's network and cgroup, as a Gloo
-worker does. ``workloads.mpi`` says how its output, events and failures come back and
+cluster's plain exec; another inventory node through the controller's own SSH
+connection to it, ``profiler.cluster.inventory.mpi_relay``), so each rank runs in its
+node's network and cgroup, as a Gloo worker does. ``workloads.mpi`` says how its output, events and failures come back and
 why nothing outlives the cell; docs/horovod.md says why this shape.
 """
 
