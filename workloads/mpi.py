@@ -41,7 +41,9 @@ it forever), every one of these processes asks the kernel to SIGKILL it when its
 dies (``PR_SET_PDEATHSIG``), and a ``via``'s end stops its daemon on the other node.
 Each node's daemon gets a session directory of its own (``session_dir``): the daemons
 of a cell's nodes may share one /tmp, and two of them creating the same directory at
-once made one fail.
+once made one fail. ``enter`` removes it when its daemon has ended; one it could not
+(killed first) names its pid (``OWNER_FILE``), and the next ``enter`` or ``launch`` on
+that node removes it.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ FORWARDED_ENV = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
 PR_SET_PDEATHSIG = 1
 SHELL_SYNTAX = (";", "&&", "||", "|", "&")
 STALE_SESSION_S = 600.0
+OWNER_FILE = "edgeprof-owner"  # in a session folder: the pid of the ``enter`` it is for
 # The lines this module writes about a node (``launch`` makes the first one the reason).
 NODE_LINE = "edgeprof-mpi: "
 UNREACHABLE_EXIT = 255  # what ssh exits with when it cannot reach the host
@@ -152,9 +155,17 @@ def enter(host: str, entry: dict, argv: list[str]) -> int:
     # A session directory of the node's own: daemons of "hosts" sharing one /tmp (the
     # local cluster's slots, emulated nodes) race creating the same path, and the
     # loser's orte_init fails ("mkdir ... File exists").
+    remove_stale_sessions()  # a killed cell's on this node (its daemon's)
     session = session_dir(host)
     session.mkdir(mode=0o700, exist_ok=True)
+    (session / OWNER_FILE).write_text(str(os.getpid()))
     os.environ["OMPI_MCA_orte_tmpdir_base"] = str(session)
+    # A stop (SIGTERM to the group, the daemon's too) is the daemon's to act on: this
+    # process waits for it, then removes its session folder, which a daemon killed by
+    # this process's death (PR_SET_PDEATHSIG) could not. A handler, not SIG_IGN: the
+    # daemon would inherit that.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: None)
     try:
         child = subprocess.Popen([*entry["argv"], *argv], preexec_fn=die_with_parent)
     except OSError as exc:
@@ -253,16 +264,34 @@ def failure_line(output: str, nodes: list[str]) -> str:
 
 
 def remove_stale_sessions(min_age_s: float = STALE_SESSION_S) -> None:
-    """Remove the empty session directories of earlier cells that were killed before
-    their launcher could (a daemon empties its own as it exits; one in use is never
-    empty past its first moment, hence the age)."""
+    """Remove the session directories of earlier cells that were killed before they
+    could (SIGKILL after the stop's grace, a controller killed with kill -9): one whose
+    owner (``enter``, ``OWNER_FILE``) is no longer running, or one without an owner
+    that is empty and older than ``min_age_s`` (one in use is never empty past its
+    first moment)."""
     now = time.time()
     for path in Path(tempfile.gettempdir()).glob("edgeprof-ompi-*"):
         try:
-            if now - path.stat().st_mtime > min_age_s:
+            owner = int((path / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            owner = None
+        try:
+            if owner is not None:
+                if not _is_running_enter(owner):
+                    shutil.rmtree(path)
+            elif now - path.stat().st_mtime > min_age_s:
                 path.rmdir()  # only if empty
         except OSError:
             pass
+
+
+def _is_running_enter(pid: int) -> bool:
+    """Whether ``pid`` is a running ``workloads.mpi`` process (not a reused pid)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return b"workloads.mpi" in handle.read()
+    except OSError:
+        return False
 
 
 def launch(argv: list[str], nodes: list[str]) -> int:
