@@ -63,3 +63,32 @@ def test_the_relay_starts_only_an_mpi_daemon_for_a_ticket(tmp_path):
     finally:
         relay.close()
     assert not Path(tmp_path / "mpi-relay.sock").exists()
+
+
+def test_a_killed_daemons_session_folder_goes_a_running_ones_stays(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+    import tempfile
+
+    from workloads.mpi import OWNER_FILE, remove_stale_sessions
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                                "workloads.mpi"])
+    try:
+        folders = {}
+        for name, owner in (("dead", 2 ** 22 + 1), ("alive", running.pid), ("none", None)):
+            folder = tmp_path / f"edgeprof-ompi-abc-{name}"
+            (folder / "ompi.vm.0").mkdir(parents=True)
+            if owner is not None:
+                (folder / OWNER_FILE).write_text(str(owner))
+            folders[name] = folder
+        remove_stale_sessions()
+        # No owner (another version's): only once empty and old, as before.
+        assert not folders["dead"].exists()
+        assert folders["alive"].exists() and folders["none"].exists()
+    finally:
+        running.kill()
+        running.wait()
+    remove_stale_sessions()
+    assert not folders["alive"].exists()
