@@ -155,10 +155,12 @@ class Cluster:
         """
         raise NotImplementedError
 
-    def entry(self, node: Node, *, role: str | None = None) -> NodeEntry | None:
-        """How a process of a cell's started on one of these nodes starts ``role``'s
-        processes on ``node`` (an MPI launcher's rsh agent, ``NodeEntry``); None: this
-        provider cannot (then such a cell fails with a reason saying so)."""
+    def entry(self, node: Node, *, role: str | None = None, origin: Node | None = None,
+              cell_dir: Path | None = None) -> NodeEntry | None:
+        """How a process of the cell in ``cell_dir`` started on ``origin`` (one of these
+        nodes) starts ``role``'s processes on ``node`` (an MPI launcher's rsh agent,
+        ``NodeEntry``); None: this provider cannot (then such a cell fails with a
+        reason saying so). ``ClusterError``: it cannot for this node (the reason)."""
         return None
 
     def prepare(self, cell, nodes_needed: int, max_speedup: float = 1.0) -> float:

@@ -119,7 +119,8 @@ class EmulatedCluster(Cluster):
             preexec = lambda: group.attach(os.getpid(), cpu_quota=not late)  # noqa: E731
         return popen_in_group(wrapped, env, log_path, preexec_fn=preexec)
 
-    def entry(self, node: Node, *, role: str | None = None) -> NodeEntry:
+    def entry(self, node: Node, *, role: str | None = None, origin: Node | None = None,
+              cell_dir: Path | None = None) -> NodeEntry:
         """What ``start`` does, as data for a process already on a node (an MPI
         launcher's rsh agent, which runs on the host's filesystem like ``start``): the
         node's network namespace, its cgroups (a training role joins the CPU quota

@@ -32,7 +32,8 @@ class LocalCluster(Cluster):
               role: str | None = None) -> subprocess.Popen:
         return popen_in_group(argv, env, log_path)
 
-    def entry(self, node: Node, *, role: str | None = None) -> NodeEntry:
+    def entry(self, node: Node, *, role: str | None = None, origin: Node | None = None,
+              cell_dir: Path | None = None) -> NodeEntry:
         return NodeEntry()  # every slot is this host: run the command as it is
 
 

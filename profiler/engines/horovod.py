@@ -27,8 +27,9 @@ process, the ``launcher`` on node 0, started through the cluster like any other.
 MPI starts an ``orted`` on every node through its rsh agent, which is
 ``workloads.mpi rsh``: it enters each node the way the cluster says
 (``Cluster.entry``: the emulated node's network namespace and cgroups; the local
-cluster's plain exec), so each rank runs in its node's network and cgroup, as a Gloo
-worker does. ``workloads.mpi`` says how its output, events and failures come back and
+cluster's plain exec; another inventory node through the controller's own SSH
+connection to it, ``profiler.cluster.inventory.mpi_relay``), so each rank runs in its
+node's network and cgroup, as a Gloo worker does. ``workloads.mpi`` says how its output, events and failures come back and
 why nothing outlives the cell; docs/horovod.md says why this shape.
 """
 
@@ -132,6 +133,12 @@ class HorovodEngine(Engine):
         """``mpirun`` on node 0 (through ``workloads.mpi launch``) starting one rank per
         node through ``workloads.mpi rsh``, on the nodes' training interface."""
         iface = gloo_interface(nodes[0])
+        other = next((n for n in nodes if gloo_interface(n) != iface), None)
+        if other is not None:  # Open MPI takes one list of interfaces for every node
+            raise ClusterError(
+                f"--horovod-ops mpi names one network interface for all of a cell's nodes, "
+                f"and node {nodes[0].name} trains on {iface}, node {other.name} on "
+                f"{gloo_interface(other)}: give them the same edgeprof_interface")
         rank_env = {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi",
                     "OMP_NUM_THREADS": str(options.threads_per_process),
                     "PYTHONUNBUFFERED": "1"}
@@ -140,9 +147,15 @@ class HorovodEngine(Engine):
             "--host", ",".join(f"{node.name}:1" for node in nodes),
             # Each node its own binding: Open MPI would pin every "host"'s rank to core 0.
             "--bind-to", "none",
-            "--mca", "plm_rsh_agent", f"{sys.executable} -m workloads.mpi rsh",
-            # Every orted from node 0's mpirun, not from each other (tree spawn).
+            # (The rsh agent, ``workloads.mpi rsh``, is named by the launcher on node 0:
+            # it is that node's Python.) Every orted from node 0's mpirun, not from
+            # each other (tree spawn).
             "--mca", "plm_rsh_no_tree_spawn", "1",
+            # Each orted stays its rsh agent's child instead of daemonizing: one that
+            # failed after daemonizing left mpirun waiting for it until the time limit;
+            # attached, its end is its agent's, which mpirun sees at once, and a stopped
+            # agent takes its daemon along.
+            "--mca", "orte_leave_session_attached", "1",
             # TCP on the node's training interface only: no shared memory between slots
             # of one host (the local cluster), no guessing among a namespace's interfaces.
             "--mca", "btl", "self,tcp",
@@ -180,7 +193,22 @@ class HorovodEngine(Engine):
             if not hvd.gloo_built():
                 return {"ok": False, "problem": "horovod.mxnet was built without Gloo "
                                                 "(HOROVOD_WITH_GLOO=1)"}
+            # What --horovod-ops mpi needs on every node (host_problem judges it).
+            answer["mpi"] = {"built": bool(hvd.mpi_built()),
+                             "orted": shutil.which("orted") is not None}
         return answer
+
+    def host_problem(self, answer: dict, cells: Sequence[CellConfig]) -> str | None:
+        problem = super().host_problem(answer, cells)
+        if problem or not any(c.param("horovod_ops", "gloo") == "mpi" for c in cells):
+            return problem
+        mpi = answer.get("mpi") or {}
+        if not mpi.get("orted"):
+            return ("--horovod-ops mpi needs Open MPI there (no orted on PATH): "
+                    "apt-get install openmpi-bin libopenmpi-dev, then rebuild Horovod")
+        if not mpi.get("built"):
+            return f"--horovod-ops mpi: Horovod there was built without MPI: re{BUILD_HINT}"
+        return None
 
 
 @functools.cache

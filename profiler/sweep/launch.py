@@ -72,7 +72,11 @@ def launch(run: CellRun) -> None:
         # The start event names the node (MXNet's ranks are the KVStore's own).
         env = {**spec.env, NODE_ENV: spec.node.name}
         if spec.launches_on:
-            env[NODE_ENTRIES_ENV] = str(write_entries(req.cluster, spec, req.cell_dir))
+            # The entries themselves, not the file's path: the launcher may run on a
+            # node of its own (the inventory's), where the cell's file is not.
+            entries = json.loads(write_entries(req.cluster, spec, req.cell_dir).read_text())
+            env[NODE_ENTRIES_ENV] = json.dumps({"cell": str(req.cell_dir),
+                                                "nodes": entries})
         proc = req.cluster.start(spec.node, spec.argv, env,
                                  req.cell_dir / "logs" / f"{spec.name}.log", role=spec.role)
         run.launched.append(Launched(spec, proc))
@@ -116,7 +120,7 @@ def write_entries(cluster: Cluster, spec: ProcessSpec, cell_dir: Path) -> Path:
     on (``Cluster.entry``, by node name); ``ClusterError`` where the cluster cannot."""
     entries = {}
     for node in spec.launches_on:
-        entry = cluster.entry(node, role="worker")
+        entry = cluster.entry(node, role="worker", origin=spec.node, cell_dir=cell_dir)
         if entry is None:
             raise ClusterError(f"{spec.title} starts the workers on their nodes itself, and "
                                f"the {cluster.name} cluster cannot give it a way onto node "

@@ -19,11 +19,13 @@ def preflight(settings: SweepSettings) -> None:
     cells = settings.cells
     settings.cluster.check(grid_needs(cells, settings.interval_s is not None))
     # A mixed grid would otherwise run its first engine's cells and fail the rest late.
-    # Nodes with an install of their own (real boards) were checked by the provider;
-    # this machine still plans.
+    # Nodes with an install of their own (real boards) were checked by the provider,
+    # what the cells ask of them too (``host_problem``: Open MPI for Horovod over MPI,
+    # whose mpirun runs on node 0, not here); this machine still plans.
     for name in sorted({cell.engine for cell in cells}):
         engine = get_engine(name)
         if not settings.cluster.own_install or engine.plans_with_packages:
             engine.check_installed()
+        if not settings.cluster.own_install:
             engine.check_cells([cell for cell in cells if cell.engine == name])
     check_sweep_dir(settings)  # --out and --resume, before anything is written

@@ -202,9 +202,10 @@ def test_probe_runs_each_engines_check_on_this_machine():
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     engines = answer["engines"]
     # The x86-64 wheel of MXNet 1.9.1 is built with USE_DIST_KVSTORE=1; setup.sh builds
-    # Horovod against it with Gloo, and installs torch's CPU build, which has Gloo.
+    # Horovod against it with Gloo and MPI (and Open MPI's orted, which --horovod-ops
+    # mpi needs on every node), and installs torch's CPU build, which has Gloo.
     assert engines["mxnet"] == {"ok": True, "dist_kvstore": True}, answer
-    assert engines["horovod"] == {"ok": True}, answer
+    assert engines["horovod"] == {"ok": True, "mpi": {"built": True, "orted": True}}, answer
     assert engines["torch"]["ok"] is True and "+cpu" in engines["torch"]["torch"], answer
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from profiler.cluster.base import NodeEntry
 from profiler.cluster.local import LocalCluster
 from profiler.engines.base import TrainOptions
 from profiler.engines.horovod import HorovodEngine, mpi_built
@@ -31,6 +32,7 @@ from profiler.sweep.grid import CellConfig, validate
 from profiler.sweep.runner import run_cell
 from tests.conftest import emulated_nodes, need, no_children_left
 from workloads.models import parameter_count
+from workloads.mpi import NODE_ENTRIES_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 TINY = TrainOptions(val_samples=200)
@@ -52,15 +54,16 @@ def _cell(**kw) -> CellConfig:
 
 
 def _mpi_left(tmp_path: Path) -> list[str]:
-    """orted and mpirun processes, and any process of this test's cells (a rank names
-    its cell's folder), still alive (no one else runs MPI on this host)."""
+    """Any process of this test's cells still alive: a rank names its cell's folder,
+    and ``mpirun``, ``orted`` and the rsh agents carry it in their environment (the
+    cell's node entries): others' MPI jobs on this host are not this test's."""
     left = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
+    for proc in psutil.process_iter(["cmdline", "status", "environ"]):
         cmd = " ".join(proc.info["cmdline"] or [])
         if proc.info["status"] == psutil.STATUS_ZOMBIE:
             continue
-        if (cmd.startswith(("orted", "mpirun")) or "workloads.mpi" in cmd
-                or str(tmp_path) in cmd):
+        env = proc.info["environ"] or {}
+        if str(tmp_path) in cmd or str(tmp_path) in env.get(NODE_ENTRIES_ENV, ""):
             left.append(f"{proc.pid} {cmd[:80]}")
     return left
 
@@ -237,6 +240,15 @@ def test_bad_input_is_one_line(mpi, tmp_path, monkeypatch):
     assert result.exit_code == 2 and "--horovod-ops 'nccl' is unknown" in result.output
 
 
+def _sweep_trains(out: Path, proc: subprocess.Popen, within_s: float = 240) -> None:
+    """Return at the first step of rank 1 of the sweep in ``out`` (polled every 50 ms)."""
+    deadline = time.monotonic() + within_s
+    while not any('"first_step"' in p.read_text()
+                  for p in out.glob("cells/*/attempt-1/events/worker-1.jsonl")):
+        assert proc.poll() is None and time.monotonic() < deadline, "no first step"
+        time.sleep(0.05)
+
+
 def test_ctrl_c_stops_an_mpi_cell_and_leaves_nothing(mpi, tmp_path):
     out = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "profiler.cli", "sweep", "--engine", "horovod",
@@ -244,11 +256,7 @@ def test_ctrl_c_stops_an_mpi_cell_and_leaves_nothing(mpi, tmp_path):
            "--max-samples", "640", "--epochs", "300", "--val-samples", "200", "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 240
-        while not any('"first_step"' in p.read_text()
-                      for p in out.glob("cells/*/attempt-1/events/worker-1.jsonl")):
-            assert proc.poll() is None and time.monotonic() < deadline, "no first step"
-            time.sleep(0.1)
+        _sweep_trains(out, proc)
         proc.send_signal(2)  # what Ctrl-C sends the sweep
         proc.wait(timeout=120)
     finally:
@@ -258,4 +266,78 @@ def test_ctrl_c_stops_an_mpi_cell_and_leaves_nothing(mpi, tmp_path):
     assert proc.returncode != 0
     (row,) = csv.DictReader(open(out / "results.csv"))
     assert row["status"] == "failed" and "interrupted" in row["reason"]
+    assert _nothing_left(tmp_path) == []
+
+
+# An orted that cannot start: Open MPI's own daemon, told to use an interface that does
+# not exist, fails in its start-up (where a daemonized one used to leave mpirun waiting).
+BROKEN_DAEMON = """\
+import os, sys
+args = sys.argv[1:]
+args = ["nosuch0" if i and args[i - 1] == "oob_tcp_if_include" else a
+        for i, a in enumerate(args)]
+os.execvp(args[0], args)
+"""
+
+
+class _BrokenDaemonCluster(LocalCluster):
+    """The local cluster, whose node local1 starts Open MPI's daemon broken."""
+
+    def __init__(self, script: Path):
+        super().__init__(2)
+        self._script = script
+
+    def entry(self, node, **context) -> NodeEntry:
+        if node.name == "local1":
+            return NodeEntry((sys.executable, str(self._script)))
+        return super().entry(node, **context)
+
+
+def test_a_daemon_that_fails_at_start_ends_the_cell_at_once(mpi, tmp_path):
+    """Not at the time limit (300 s here; Open MPI would wait for it forever): within
+    seconds, the reason naming the node, nothing left."""
+    script = tmp_path / "broken_orted.py"
+    script.write_text(BROKEN_DAEMON)
+    cell = _cell(epochs=100000)  # only a failure or the limit can end it
+    started = time.monotonic()
+    rec = run_cell(cell, _BrokenDaemonCluster(script), HorovodEngine(),
+                   tmp_path / cell.cell_id, TINY, sweep_id="t", timeout_s=300,
+                   monitor_interval_s=None)
+    took_s = time.monotonic() - started
+    assert rec["status"] == "failed", rec
+    assert "node local1: the MPI daemon (orted) exited" in rec["reason"], rec["reason"]
+    assert took_s < 120, f"the cell took {took_s:.0f} s: mpirun waited for the daemon"
+    assert _nothing_left(tmp_path) == []
+
+
+def test_kill_9_then_resume_reruns_the_mpi_cell(mpi, tmp_path):
+    """``kill -9`` of the controller during an MPI cell: the parent-death signals take
+    the launcher, mpirun, the agents, the daemons and the ranks; ``--resume`` reruns the
+    cell as attempt 2, which ends ``ok``."""
+    out = tmp_path / "sweep"
+    # 300 steps a rank (about 1.5 s on an idle host twice as fast as this one): still
+    # ahead at the first step (the kill follows it within a poll, 50 ms), and the
+    # rerun stays short where Open MPI's polling ranks share two loaded cores.
+    args = ["--engine", "horovod", "--horovod-ops", "mpi", "--model", "lenet-mlp",
+            "--devices", "2", "--batch", "8", "--max-samples", "2400", "--epochs", "2",
+            "--val-samples", "200", "--out", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "profiler.cli", "sweep", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _sweep_trains(out, proc)
+        proc.kill()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert _nothing_left(tmp_path) == []
+    assert not (out / "results.jsonl").exists() or not (out / "results.jsonl").read_text()
+    resumed = subprocess.run([sys.executable, "-m", "profiler.cli", "sweep", *args,
+                              "--resume"], capture_output=True, text=True, timeout=400)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert record["status"] == "ok" and record["attempt"] == 2, record
+    assert record["horovod_ops"] == "mpi" and record["syncs_per_worker"] == 300
+    assert (out / "cells" / record["cell_id"] / "attempt-1" / "cell.json").exists()
     assert _nothing_left(tmp_path) == []

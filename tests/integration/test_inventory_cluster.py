@@ -21,8 +21,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from profiler.cluster import netns
-from tests.support.sshd import SSHD
 from tests.conftest import ROOT, assert_one_line, sshd_nodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -61,17 +59,7 @@ def _leftovers(hosts, *marks: str) -> list[str]:
     connection), as the scheduler and servers run ``python -m workloads.serve`` and
     name no path; and any process anywhere whose command names a mark (the local
     ``ssh`` clients, anything started with the cell's folders)."""
-    found = []
-    for node in hosts["sshd"].nodes:
-        for pid in netns.netns_pids(node.scope.netns):
-            try:
-                proc = psutil.Process(pid)
-                if proc.exe() == SSHD:
-                    continue
-                cmd = " ".join(proc.cmdline())
-            except psutil.Error:
-                continue  # gone meanwhile
-            found.append(f"{node.name} {pid}: {cmd[:160]}")
+    found = hosts["sshd"].processes()
     for p in psutil.process_iter(["pid", "cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
         if marks and any(mark in cmd for mark in marks) and "pytest" not in cmd:

@@ -176,6 +176,27 @@ class SshdNodes:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def processes(self) -> list[str]:
+        """``node pid: command`` of every process in a node's network namespace but sshd
+        itself (its listener, and the connection handlers it forks, which go with their
+        connection): what a cell left there, whether or not it names a path."""
+        import psutil
+
+        from profiler.cluster import netns
+
+        found = []
+        for node in self.nodes:
+            for pid in netns.netns_pids(node.scope.netns):
+                try:
+                    proc = psutil.Process(pid)
+                    if proc.exe() == SSHD:
+                        continue
+                    cmd = " ".join(proc.cmdline())
+                except psutil.Error:
+                    continue  # gone meanwhile
+                found.append(f"{node.name} {pid}: {cmd[:160]}")
+        return found
+
     def host_line(self, node: Node) -> str:
         """The inventory line of ``node``: its address, user, port, key and interpreter."""
         return (f"{node.name} ansible_host={node.address} ansible_user={self.user} "

@@ -36,3 +36,25 @@ def test_a_rank_that_exited_is_named_with_its_code_and_node():
 
 def test_nothing_said_is_nothing_named():
     assert failure_line("ORTE was unable to reliably start one or more daemons.\n", ["n0"]) == ""
+
+
+# What mpirun printed when node local1's daemon failed at start (its own words, then
+# the agent's line, ``workloads.mpi.node_line``).
+DAEMON_FAILED = """\
+--------------------------------------------------------------------------
+ORTE was unable to reliably start one or more daemons.
+--------------------------------------------------------------------------
+edgeprof-mpi: node n1: unreachable over SSH (ssh: connect to host 10.0.0.2 port 22: \
+Connection refused): check that it is up
+edgeprof-mpi: node n1: the MPI daemon (orted) exited 255
+"""
+
+
+def test_a_daemon_that_failed_is_named_by_its_node_first_account():
+    assert failure_line(DAEMON_FAILED, ["n0", "n1"]) == (
+        "node n1: unreachable over SSH (ssh: connect to host 10.0.0.2 port 22: Connection "
+        "refused): check that it is up")
+
+
+def test_a_rank_failure_outranks_the_daemons_that_went_with_it():
+    assert failure_line(SIGNALLED + DAEMON_FAILED, ["n0", "n1"]).startswith("worker-1 on n1")

@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Mapping, Sequence
 
 from ...errors import ClusterError
-from ..base import Cluster, Node, popen_in_group
+from ..base import Cluster, Node, NodeEntry, popen_in_group
 from .connections import Connections
 from .hosts import SSH_CONNECT_TIMEOUT_S, Host, last_line, plain_env
 from .probe import CHECK_TIMEOUT_S
@@ -66,6 +66,8 @@ class InventoryCluster(Cluster):
         # node name -> the remote inputs folder it holds (shipped once a sweep)
         self._inputs: dict[str, PurePosixPath] = {}
         self._inputs_lock = threading.Lock()
+        self._relay = None  # the MPI relay (``mpi_relay``), made by the first MPI cell
+        self._relay_lock = threading.Lock()
 
     def nodes(self) -> list[Node]:
         return list(self._nodes)
@@ -78,6 +80,23 @@ class InventoryCluster(Cluster):
         to it (made first if there is none yet)."""
         self._connections.open([host])
         return self._connections.argv(host, remote)
+
+    def control_argv(self, node: Node, operation: str, remote_forward: str) -> list[str]:
+        """``ssh -O OPERATION -R REMOTE_FORWARD`` on ``node``'s shared connection."""
+        return self._connections.control(self.host(node), operation, remote_forward)
+
+    def entry(self, node: Node, *, role: str | None = None, origin: Node | None = None,
+              cell_dir: Path | None = None) -> NodeEntry:
+        """For an MPI launcher on ``origin``: its own node as it is (the launcher runs
+        there under ``remote_exec``), any other node through the controller's
+        connection to it (``mpi_relay``: no node needs a key to another)."""
+        if origin is None or cell_dir is None or node.name == origin.name:
+            return NodeEntry()
+        with self._relay_lock:
+            if self._relay is None:
+                from .mpi_relay import MpiRelay
+                self._relay = MpiRelay(self, self._connections.control_dir)
+        return self._relay.entry(node, origin, cell_dir)
 
     def connect(self, nodes: Sequence[Node]) -> None:
         """Make the shared connection of each of ``nodes`` now, in parallel."""
@@ -114,6 +133,13 @@ class InventoryCluster(Cluster):
         except OSError:
             pass  # ssh already gone: its exit status tells the runner
         return proc
+
+    def ship_inputs(self, node: Node, cell_dir: Path) -> None:
+        """Copy the sweep's staged inputs, if it has any, to ``node`` (once): for a
+        process whose command line names them but does not come through ``start``
+        (an MPI rank on another node: its command is ``mpirun``'s)."""
+        if _inputs_dir(cell_dir).is_dir():
+            self._ship_inputs(node, cell_dir)
 
     def _ship_inputs(self, node: Node, cell_dir: Path) -> None:
         """Copy the sweep's staged inputs to ``node`` unless it has them already."""
@@ -173,7 +199,8 @@ class InventoryCluster(Cluster):
         remote_inputs = str(remote_dir.parents[2] / _inputs_dir(cell_dir).name)
         out: list[str] = []
         for index, arg in enumerate(argv):
-            if index == 0 and arg == sys.executable:
+            # Not only the first: a launcher's command (mpirun's) names the Python too.
+            if arg == sys.executable:
                 arg = host.python
             elif arg == local or arg.startswith(local + "/"):
                 arg = str(remote_dir) + arg[len(local):]
@@ -290,6 +317,10 @@ class InventoryCluster(Cluster):
     def close(self) -> None:
         """Remove the sweep's inputs from the nodes, end the clock echoes and the shared
         connections (``ssh -O exit``)."""
+        with self._relay_lock:
+            relay, self._relay = self._relay, None
+        if relay is not None:
+            relay.close()
         self._remove_inputs()
         with self._clocks_lock:
             clocks, self._clocks = list(self._clocks.values()), {}

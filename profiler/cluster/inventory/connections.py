@@ -60,6 +60,14 @@ class Connections:
         """The ``ssh`` argv running ``remote`` on ``host`` over the shared connection."""
         return host.ssh(remote, self._options)
 
+    def control(self, host: Host, operation: str, remote_forward: str) -> list[str]:
+        """The ``ssh -O forward|cancel -R REMOTE:LOCAL`` argv asking ``host``'s master to
+        add or remove a remote forwarding (the MPI relay's socket)."""
+        self.open([host])
+        argv = host.ssh([], self._options)[:-2]  # no command: ``-O ... HOST``
+        argv[1:1] = ["-O", operation, "-R", remote_forward]
+        return argv
+
     def open(self, hosts: Sequence[Host]) -> None:
         """Make the master of each of ``hosts`` that has none yet, in parallel; returns
         when each is up or failed (a host that cannot be reached then fails its own ssh
