@@ -34,21 +34,32 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import Mapping, Protocol, Sequence
 
 from workloads.mpi import (DATA_DIR_ENV, FORWARDED_ENV, NODE_ENTRIES_ENV, NODE_LINE,
                            PATHS_ENV, UNREACHABLE_EXIT)
 
 from ...errors import ClusterError
 from ..base import Node, NodeEntry, kill_group
-from .hosts import SSH_CONNECT_TIMEOUT_S, last_line, plain_env
-
-if TYPE_CHECKING:
-    from .cluster import InventoryCluster
+from .hosts import SSH_CONNECT_TIMEOUT_S, Host, last_line, plain_env
 
 DAEMON = "orted"
 POLL_S = 0.2  # how soon a daemon's end or its via's is noticed
 REMOTE_SOCKET_DIR = PurePosixPath("/tmp")  # short: a Unix socket's path is limited
+
+
+class RelayCluster(Protocol):
+    """What the relay asks of the inventory cluster (``cluster.InventoryCluster``),
+    named here so that this module does not import the one that imports it."""
+
+    def host(self, node: Node) -> Host: ...
+    def ssh_argv(self, host: Host, remote: Sequence[str]) -> list[str]: ...
+    def control_argv(self, node: Node, operation: str, remote_forward: str) -> list[str]: ...
+    def remote_cell_dir(self, node: Node, cell_dir: Path) -> PurePosixPath: ...
+    def ship_inputs(self, node: Node, cell_dir: Path) -> None: ...
+    def start(self, node: Node, argv: Sequence[str], env: Mapping[str, str],
+              log_path: Path, *, confine: bool = True, role: str | None = None
+              ) -> subprocess.Popen: ...
 
 
 @dataclass(frozen=True)
@@ -64,7 +75,7 @@ class Ticket:
 class MpiRelay:
     """The sweep's relay (one listener here, one forwarded socket per launcher node)."""
 
-    def __init__(self, cluster: "InventoryCluster", control_dir: str):
+    def __init__(self, cluster: RelayCluster, control_dir: str):
         self._cluster = cluster
         self._local = os.path.join(control_dir, "mpi-relay.sock")
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
