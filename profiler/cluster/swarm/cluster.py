@@ -49,6 +49,7 @@ from typing import Mapping, Sequence
 
 from ...errors import ClusterError
 from ..base import SECRET_ENV_VARS, Cluster, Node, NodeScope, popen_in_group
+from .boards import shaped_command
 from .engine import NO_AGENT, SwarmNode, connect
 
 OVERLAY_IFACE = "eth0"
@@ -86,11 +87,13 @@ class SwarmCluster(Cluster):
         self._swarm = {n.name: n for n in swarm_nodes}
         catalog = load_catalog()
         self._nodes = []
+        self._link_mbit: dict[str, float] = {}
         for n in swarm_nodes:
             profile = catalog.node_profiles(n.profile, 1)[0]
+            self._link_mbit[n.name] = profile.link_mbit
             self._nodes.append(Node(
                 name=n.name, address=n.name, profile=n.profile,
-                **task_limits(n.profile, settings.swarm_limits),
+                **task_limits(n.profile, "profile" if n.host else settings.swarm_limits),
                 scope=NodeScope(interfaces=(OVERLAY_IFACE,),
                                 board_cores=profile.board_cores or None)))
         self.controller = f"{socket.gethostname()}:{os.getpid()}"
@@ -183,11 +186,15 @@ class SwarmCluster(Cluster):
         labels = self.labels(cell_dir, role=role, node=node.name)
         # The process's output goes to its log in the sweep's folder, as a process's would.
         command = ["sh", "-c", 'exec "$@" >>"$0" 2>&1', str(log_path), *argv]
+        swarm_node = self._swarm[node.name]
+        if swarm_node.host:  # an emulated board: its container shapes its link (boards.py)
+            command = shaped_command(command, self._link_mbit[node.name])
         container = ContainerSpec(
             settings.swarm_image, command=command, env=task_env, labels=labels,
             mounts=mounts, workdir=str(cell_dir), hostname=alias,
-            stop_grace_period=int(STOP_GRACE_S * 1e9))
-        swarm_id = self._swarm[node.name].id
+            stop_grace_period=int(STOP_GRACE_S * 1e9),
+            cap_add=["NET_ADMIN"] if swarm_node.host else None)
+        swarm_id = swarm_node.id
         template = TaskTemplate(
             container, resources=limits, restart_policy=RestartPolicy(condition="none"),
             placement=Placement(constraints=[f"node.id=={swarm_id}"]),
