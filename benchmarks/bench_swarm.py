@@ -67,6 +67,7 @@ class Sampler(threading.Thread):
     def __init__(self, nodes, daemons):
         super().__init__(daemon=True)
         self.nodes, self.daemons = nodes, daemons
+        self.controller_pid: int | None = None  # the sweep's, once started
         self.points: list[dict] = []
         self._halt = threading.Event()
 
@@ -85,7 +86,7 @@ class Sampler(threading.Thread):
                 point[node.name] = {"sent_bytes": int((veth / "rx_bytes").read_text()),
                                     "rss_bytes": stat.get("total_rss", 0)}
             if tick % PROC_SAMPLE_EVERY == 0:
-                point["procs"] = _outside_rss(self.daemons)
+                point["procs"] = _outside_rss(self.daemons, self.controller_pid)
             self.points.append(point)
             tick += 1
             self._halt.wait(SAMPLE_S)
@@ -98,9 +99,10 @@ def _memory_stat(group: Path) -> dict[str, int]:
     return {}
 
 
-def _outside_rss(daemons) -> dict[str, int]:
+def _outside_rss(daemons, controller_pid: int | None) -> dict[str, int]:
     """RSS in bytes of what runs a cell's containers outside the nodes' cgroups: each
-    node's containerd-shims (``shim:<node>``) and the controller's task processes."""
+    node's containerd-shims (``shim:<node>``) and the task processes of the controller
+    ``controller_pid`` (its children: other sweeps on this host have their own)."""
     found: dict[str, int] = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -111,7 +113,8 @@ def _outside_rss(daemons) -> dict[str, int]:
                 key = next((f"shim:{d.node.name}" for d in daemons
                             if str(d.root) in cmdline), None)
             elif "profiler.cluster.swarm.task" in cmdline:
-                key = "task-processes"
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                key = "task-processes" if ppid == controller_pid else None
             else:
                 continue
             if key is None:
@@ -125,7 +128,7 @@ def _outside_rss(daemons) -> dict[str, int]:
     return found
 
 
-def _sweep(mode: str, swarm: SwarmOnNodes, out: Path, args) -> list[dict]:
+def _sweep(mode: str, swarm: SwarmOnNodes, out: Path, args, sampler: Sampler) -> list[dict]:
     cell = ["--engine", args.engines, "--placement", "colocated", "--model", args.model,
             "--batch", "32", "--devices", str(args.nodes), "--epochs", "1",
             "--max-samples", str(args.samples), "--val-samples", "64", "--no-agent",
@@ -135,9 +138,13 @@ def _sweep(mode: str, swarm: SwarmOnNodes, out: Path, args) -> list[dict]:
         argv += ["--swarm-host", swarm.manager_url, "--swarm-image", IMAGE,
                  "--swarm-python", sys.executable,
                  "--swarm-mounts", ",".join(dev_mounts(ROOT))]
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=1800)
-    if done.returncode != 0:
-        raise RuntimeError(f"{mode} sweep exited {done.returncode}: {done.stderr[-2000:]}")
+    log = out.with_suffix(".log")
+    with open(log, "wb") as output:
+        sweep = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, cwd=ROOT)
+    sampler.controller_pid = sweep.pid
+    if sweep.wait(timeout=1800) != 0:
+        raise RuntimeError(f"{mode} sweep exited {sweep.returncode}: "
+                           f"{log.read_text()[-2000:]}")
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     bad = [f"{r['engine']}: {r['status']} {r.get('reason')}" for r in records
            if r["status"] != "ok"]
@@ -218,7 +225,7 @@ def cost(args, work: Path, tar: Path) -> tuple[dict, dict, float, float]:
                 sampler = Sampler(nodes, swarm.daemons)
                 sampler.start()
                 try:
-                    records = _sweep(mode, swarm, out, args)
+                    records = _sweep(mode, swarm, out, args, sampler)
                 finally:
                     points = sampler.stop()
                 for record in records:
@@ -254,10 +261,9 @@ def deploy(count: int, work: Path, tar: Path) -> dict:
     swarm.daemons = [ListeningDaemon(d.node, d.root) for d in swarm.daemons]
     try:
         swarm.start()
-        swarm.import_image(tar, IMAGE)  # on every node: only the first keeps it
-        for daemon in swarm.daemons[1:]:
-            with swarm.client(daemon) as client:
-                client.images.remove(IMAGE, force=True)
+        with swarm.client() as client, open(tar, "rb") as data:  # the first node's
+            client.api.import_image_from_data(data, repository=IMAGE.split(":")[0],
+                                              tag=IMAGE.split(":")[1])
         began = time.monotonic()
         with swarm.client() as client:
             saved = b"".join(client.images.get(IMAGE).save(named=True))

@@ -26,8 +26,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, assert_one_line, need, need_binary, need_root
-from tests.integration.test_swarm_cluster import (  # noqa: F401 (nothing_left: autouse)
-    IMAGE, _argv, _records, _wait_for, nothing_left)
+# dev_image_tar: the session's image root; nothing_left (autouse): after every test, no
+# service, network or container of edgeprof's on the Swarm or on any machine.
+from tests.integration.test_swarm_cluster import (  # noqa: F401
+    IMAGE, _argv, _records, _wait_for, dev_image_tar, nothing_left)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 HOSTS = 2
@@ -39,16 +41,8 @@ ENDLESS = ("--engine", "torch-ddp", "--model", "lenet-mlp", "--batch", "32",
            "--max-samples", "256", "--val-samples", "64")
 
 
-@pytest.fixture(scope="session")
-def dev_image_tar(tmp_path_factory) -> Path:
-    from tests.support.swarm import session_dev_image_tar
-
-    need_binary("mmdebstrap")
-    return session_dev_image_tar(tmp_path_factory)
-
-
 @pytest.fixture(scope="module")
-def swarm(tmp_path_factory, dev_image_tar):
+def swarm(tmp_path_factory, dev_image_tar):  # noqa: F811 (the fixture)
     """Two machines in one Swarm, each a host of ``BOARDS_PER_HOST`` emulated boards."""
     from profiler.cluster import emulated
     from tests.support.swarm import SwarmOnNodes, host_iptables
@@ -85,7 +79,8 @@ def _host_labels(name: str, boards: str = str(BOARDS_PER_HOST)) -> dict[str, str
 
 def _running_workers(swarm) -> dict[str, dict]:
     """Each running worker container by its board: the machine whose daemon runs it, its
-    cgroup paths (as /proc/PID/cgroup names them) and its pid on this host."""
+    cgroups (as /proc/PID/cgroup names them), their CPU quota and memory limit, and the
+    root qdisc of its eth0 (read in its network namespace)."""
     found = {}
     for daemon in swarm.daemons:
         with swarm.client(daemon) as client:
@@ -96,9 +91,18 @@ def _running_workers(swarm) -> dict[str, dict]:
                 for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
                     _, controllers, path = line.split(":", 2)
                     groups.update(dict.fromkeys(controllers.split(","), path))
+                cpu = Path("/sys/fs/cgroup/cpu") / groups["cpu"].lstrip("/")
+                memory = Path("/sys/fs/cgroup/memory") / groups["memory"].lstrip("/")
+                qdiscs = json.loads(subprocess.run(
+                    ["nsenter", f"--net=/proc/{pid}/ns/net", "tc", "-j", "qdisc", "show",
+                     "dev", "eth0"], capture_output=True, text=True, check=True).stdout)
                 found[container.labels["edgeprof.node"]] = {
-                    "machine": daemon.node.name, "pid": pid,
-                    "cpu": groups["cpu"], "memory": groups["memory"]}
+                    "machine": daemon.node.name, "cpu": groups["cpu"],
+                    "memory": groups["memory"],
+                    "cpu_cores": int((cpu / "cpu.cfs_quota_us").read_text())
+                    / int((cpu / "cpu.cfs_period_us").read_text()),
+                    "memory_bytes": int((memory / "memory.limit_in_bytes").read_text()),
+                    "qdisc": next(q for q in qdiscs if q.get("root"))}
     return found
 
 
@@ -118,10 +122,6 @@ def test_boards_on_both_machines_each_under_its_profile(swarm, tmp_path):
                 f"cells/*/attempt-1/events/steps-worker-{r}.jsonl"), None), sweep)
             _wait_for(lambda s=steps: s.stat().st_size > 0 or None, sweep)
         running = _running_workers(swarm)
-        qdiscs = {name: json.loads(subprocess.run(
-            ["nsenter", f"--net=/proc/{w['pid']}/ns/net", "tc", "-j", "qdisc", "show",
-             "dev", "eth0"], capture_output=True, text=True, check=True).stdout)
-            for name, w in running.items()}
     finally:
         sweep.send_signal(signal.SIGTERM)
         try:
@@ -135,22 +135,15 @@ def test_boards_on_both_machines_each_under_its_profile(swarm, tmp_path):
         f"n{h}-b{b}": f"n{h}" for h in range(HOSTS) for b in range(BOARDS_PER_HOST)}
     quota_us, period_us = cfs_quota_us(board.cpu_cores)
     for name, worker in running.items():
-        machine = worker["machine"]
         for controller in ("cpu", "memory"):
             # Under its machine's cgroup share: the machine's quota holds for its boards.
-            assert f"/{machine}/" in worker[controller], (name, worker[controller])
-        cpu = Path("/sys/fs/cgroup/cpu") / worker["cpu"].lstrip("/")
-        memory = Path("/sys/fs/cgroup/memory") / worker["memory"].lstrip("/")
+            assert f"/{worker['machine']}/" in worker[controller], (name, worker[controller])
         # The board profile's quota (Swarm's NanoCPUs, rounded down to the emulated
-        # cluster's CFS quota) and memory limit.
-        quota = int((cpu / "cpu.cfs_quota_us").read_text())
-        period = int((cpu / "cpu.cfs_period_us").read_text())
-        assert quota / period == pytest.approx(quota_us / period_us, abs=1e-3), name
-        assert int((memory / "memory.limit_in_bytes").read_text()) == \
-            board.memory_mb * 1024 * 1024, name
-        (root,) = [q for q in qdiscs[name] if q.get("root")]
-        assert root["kind"] == "tbf", (name, qdiscs[name])
-        assert root["options"]["rate"] * 8 == board.link_mbit * 1e6, (name, root)
+        # cluster's CFS quota), memory limit and link.
+        assert worker["cpu_cores"] == pytest.approx(quota_us / period_us, abs=1e-3), name
+        assert worker["memory_bytes"] == board.memory_mb * 1024 * 1024, name
+        assert worker["qdisc"]["kind"] == "tbf", (name, worker["qdisc"])
+        assert worker["qdisc"]["options"]["rate"] * 8 == board.link_mbit * 1e6, name
     starts = [json.loads((next(out.glob("cells/*/attempt-1/events")) / f"worker-{r}.jsonl")
                          .open().readline())["node"] for r in range(workers)]
     assert sorted(starts) == sorted(running)
