@@ -29,7 +29,9 @@ Run as root: ``python benchmarks/bench_swarm.py [--nodes 2] [--repeats 3]
    emulated address, and ``docker save`` of the image on one node loaded into every
    other over TCP through its shaped link (100 Mbit), one node alone and all at once.
 
-Prints one table: medians and ranges of each figure, and the ratios swarm/processes.
+Prints one table: medians and ranges of each figure, and the ratios swarm/processes: of
+the medians, and paired (each round's ratio, their geometric mean and range: the drift
+between rounds cancels).
 The goals (issue 49): samples/s ratio >= 0.97, bytes per step <= 1.12 x floor.
 """
 
@@ -309,17 +311,23 @@ def _spread(values: list[float], fmt: str = "{:.4g}") -> str:
 
 def table(runs: dict, engines: list[str]) -> list[str]:
     lines = [f"{'engine':10s} {'figure':22s} {'processes':>22s} {'swarm':>22s} "
-             f"{'swarm/processes':>16s}"]
+             f"{'ratio of medians':>16s} {'paired ratio':>22s}"]
     figures = ("samples_per_s", "first_step_s", "kb_per_step", "over_floor",
                "node_rss_mb", "shim_rss_mb", "task_processes_rss_mb")
     for engine in engines:
         for figure in figures:
             bare = [r[figure] for r in runs[("emulated", engine)]]
             swarm = [r[figure] for r in runs[("swarm", engine)]]
-            ratio = (f"{statistics.median(swarm) / statistics.median(bare):.3f}"
-                     if statistics.median(bare) else "")
+            ratio = paired = ""
+            if all(bare):
+                ratio = f"{statistics.median(swarm) / statistics.median(bare):.3f}"
+                # Round by round (each round ran both, back to back): the host's drift
+                # between rounds cancels; the geometric mean of the rounds' ratios.
+                rounds = [s / b for s, b in zip(swarm, bare)]
+                paired = (f"{statistics.geometric_mean(rounds):.3f} "
+                          f"({min(rounds):.3f}-{max(rounds):.3f})")
             lines.append(f"{engine:10s} {figure:22s} {_spread(bare):>22s} "
-                         f"{_spread(swarm):>22s} {ratio:>16s}")
+                         f"{_spread(swarm):>22s} {ratio:>16s} {paired:>22s}")
         floor = runs[("emulated", engine)][0]["floor_kb"]
         lines.append(f"{engine:10s} {'floor_kb':22s} {floor:>22.1f}")
     return lines
