@@ -139,7 +139,8 @@ def _sweep(mode: str, swarm: SwarmOnNodes, out: Path, args, sampler: Sampler) ->
     if mode == "swarm":
         argv += ["--swarm-host", swarm.manager_url, "--swarm-image", IMAGE,
                  "--swarm-python", sys.executable,
-                 "--swarm-mounts", ",".join(dev_mounts(ROOT))]
+                 "--swarm-mounts", ",".join(dev_mounts(ROOT)),
+                 "--swarm-limits", args.swarm_limits]
     log = out.with_suffix(".log")
     with open(log, "wb") as output:
         sweep = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, cwd=ROOT)
@@ -341,6 +342,9 @@ def main() -> None:
     parser.add_argument("--model", default="lenet-mlp")
     parser.add_argument("--samples", type=int, default=24000)
     parser.add_argument("--deploy-nodes", type=int, default=10, help="0: no deploy")
+    parser.add_argument("--swarm-limits", default="profile", choices=("profile", "none"),
+                        help="none: a task limited by its node's cgroup only (the daemon's "
+                             "--cgroup-parent), not also by its container's quota")
     parser.add_argument("--image-tar", type=Path, default=DEFAULT_TAR,
                         help="the development image's root (made by mmdebstrap if missing)")
     parser.add_argument("--work", type=Path, default=Path("/var/tmp/edgeprof-bench-swarm"))
