@@ -14,8 +14,10 @@ as its cores hold quotas.
 What this is not (docs/swarm.md, "An emulated cluster over several hosts"): a board is a
 container per process, not a cgroup per board, so a board running two processes (a
 worker and a colocated server) gets two quotas and two links; only the upload is shaped
-(tbf shapes what leaves a device: the download is the other boards' uploads); and the
-quotas are the profile's as calibrated on the host where it was calibrated, undilated.
+(tbf shapes what leaves a device: the download is the other boards' uploads); the quota
+has Docker's 100 ms CFS period (services set NanoCPUs only), not the emulated cluster's
+~1.4 ms, so a board gets its share in bursts; and the quotas are the profile's as
+calibrated on the host where it was calibrated, undilated.
 """
 
 from __future__ import annotations
