@@ -122,17 +122,23 @@ def shape_link(node_name: str, link_mbit: float, latency_ms: float = None) -> No
     shape(NODE_IFACE, link_mbit, netns_name(node_name), latency_ms=latency_ms)
 
 
-def shape(device: str, link_mbit: float, netns: str | None = None, *,
-          latency_ms: float | None = None) -> None:
-    """Limit ``device``'s egress to ``link_mbit`` with a token bucket that queues at most
-    ``latency_ms`` of traffic (default ``TBF_LATENCY_MS``)."""
+def tbf_argv(device: str, link_mbit: float, latency_ms: float | None = None) -> list[str]:
+    """``tc`` limiting ``device``'s egress to ``link_mbit`` with a token bucket that queues
+    at most ``latency_ms`` of traffic (default ``TBF_LATENCY_MS``). Also what an emulated
+    board's container runs on its own link (``cluster.swarm.boards``)."""
     rate_bytes_per_s = link_mbit * 1e6 / 8
     # One millisecond of traffic per burst (never less than a few frames) keeps the
     # rate smooth at the timer resolution without letting bursts exceed the wire.
     burst_bytes = max(4 * ETHERNET_FRAME_BYTES, int(rate_bytes_per_s / 1000))
-    argv = ["tc", "qdisc", "replace", "dev", device, "root", "tbf",
+    return ["tc", "qdisc", "replace", "dev", device, "root", "tbf",
             "rate", f"{int(link_mbit * 1000)}kbit", "burst", str(burst_bytes),
             "latency", f"{latency_ms or TBF_LATENCY_MS:g}ms"]
+
+
+def shape(device: str, link_mbit: float, netns: str | None = None, *,
+          latency_ms: float | None = None) -> None:
+    """Limit ``device``'s egress to ``link_mbit`` (``tbf_argv``)."""
+    argv = tbf_argv(device, link_mbit, latency_ms)
     if netns:
         argv[1:1] = ["-n", netns]
     try:

@@ -45,10 +45,10 @@ WAIT_S = 240  # for a file a sweep writes, on a loaded 2-core host
 
 @pytest.fixture(scope="session")
 def dev_image_tar(tmp_path_factory) -> Path:
-    from tests.support.swarm import dev_image_tar as make
+    from tests.support.swarm import session_dev_image_tar
 
     need_binary("mmdebstrap")
-    return make(tmp_path_factory.mktemp("swarm-image") / "bookworm-minbase.tar")
+    return session_dev_image_tar(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

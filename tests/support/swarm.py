@@ -49,9 +49,10 @@ ADDRESS_POOL = "10.199.0.0/16"
 EMULATED_CONTROLLERS = ("cpu", "cpuacct", "memory")
 # What the venv's wheels load from the system and minbase lacks: MXNet's OpenMP and
 # quad-precision maths, Horovod's Open MPI (it loads libmpi at import), the Python's
-# ctypes, ssl and sqlite3.
+# ctypes, ssl and sqlite3; and tc (iproute2), with which an emulated board's task
+# shapes its own link (profiler.cluster.swarm.boards).
 DEV_IMAGE_PACKAGES = ("libgomp1", "libquadmath0", "libopenmpi3", "libffi8", "libssl3",
-                      "libsqlite3-0")
+                      "libsqlite3-0", "iproute2")
 
 
 def host_iptables() -> str:
@@ -69,6 +70,14 @@ def dev_image_tar(path: Path) -> Path:
                        check=True, capture_output=True)
         partial.rename(path)
     return path
+
+
+def session_dev_image_tar(tmp_path_factory) -> Path:
+    """The test session's development image root (one per session and xdist worker, for
+    every module that forms a Swarm)."""
+    folder = tmp_path_factory.getbasetemp() / "swarm-dev-image"
+    folder.mkdir(exist_ok=True)
+    return dev_image_tar(folder / "bookworm-minbase.tar")
 
 
 def dev_mounts(repo: Path) -> list[str]:

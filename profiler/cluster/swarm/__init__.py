@@ -157,7 +157,8 @@ class SwarmSettings(ClusterSettings):
         with connect(self.swarm_host) as client:
             found = swarm_nodes(client, self.swarm_host)
         return [{"name": n.name, "id": n.id[:12], "role": n.role, "address": n.address,
-                 "profile": n.profile, **task_limits(n.profile, self.swarm_limits)}
+                 "profile": n.profile,
+                 **task_limits(n.profile, "profile" if n.host else self.swarm_limits)}
                 for n in found]
 
     def status_lines(self, info) -> list[str]:

@@ -49,6 +49,7 @@ from typing import Mapping, Sequence
 
 from ...errors import ClusterError
 from ..base import SECRET_ENV_VARS, Cluster, Node, NodeScope, popen_in_group
+from .boards import shaped_command
 from .engine import NAME_LABEL, SwarmNode, connect
 
 OVERLAY_IFACE = "eth0"
@@ -105,16 +106,20 @@ class SwarmCluster(Cluster):
         self._swarm = {n.name: n for n in swarm_nodes}
         catalog = load_catalog()
         self._nodes = []
+        self._link_mbit: dict[str, float] = {}
+        # An emulated board (on a host of boards, boards.py) always has its profile's limits.
+        limits = {n.name: "profile" if n.host else settings.swarm_limits for n in swarm_nodes}
         for n in swarm_nodes:
             profile = catalog.node_profiles(n.profile, 1)[0]
+            self._link_mbit[n.name] = profile.link_mbit
             self._nodes.append(Node(
                 name=n.name, address=n.name, profile=n.profile,
-                **task_limits(n.profile, settings.swarm_limits),
+                **task_limits(n.profile, limits[n.name]),
                 # A task limited to a profile's quota is a board emulated on a machine
                 # that is not it: the machine's power meters are not the board's.
                 scope=NodeScope(interfaces=(OVERLAY_IFACE,),
                                 board_cores=profile.board_cores or None,
-                                own_meters=settings.swarm_limits != "profile")))
+                                own_meters=limits[n.name] != "profile")))
         self.controller = f"{socket.gethostname()}:{os.getpid()}"
         self._lock = threading.Lock()
         self._cells: dict[str, _Cell] = {}
@@ -264,11 +269,15 @@ class SwarmCluster(Cluster):
         command = (["sh", "-c", LINGER_SH, str(log_path), f"{linger_s:.2f}", *argv]
                    if linger_s > 0 else ["sh", "-c", 'exec "$@" >>"$0" 2>&1', str(log_path),
                                          *argv])
+        swarm_node = self._swarm[node.name]
+        if swarm_node.host:  # an emulated board shapes its link (boards.py)
+            command = shaped_command(command, self._link_mbit[node.name])
         container = ContainerSpec(
             settings.swarm_image, command=command, env=task_env, labels=labels,
             mounts=mounts, workdir=str(cell_dir), hostname=alias,
-            stop_grace_period=int(STOP_GRACE_S * 1e9))
-        swarm_id = self._swarm[node.name].id
+            stop_grace_period=int(STOP_GRACE_S * 1e9),
+            cap_add=["NET_ADMIN"] if swarm_node.host else None)
+        swarm_id = swarm_node.id
         template = TaskTemplate(
             container, resources=limits, restart_policy=RestartPolicy(condition="none"),
             placement=Placement(constraints=[f"node.id=={swarm_id}"]),

@@ -5,7 +5,8 @@ A node is ready when its state is ``ready`` and its availability ``active`` (a d
 or paused node is left out, as Swarm itself leaves it out of scheduling). Its name is its
 ``edgeprof.node`` label, else its hostname (several daemons on one host share one); its
 profile is its ``edgeprof.profile`` label, a profile of the catalogue
-(``profiler/cluster/profiles.yaml``).
+(``profiler/cluster/profiles.yaml``). A node labelled ``edgeprof.boards=N`` hosts N
+emulated boards of its profile, each a node of its own here (``boards.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ...errors import ClusterError, ConfigError
+from .boards import board_count, board_names
 
 PROFILE_LABEL = "edgeprof.profile"
 NAME_LABEL = "edgeprof.node"
@@ -31,6 +33,7 @@ class SwarmNode:
     profile: str
     address: str
     role: str
+    host: str = ""  # the Swarm node hosting this emulated board (boards.py), else ""
 
 
 def _where(host: str | None) -> str:
@@ -91,8 +94,10 @@ def swarm_nodes(client, host: str | None) -> list[SwarmNode]:
         if profile not in known:
             raise ConfigError(f"Swarm node {name} ({node['ID'][:12]}) has {PROFILE_LABEL}="
                               f"{profile}, not a node profile: use one of {', '.join(known)}")
-        nodes.append(SwarmNode(node["ID"], name, profile, status.get("Addr", ""),
-                               spec.get("Role", "")))
+        boards = board_count(labels, name, node["ID"])
+        nodes += [SwarmNode(node["ID"], board, profile, status.get("Addr", ""),
+                            spec.get("Role", ""), host=name if boards else "")
+                  for board in (board_names(name, boards) if boards else [name])]
     names = [n.name for n in nodes]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:

@@ -1,0 +1,32 @@
+"""Emulated boards on Swarm hosts without a Swarm: the label's refusals, and a task whose
+link cannot be shaped (tests/integration/test_swarm_hosts.py runs boards on two hosts)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from profiler.cluster.swarm.boards import (NOT_SHAPED_STATUS, board_count, board_names,
+                                           shaped_command)
+from profiler.errors import ConfigError
+
+
+def test_a_host_label_gives_its_boards_and_a_bad_one_is_refused():
+    assert board_count({}, "n0", "abc") == 0  # a real board
+    assert board_names("h1", board_count({"edgeprof.boards": "3"}, "h1", "x")) == [
+        "h1-b0", "h1-b1", "h1-b2"]
+    for bad in ("0", "lots", "-2", "251"):
+        with pytest.raises(ConfigError, match=f"edgeprof.boards={bad}: give the number"):
+            board_count({"edgeprof.boards": bad}, "h1", "0123456789abcdef")
+
+
+def test_a_task_whose_link_cannot_be_shaped_ends_before_the_trainer(tmp_path):
+    log = tmp_path / "worker-0.log"
+    command = shaped_command(["/bin/sh", "-c", 'exec "$@" >>"$0" 2>&1', str(log),
+                              "touch", str(tmp_path / "trainer-ran")], 100)
+    # No tc on the PATH: an image without iproute2.
+    done = subprocess.run(command, env={"PATH": str(tmp_path)})
+    assert done.returncode == NOT_SHAPED_STATUS
+    assert "cannot shape the emulated board's link (100 Mbit)" in log.read_text()
+    assert not (tmp_path / "trainer-ran").exists()
