@@ -31,8 +31,10 @@ from ..errors import ConfigError
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packages)
 SUITE = "bookworm"
-# Debian's python3 (3.11.2 in bookworm); ca-certificates for an agent shipping over HTTPS.
-DEBIAN_PACKAGES = ("python3", "ca-certificates")
+# Debian's python3 (3.11.2 in bookworm); ca-certificates for an agent shipping over HTTPS;
+# iproute2 for `tc`, with which an emulated board's task shapes its own link
+# (profiler/cluster/swarm/boards.py).
+DEBIAN_PACKAGES = ("python3", "ca-certificates", "iproute2")
 # MXNet's wheel brings libopenblas and libgfortran but not what they link to (torch's
 # wheel brings its own libgomp); Horovod, built with Open MPI as well as Gloo, loads
 # libmpi at import, and a `--horovod-ops mpi` cell needs Open MPI's orted on the node.
