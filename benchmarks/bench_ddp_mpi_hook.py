@@ -1,0 +1,253 @@
+"""torch's DistributedDataParallel with its gradients allreduced over Open MPI (mpi4py in
+a DDP communication hook) against DDP over Gloo, on PyPI's torch wheel.
+
+PyPI's torch wheels are built without the ``mpi`` process-group backend (it needs torch
+built from source against an MPI). A DDP communication hook decides how each gradient
+bucket is reduced, so a hook that hands the bucket to ``MPI_Allreduce`` (mpi4py) moves
+the gradient traffic onto Open MPI without a torch build. DDP itself still needs a
+``torch.distributed`` process group (it broadcasts rank 0's weights at construction and
+checks the model on every rank), so Gloo stays for that; only the per-step traffic moves.
+
+Two processes under ``mpirun`` (one node, Open MPI's ``tcp`` transport on loopback:
+``btl self,tcp``, so both backends go over TCP, as between Pis) train the same model
+on the same synthetic batches with three DDP wrappers of identical copies of it:
+
+- ``gloo``: DDP's own allreduce over the Gloo process group;
+- ``mpi``: a hook calling ``MPI_Allreduce`` in place on the bucket (blocking: backward
+  waits for each bucket's allreduce before it goes on);
+- ``mpi-async``: a hook starting ``MPI_Iallreduce`` and returning a future that a helper
+  thread completes (backward goes on while the bucket travels, as DDP's Gloo does).
+
+They take turns (round-robin, ``--rounds`` rounds of ``--steps`` steps after a warm-up
+each), so host load hits them alike; printed per model and mode: samples/s per process
+(mean and 95% interval over the rounds) and the ratio to ``gloo``. Before timing, one
+step's averaged gradients of the three are compared (they must match).
+
+mpi4py is not an edgeprof dependency: run this with a Python that has it, e.g. a copy
+of the venv (``cp -a .venv /tmp/venv-mpi && /tmp/venv-mpi/bin/python -m pip install
+mpi4py``; PyPI's wheel loads the system's ``libmpi``, Debian's ``libopenmpi3``):
+
+    /tmp/venv-mpi/bin/python benchmarks/bench_ddp_mpi_hook.py
+    /tmp/venv-mpi/bin/python benchmarks/bench_ddp_mpi_hook.py --models lenet-mlp \\
+        --rounds 3 --steps 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+MODES = ("gloo", "mpi", "mpi-async")
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+         9: 2.262}
+RUN_TIMEOUT_S = 1800
+
+
+def fail(message: str) -> None:
+    """Bad input or a missing piece: one line, exit status 2."""
+    print(f"bench_ddp_mpi_hook: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def interval(samples: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% confidence interval (Student's t)."""
+    mean = statistics.fmean(samples)
+    if len(samples) < 2:
+        return mean, math.nan
+    t = T_975.get(len(samples) - 1, 1.96)
+    return mean, t * statistics.stdev(samples) / math.sqrt(len(samples))
+
+
+# --- the hooks ---------------------------------------------------------------------------
+
+def mpi_allreduce_hook(comm, bucket):
+    """Average the bucket over ``comm`` in place, blocking; a completed future."""
+    import torch
+    from mpi4py import MPI
+
+    buf = bucket.buffer()
+    comm.Allreduce(MPI.IN_PLACE, buf.detach().numpy(), op=MPI.SUM)
+    buf.div_(comm.Get_size())
+    fut = torch.futures.Future()
+    fut.set_result(buf)
+    return fut
+
+
+class AsyncMPIHook:
+    """Start ``MPI_Iallreduce`` and return; one helper thread waits for the requests in
+    the order they were started (every rank starts DDP's buckets in the same order)."""
+
+    def __init__(self, comm):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.comm = comm
+        self.waiter = ThreadPoolExecutor(max_workers=1)
+
+    def start(self, bucket):
+        import torch
+        from mpi4py import MPI
+
+        buf = bucket.buffer()
+        request = self.comm.Iallreduce(MPI.IN_PLACE, buf.detach().numpy(), op=MPI.SUM)
+        fut = torch.futures.Future()
+
+        def finish():
+            try:
+                request.Wait()
+                buf.div_(self.comm.Get_size())
+                fut.set_result(buf)
+            except Exception as exc:  # noqa: BLE001 - handed to DDP, which raises it
+                fut.set_exception(exc)
+        self.waiter.submit(finish)
+        return fut
+
+
+def async_mpi_hook(state: AsyncMPIHook, bucket):
+    """DDP wants a function (it reads the hook's ``__name__``); the state does the work."""
+    return state.start(bucket)
+
+
+# --- in each rank (under mpirun) ---------------------------------------------------------
+
+def rank_main(models: list[str], batch: int, steps: int, rounds: int) -> None:
+    import copy
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+    from mpi4py import MPI
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from workloads import torch_models
+    from workloads.models import input_shape
+
+    # torch 2.13 deprecates broadcast_buffers; False is what torch-ddp's workers use.
+    warnings.filterwarnings("ignore", message=".*broadcast_buffers.*", category=FutureWarning)
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    port = None
+    if rank == 0:
+        with socket.socket() as probe:  # a free port for Gloo's rendezvous, told over MPI
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+    port = comm.bcast(port, root=0)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=size)
+    torch.manual_seed(0)
+    if rank == 0:
+        print(f"# torch {torch.__version__}, {MPI.Get_library_version().splitlines()[0]}, "
+              f"MPI thread level {MPI.Query_thread()} (MULTIPLE = {MPI.THREAD_MULTIPLE}), "
+              f"{size} ranks, batch {batch}, "
+              f"{torch.get_num_threads()} threads", flush=True)
+    for model in models:
+        name, _, layers = model.partition("-") if model.startswith("resnet") else (model, "", "")
+        base = torch_models.build(name, int(layers) if layers else None)
+        nets = {}
+        for mode in MODES:
+            net = DDP(copy.deepcopy(base), gradient_as_bucket_view=True,
+                      broadcast_buffers=False)
+            if mode == "mpi":
+                net.register_comm_hook(comm, mpi_allreduce_hook)
+            elif mode == "mpi-async":
+                net.register_comm_hook(AsyncMPIHook(comm), async_mpi_hook)
+            nets[mode] = (net, torch.optim.SGD(net.parameters(), lr=0.01))
+        x = torch.randn(batch, *input_shape(name), generator=torch.Generator().manual_seed(rank))
+        y = torch.randint(0, 10, (batch,), generator=torch.Generator().manual_seed(rank))
+        loss_fn = torch.nn.CrossEntropyLoss()
+
+        def step(mode: str, apply: bool = True) -> None:
+            net, opt = nets[mode]
+            opt.zero_grad(set_to_none=False)
+            loss_fn(net(x), y).backward()
+            if apply:
+                opt.step()
+
+        # The same averaged gradients from the three (same weights, same batches).
+        for mode in MODES:
+            step(mode, apply=False)
+        grads = {m: torch.cat([p.grad.flatten() for p in nets[m][0].parameters()])
+                 for m in MODES}
+        match = all(torch.allclose(grads["gloo"], grads[m], rtol=1e-5, atol=1e-7)
+                    for m in MODES)
+        n_params = sum(p.numel() for p in base.parameters())
+        rates: dict[str, list[float]] = {m: [] for m in MODES}
+        for _ in range(rounds):
+            for mode in MODES:
+                for _ in range(3):  # warm-up: caches, DDP's bucket rebuild
+                    step(mode)
+                comm.Barrier()
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    step(mode)
+                elapsed = time.perf_counter() - t0
+                rates[mode].append(comm.allreduce(steps * batch / elapsed, op=MPI.MIN))
+        if rank == 0:
+            gloo_mean = statistics.fmean(rates["gloo"])
+            print(f"{model}: {n_params:,} parameters ({n_params * 4 / 1024:.0f} KB of "
+                  f"gradients a step), gradients match: {'yes' if match else 'NO'}")
+            for mode in MODES:
+                mean, half = interval(rates[mode])
+                print(f"  {mode:>9}: {mean:8.1f} ± {half:6.1f} samples/s per process, "
+                      f"{mean / gloo_mean:.2f} x gloo", flush=True)
+    dist.destroy_process_group()
+
+
+# --- on the controller -------------------------------------------------------------------
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="lenet-mlp,resnet-20")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="OpenMP threads a process")
+    args = parser.parse_args()
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    known = ("lenet-mlp", "lenet-cnn") + tuple(f"resnet-{6 * n + 2}" for n in range(1, 19))
+    bad = [m for m in models if m not in known]
+    if bad or min(args.batch, args.steps, args.rounds, args.threads) < 1:
+        fail(f"--models {args.models!r}: lenet-mlp, lenet-cnn or resnet-DEPTH (6n+2); "
+             "--batch, --steps, --rounds and --threads at least 1")
+    if "OMPI_COMM_WORLD_RANK" in os.environ:
+        rank_main(models, args.batch, args.steps, args.rounds)
+        return
+    try:
+        import mpi4py  # noqa: F401 - only whether it is there
+    except ImportError:
+        fail(f"mpi4py is not installed in {sys.executable}: run this with a copy of the "
+             "venv that has it (`python -m pip install mpi4py`, see this file's docstring)")
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        fail("mpirun is not on PATH: apt-get install openmpi-bin")
+    argv = [mpirun, "--allow-run-as-root", "-np", "2", "--host", "localhost:2",
+            "--bind-to", "none", "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include",
+            "lo", "--mca", "oob_tcp_if_include", "lo",
+            "-x", f"OMP_NUM_THREADS={args.threads}", "-x", "PYTHONPATH",
+            sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    print(f"load average {os.getloadavg()[0]:.1f} at the start", flush=True)
+    # A group of its own: a timeout or Ctrl-C ends mpirun and the ranks it forked.
+    launched = subprocess.Popen(argv, env=env, start_new_session=True)
+    try:
+        code = launched.wait(timeout=RUN_TIMEOUT_S)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        os.killpg(launched.pid, signal.SIGKILL)
+        launched.wait()
+        fail(f"stopped: mpirun did not end within {RUN_TIMEOUT_S} s, or interrupted")
+    print(f"load average {os.getloadavg()[0]:.1f} at the end", flush=True)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
