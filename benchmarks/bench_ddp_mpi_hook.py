@@ -212,6 +212,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="OpenMP threads a process")
+    parser.add_argument("--mpi-yield", action="store_true",
+                        help="Open MPI yields the CPU while it waits (mpi_yield_when_idle "
+                             "1) instead of polling")
     args = parser.parse_args()
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     known = ("lenet-mlp", "lenet-cnn") + tuple(f"resnet-{6 * n + 2}" for n in range(1, 19))
@@ -233,6 +236,7 @@ def main() -> None:
     argv = [mpirun, "--allow-run-as-root", "-np", "2", "--host", "localhost:2",
             "--bind-to", "none", "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include",
             "lo", "--mca", "oob_tcp_if_include", "lo",
+            *(["--mca", "mpi_yield_when_idle", "1"] if args.mpi_yield else []),
             "-x", f"OMP_NUM_THREADS={args.threads}", "-x", "PYTHONPATH",
             sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
@@ -241,10 +245,11 @@ def main() -> None:
     launched = subprocess.Popen(argv, env=env, start_new_session=True)
     try:
         code = launched.wait(timeout=RUN_TIMEOUT_S)
-    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+    except (subprocess.TimeoutExpired, KeyboardInterrupt) as exc:
         os.killpg(launched.pid, signal.SIGKILL)
         launched.wait()
-        fail(f"stopped: mpirun did not end within {RUN_TIMEOUT_S} s, or interrupted")
+        fail("interrupted: mpirun and its ranks stopped" if isinstance(exc, KeyboardInterrupt)
+             else f"mpirun did not end within {RUN_TIMEOUT_S} s: stopped it and its ranks")
     print(f"load average {os.getloadavg()[0]:.1f} at the end", flush=True)
     sys.exit(code)
 
