@@ -260,12 +260,15 @@ def end_to_end(profile: str, models: list[str], counts: list[int], repeats: int,
                     "--batch", "32", "--epochs", str(epochs),
                     "--max-samples", str(max_samples[model.split("-")[0]]),
                     "--no-agent", "--out", str(out)]
-            print("$ edgeprof " + " ".join(argv[4:]), flush=True)
-            done = subprocess.run(argv, cwd=Path(__file__).resolve().parents[1],
-                                  stdout=subprocess.DEVNULL)
+            print("$ edgeprof " + " ".join(argv[3:]), flush=True)
+            log = work / f"{out.name}.log"  # the sweep's progress bar, off the table
+            with log.open("w") as sink:
+                done = subprocess.run(argv, cwd=Path(__file__).resolve().parents[1],
+                                      stdout=sink, stderr=subprocess.STDOUT)
             results = out / "results.csv"
             if not results.exists():
-                sys.exit(f"sweep for {model} wrote no results (exit {done.returncode})")
+                sys.exit(f"sweep for {model} wrote no results (exit {done.returncode}): "
+                         + " ".join(log.read_text().strip().splitlines()[-1:]))
             with results.open() as handle:
                 for row in csv.DictReader(handle):
                     ops = "mpi" if "mpi" in (row.get("horovod_ops") or "") else "gloo"
