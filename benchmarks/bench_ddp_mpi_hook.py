@@ -20,7 +20,8 @@ on the same synthetic batches with three DDP wrappers of identical copies of it:
 
 They take turns (round-robin, ``--rounds`` rounds of ``--steps`` steps after a warm-up
 each), so host load hits them alike; printed per model and mode: samples/s per process
-(mean and 95% interval over the rounds) and the ratio to ``gloo``. Before timing, one
+(mean and 95% interval over the rounds) and the ratio to ``gloo``, also as the mean of
+each round's ratio (paired: a shared host's load drifts between rounds). Before timing, one
 step's averaged gradients of the three are compared (they must match).
 
 mpi4py is not an edgeprof dependency: run this with a Python that has it, e.g. a copy
@@ -198,8 +199,13 @@ def rank_main(models: list[str], batch: int, steps: int, rounds: int) -> None:
                   f"gradients a step), gradients match: {'yes' if match else 'NO'}")
             for mode in MODES:
                 mean, half = interval(rates[mode])
+                # Paired by round (the load of a shared host drifts between rounds more
+                # than between the turns of one round).
+                ratio, ratio_half = interval([r / g for r, g in zip(rates[mode],
+                                                                    rates["gloo"])])
                 print(f"  {mode:>9}: {mean:8.1f} ± {half:6.1f} samples/s per process, "
-                      f"{mean / gloo_mean:.2f} x gloo", flush=True)
+                      f"{mean / gloo_mean:.2f} x gloo (per round: {ratio:.2f} ± "
+                      f"{ratio_half:.2f})", flush=True)
     dist.destroy_process_group()
 
 
