@@ -36,7 +36,6 @@ mpi4py``; PyPI's wheel loads the system's ``libmpi``, Debian's ``libopenmpi3``):
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import shutil
 import signal
@@ -48,10 +47,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_allreduce import interval  # noqa: E402 - the same 95% interval (Student's t)
 
 MODES = ("gloo", "mpi", "mpi-async")
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-         9: 2.262}
 RUN_TIMEOUT_S = 1800
 
 
@@ -59,15 +58,6 @@ def fail(message: str) -> None:
     """Bad input or a missing piece: one line, exit status 2."""
     print(f"bench_ddp_mpi_hook: {message}", file=sys.stderr)
     sys.exit(2)
-
-
-def interval(samples: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% confidence interval (Student's t)."""
-    mean = statistics.fmean(samples)
-    if len(samples) < 2:
-        return mean, math.nan
-    t = T_975.get(len(samples) - 1, 1.96)
-    return mean, t * statistics.stdev(samples) / math.sqrt(len(samples))
 
 
 # --- the hooks ---------------------------------------------------------------------------
