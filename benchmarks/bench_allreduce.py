@@ -207,14 +207,16 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
-def parse_list(text: str, what: str, parse=str, allowed=None) -> list:
+def parse_list(text: str, what: str, parse=str, allowed=None, hint: str = "") -> list:
+    """A comma-separated option's items, each in ``allowed``; else one line, exit 2."""
     try:
         items = [parse(item.strip()) for item in text.split(",") if item.strip()]
     except (ValueError, KeyError, IndexError):
         fail(f"--{what} {text!r}: not a comma-separated list of {what}")
     bad = [item for item in items if allowed is not None and item not in allowed]
     if not items or bad:
-        fail(f"--{what} {text!r}: choose from {', '.join(map(str, allowed or ()))}")
+        fail(f"--{what} {text!r}: "
+             + (hint or f"choose from {', '.join(map(str, allowed or ()))}"))
     return items
 
 
@@ -336,7 +338,8 @@ def main() -> None:
 
     catalog = load_catalog().profiles
     profiles = parse_list(args.profiles, "profiles", allowed=sorted(catalog))
-    counts = parse_list(args.nodes, "nodes", int, allowed=range(2, 65))
+    counts = parse_list(args.nodes, "nodes", int, allowed=range(2, 65),
+                        hint="node counts from 2 to 64, e.g. 2,4,8")
     ops_list = parse_list(args.ops, "ops", allowed=OPS)
     if args.sizes:
         sizes = parse_list(args.sizes, "sizes", parse_size)
