@@ -151,8 +151,11 @@ def rank_main(out: Path, sizes: list[int], repeats: int) -> None:
 # --- on the controller -----------------------------------------------------------------
 
 def run_backend(cluster, ops: str, nodes: int, sizes: list[int], repeats: int,
-                work: Path) -> dict:
-    """Start one rank per node the way the engine starts a cell, wait, reap."""
+                work: Path, program: list[str] | None = None) -> dict:
+    """Start one rank per node the way the engine starts a cell, wait, reap.
+
+    ``program``: another rank program (argv; ``--out FILE`` is appended: rank 0 writes its
+    JSON there), launched as this file's ranks are (``bench_ddp_mpi_hook.py``)."""
     from profiler.cluster.base import kill_groups
     from profiler.engines.base import TrainOptions
     from profiler.engines.horovod import HorovodEngine
@@ -172,6 +175,8 @@ def run_backend(cluster, ops: str, nodes: int, sizes: list[int], repeats: int,
     rank_argv = [sys.executable, str(Path(__file__).resolve()), "--rank", str(out),
                  "--ops", ops, "--sizes", ",".join(map(str, sizes)),
                  "--repeats", str(repeats)]
+    if program:
+        rank_argv = [*program, "--out", str(out)]
     specs = engine.plan(cell, cluster.nodes()[:nodes], run_dir, TrainOptions())
     procs = []
     try:

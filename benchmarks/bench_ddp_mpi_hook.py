@@ -36,6 +36,7 @@ mpi4py``; PyPI's wheel loads the system's ``libmpi``, Debian's ``libopenmpi3``):
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -111,7 +112,8 @@ def async_mpi_hook(state: AsyncMPIHook, bucket):
 
 # --- in each rank (under mpirun) ---------------------------------------------------------
 
-def rank_main(models: list[str], batch: int, steps: int, rounds: int) -> None:
+def rank_main(models: list[str], batch: int, steps: int, rounds: int,
+              out: Path | None) -> None:
     import copy
     import warnings
 
@@ -125,22 +127,32 @@ def rank_main(models: list[str], batch: int, steps: int, rounds: int) -> None:
 
     # torch 2.13 deprecates broadcast_buffers; False is what torch-ddp's workers use.
     warnings.filterwarnings("ignore", message=".*broadcast_buffers.*", category=FutureWarning)
+    from workloads.node_limits import join_cpu_limit
+
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
-    port = None
+    address = "127.0.0.1"
+    if Path("/sys/class/net/eth0").exists():  # an emulated node: Gloo on its link too
+        os.environ["GLOO_SOCKET_IFNAME"] = "eth0"
+        address = _ipv4_of("eth0")
+    rendezvous = None
     if rank == 0:
         with socket.socket() as probe:  # a free port for Gloo's rendezvous, told over MPI
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-    port = comm.bcast(port, root=0)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=size)
+            probe.bind((address, 0))
+            rendezvous = f"tcp://{address}:{probe.getsockname()[1]}"
+    rendezvous = comm.bcast(rendezvous, root=0)
+    dist.init_process_group("gloo", init_method=rendezvous, rank=rank, world_size=size)
+    join_cpu_limit()  # an emulated node's CPU quota from here on, as a worker's
+    lines: list[str] = []
+
+    def say(text: str) -> None:
+        lines.append(text)
+        print(text, flush=True)
     torch.manual_seed(0)
     if rank == 0:
-        print(f"# torch {torch.__version__}, {MPI.Get_library_version().splitlines()[0]}, "
-              f"MPI thread level {MPI.Query_thread()} (MULTIPLE = {MPI.THREAD_MULTIPLE}), "
-              f"{size} ranks, batch {batch}, "
-              f"{torch.get_num_threads()} threads", flush=True)
+        say(f"# torch {torch.__version__}, {MPI.Get_library_version().splitlines()[0]}, "
+            f"MPI thread level {MPI.Query_thread()} (MULTIPLE = {MPI.THREAD_MULTIPLE}), "
+            f"{size} ranks, batch {batch}, {torch.get_num_threads()} threads")
     for model in models:
         name, _, layers = model.partition("-") if model.startswith("resnet") else (model, "", "")
         base = torch_models.build(name, int(layers) if layers else None)
@@ -185,21 +197,64 @@ def rank_main(models: list[str], batch: int, steps: int, rounds: int) -> None:
                 rates[mode].append(comm.allreduce(steps * batch / elapsed, op=MPI.MIN))
         if rank == 0:
             gloo_mean = statistics.fmean(rates["gloo"])
-            print(f"{model}: {n_params:,} parameters ({n_params * 4 / 1024:.0f} KB of "
-                  f"gradients a step), gradients match: {'yes' if match else 'NO'}")
+            say(f"{model}: {n_params:,} parameters ({n_params * 4 / 1024:.0f} KB of "
+                f"gradients a step), gradients match: {'yes' if match else 'NO'}")
             for mode in MODES:
                 mean, half = interval(rates[mode])
                 # Paired by round (the load of a shared host drifts between rounds more
                 # than between the turns of one round).
                 ratio, ratio_half = interval([r / g for r, g in zip(rates[mode],
                                                                     rates["gloo"])])
-                print(f"  {mode:>9}: {mean:8.1f} ± {half:6.1f} samples/s per process, "
-                      f"{mean / gloo_mean:.2f} x gloo (per round: {ratio:.2f} ± "
-                      f"{ratio_half:.2f})", flush=True)
+                say(f"  {mode:>9}: {mean:8.1f} ± {half:6.1f} samples/s per process, "
+                    f"{mean / gloo_mean:.2f} x gloo (per round: {ratio:.2f} ± "
+                    f"{ratio_half:.2f})")
+    if rank == 0 and out:
+        out.write_text(json.dumps({"nodes": size, "lines": lines}))
     dist.destroy_process_group()
 
 
+def _ipv4_of(interface: str) -> str:
+    """The interface's IPv4 address (SIOCGIFADDR)."""
+    import fcntl
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        packed = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", interface.encode()))
+    return socket.inet_ntoa(packed[20:24])
+
+
 # --- on the controller -------------------------------------------------------------------
+
+def run_emulated(args) -> None:
+    """Two ranks on two emulated nodes, launched by bench_allreduce's Horovod-MPI launch."""
+    import tempfile
+
+    from bench_allreduce import run_backend
+
+    from profiler.cluster import emulated
+    from profiler.errors import ClusterError
+
+    if os.geteuid() != 0:
+        fail("--cluster emulated needs root: run it with sudo")
+    if args.mpi_yield:
+        os.environ["OMPI_MCA_mpi_yield_when_idle"] = "1"  # mpirun and the ranks inherit it
+    program = [sys.executable, str(Path(__file__).resolve()), "--models", args.models,
+               "--batch", str(args.batch), "--steps", str(args.steps),
+               "--rounds", str(args.rounds)]
+    print(f"load average {os.getloadavg()[0]:.1f} at the start", flush=True)
+    created = False
+    try:
+        cluster, created = emulated.ensure_cluster(2, args.profile)
+        with tempfile.TemporaryDirectory(prefix="bench-ddp-mpi-") as tmp:
+            result = run_backend(cluster, "mpi", 2, [], 0, Path(tmp), program=program)
+        print("\n".join(result["lines"]))
+    except ClusterError as exc:
+        fail(str(exc))
+    finally:
+        if created:
+            emulated.down()
+    print(f"load average {os.getloadavg()[0]:.1f} at the end", flush=True)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -208,6 +263,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="OpenMP threads a process")
+    parser.add_argument("--cluster", choices=("local", "emulated"), default="local",
+                        help="emulated: one rank per emulated node (root), mpirun as "
+                             "--engine horovod --horovod-ops mpi launches it")
+    parser.add_argument("--profile", default="pi3b", help="the emulated nodes' profile")
+    parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--mpi-yield", action="store_true",
                         help="Open MPI yields the CPU while it waits (mpi_yield_when_idle "
                              "1) instead of polling")
@@ -219,7 +279,8 @@ def main() -> None:
         fail(f"--models {args.models!r}: lenet-mlp, lenet-cnn or resnet-DEPTH (6n+2); "
              "--batch, --steps, --rounds and --threads at least 1")
     if "OMPI_COMM_WORLD_RANK" in os.environ:
-        rank_main(models, args.batch, args.steps, args.rounds)
+        rank_main(models, args.batch, args.steps, args.rounds,
+                  Path(args.out) if args.out else None)
         return
     try:
         import mpi4py  # noqa: F401 - only whether it is there
@@ -229,6 +290,9 @@ def main() -> None:
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         fail("mpirun is not on PATH: apt-get install openmpi-bin")
+    if args.cluster == "emulated":
+        run_emulated(args)
+        return
     argv = [mpirun, "--allow-run-as-root", "-np", "2", "--host", "localhost:2",
             "--bind-to", "none", "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include",
             "lo", "--mca", "oob_tcp_if_include", "lo",
