@@ -8,9 +8,13 @@ the gradient traffic onto Open MPI without a torch build. DDP itself still needs
 ``torch.distributed`` process group (it broadcasts rank 0's weights at construction and
 checks the model on every rank), so Gloo stays for that; only the per-step traffic moves.
 
-Two processes under ``mpirun`` (one node, Open MPI's ``tcp`` transport on loopback:
-``btl self,tcp``, so both backends go over TCP, as between Pis) train the same model
-on the same synthetic batches with three DDP wrappers of identical copies of it:
+Two processes under ``mpirun`` train the same model on the same synthetic batches with
+three DDP wrappers of identical copies of it; ``--cluster local``: both on this machine,
+Open MPI's ``tcp`` transport on loopback (``btl self,tcp``: both backends over TCP, as
+between Pis); ``--cluster emulated``: one on each of two emulated nodes (``--profile``'s
+link and CPU quota, root), launched as ``--engine horovod --horovod-ops mpi`` launches a
+cell (``bench_allreduce.run_backend``: ``mpirun`` on node 0, ``orted`` in each node's
+namespace and cgroup). The three:
 
 - ``gloo``: DDP's own allreduce over the Gloo process group;
 - ``mpi``: a hook calling ``MPI_Allreduce`` in place on the bucket (blocking: backward
@@ -29,6 +33,8 @@ of the venv (``cp -a .venv /tmp/venv-mpi && /tmp/venv-mpi/bin/python -m pip inst
 mpi4py``; PyPI's wheel loads the system's ``libmpi``, Debian's ``libopenmpi3``):
 
     /tmp/venv-mpi/bin/python benchmarks/bench_ddp_mpi_hook.py
+    sudo /tmp/venv-mpi/bin/python benchmarks/bench_ddp_mpi_hook.py --cluster emulated \\
+        --models lenet-mlp --rounds 6 --steps 40 [--mpi-yield]
     /tmp/venv-mpi/bin/python benchmarks/bench_ddp_mpi_hook.py --models lenet-mlp \\
         --rounds 3 --steps 50
 """
