@@ -22,7 +22,7 @@ and links. Only the program the ranks run differs (this file, ``--rank``).
     sudo python benchmarks/bench_allreduce.py                 # pi3b and pi4; 2, 4, 8
     sudo python benchmarks/bench_allreduce.py --profiles pi3b --nodes 2 --max-size 16M
     sudo python benchmarks/bench_allreduce.py --ops gloo,torch --sizes 4M --repeats 3
-    sudo python benchmarks/bench_allreduce.py --end-to-end --models lenet-mlp,resnet-20 \
+    sudo python benchmarks/bench_allreduce.py --end-to-end --models lenet-mlp,resnet-20 \\
         --nodes 2,4 --profiles pi3b
 
 The whole grid takes over an hour on 2 cores (64 MB at 100 Mbit is 5 to 9 s per repeat
