@@ -28,6 +28,14 @@ agent and each ``orted`` starts its node's rank:
   (``profiler.cluster.inventory.mpi_relay``), and lives as long as that does: its end
   (``mpirun`` stopping the job, or dying) stops the daemon there, and the daemon's end
   is its own, with a line naming the node when it failed or could not be reached.
+  ``ADDRESS`` may instead be ``tcp:NAME:PORT``, a Swarm node's entry on the cell's
+  overlay, and ``TICKET`` ``@FILE``, the file holding it (a mode-0600 file in the cell's
+  folder: a container's command line and environment are the Swarm's to show).
+- ``serve TICKET_FILE PORT HOST`` (a Swarm node's entry, ``profiler.cluster.swarm.
+  cluster``): a one-task service on ``HOST`` with a worker's limits, network and mounts
+  that waits for node 0's ``via`` bringing the ticket, runs ``enter HOST -- orted ...``
+  as its child (so the daemon and its rank run in that container), answers with its
+  status and a line naming the node, and ends with it; the ``via`` going stops it.
 - ``rank LOG_DIR -- ARGV``: how ``orted`` starts a rank: its output into
   ``LOG_DIR/worker-<rank>.log`` (as the cluster logs a Gloo worker), then exec ``ARGV``
   (``workloads.train``), whose events go to the cell's ``events/`` as any worker's. On a
@@ -50,16 +58,19 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import hmac
 import json
 import os
 import re
 import shlex
 import shutil
+import select
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -82,6 +93,10 @@ OWNER_FILE = "edgeprof-owner"  # in a session folder: the pid of the ``enter`` i
 # The lines this module writes about a node (``launch`` makes the first one the reason).
 NODE_LINE = "edgeprof-mpi: "
 UNREACHABLE_EXIT = 255  # what ssh exits with when it cannot reach the host
+TCP_PREFIX = "tcp:"  # ``via``'s address of a Swarm node's entry (``serve``)
+# How long ``via`` retries a Swarm entry whose container is still starting (a service
+# scheduled, an image's container and Python started on a loaded board).
+ENTRY_CONNECT_TIMEOUT_S = 120.0
 
 # mpirun's own report of the first failure (Open MPI 4.1).
 _SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal "
@@ -186,29 +201,131 @@ def enter(host: str, entry: dict, argv: list[str]) -> int:
     return code
 
 
-def via(socket_path: str, ticket: str, host: str, argv: list[str]) -> int:
-    """Have the controller start ``argv`` on ``host`` (see the module docstring), and
-    wait for its end; its status."""
+def via(address: str, ticket: str, host: str, argv: list[str]) -> int:
+    """Have the controller (or ``host``'s entry) start ``argv`` on ``host`` (see the
+    module docstring), and wait for its end; its status."""
     die_with_parent()
     try:
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.connect(socket_path)
-        conn.sendall(json.dumps({"ticket": ticket, "argv": argv, "env": {
+        conn = _connect(address, host)
+        conn.sendall(json.dumps({"ticket": _ticket(ticket), "argv": argv, "env": {
             key: os.environ[key] for key in FORWARDED_ENV if key in os.environ}}
             ).encode() + b"\n")
         reply = conn.makefile("rb").readline()
     except OSError as exc:
-        node_line(host, f"the controller's relay cannot be reached from here "
+        where = "the controller's relay" if not address.startswith(TCP_PREFIX) else \
+            f"the node's entry ({address[len(TCP_PREFIX):]})"
+        node_line(host, f"{where} cannot be reached from here "
                         f"({exc.strerror or exc}): is the sweep still running?")
         return UNREACHABLE_EXIT
     try:
         answer = json.loads(reply)
     except ValueError:
-        node_line(host, "the controller's relay ended before the MPI daemon there did")
+        where = "the controller's relay" if not address.startswith(TCP_PREFIX) else \
+            "its entry (the container there: killed, or out of memory?)"
+        node_line(host, f"{where} ended before the MPI daemon there did")
         return UNREACHABLE_EXIT
     if answer.get("problem"):
         node_line(host, answer["problem"])
     return int(answer.get("exit", UNREACHABLE_EXIT))
+
+
+def _ticket(ticket: str) -> str:
+    """A ticket as ``via`` is given it: itself, or ``@PATH`` of the file holding it (the
+    Swarm's: never in a command line)."""
+    return Path(ticket[1:]).read_text().strip() if ticket.startswith("@") else ticket
+
+
+def _connect(address: str, host: str) -> socket.socket:
+    """A connection to ``address``: a Unix socket's path, or ``tcp:NAME:PORT`` (a Swarm
+    node's entry, which may still be starting: refused or not yet named in the
+    network's DNS until ``ENTRY_CONNECT_TIMEOUT_S``)."""
+    if not address.startswith(TCP_PREFIX):
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(address)
+        return conn
+    name, _, port = address[len(TCP_PREFIX):].rpartition(":")
+    deadline = time.monotonic() + ENTRY_CONNECT_TIMEOUT_S
+    while True:
+        try:
+            return socket.create_connection((name, int(port)), timeout=ENTRY_CONNECT_TIMEOUT_S)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def serve(ticket_path: str, port: int, host: str) -> int:
+    """A Swarm node's entry: wait on ``port`` for the ``via`` of node 0's rsh agent that
+    brings this file's ticket, run its daemon here (``enter``, as this process's
+    child) and answer with its status; end with it. A request without the ticket, or
+    not for ``orted``, is refused and the entry waits on. The ``via`` going (``mpirun``
+    stopping the job) stops the daemon."""
+    die_with_parent()
+    ticket = Path(ticket_path).read_text().strip()
+    listener = socket.create_server(("", port), reuse_port=False)
+    while True:
+        conn, _ = listener.accept()
+        with conn:
+            try:
+                conn.settimeout(ENTRY_CONNECT_TIMEOUT_S)
+                request = json.loads(conn.makefile("rb").readline())
+                argv = [str(arg) for arg in request.get("argv", [])]
+                good = hmac.compare_digest(str(request.get("ticket", "")), ticket)
+            except (OSError, ValueError, AttributeError):
+                continue
+            if not good or not argv or os.path.basename(argv[0]) != "orted":
+                _answer(conn, UNREACHABLE_EXIT, "the entry refused a request that is not "
+                                                "this cell's MPI daemon")
+                continue
+            conn.settimeout(None)
+            env = {**os.environ, **{k: str(v) for k, v in (request.get("env") or {}).items()
+                                    if k in FORWARDED_ENV}}
+            child = subprocess.Popen([sys.executable, "-m", "workloads.mpi", "enter", host,
+                                      "--", *argv], env=env, stderr=subprocess.PIPE,
+                                     preexec_fn=die_with_parent, start_new_session=True)
+            lines: list[str] = []
+            threading.Thread(target=_copy_lines, args=(child.stderr, lines),
+                             daemon=True).start()
+            while child.poll() is None:
+                readable, _, _ = select.select([conn], [], [], 0.2)
+                if readable and not conn.recv(1):  # the via went: stop the daemon
+                    return _stop_group(child)
+            problem = next((line[len(NODE_LINE):].split(": ", 1)[-1].strip()
+                            for line in lines if line.startswith(NODE_LINE)), "")
+            if child.returncode and not problem:
+                problem = f"the MPI daemon exited {child.returncode}"
+            _answer(conn, child.returncode, problem if child.returncode else "")
+            return child.returncode
+
+
+def _stop_group(child: subprocess.Popen, grace_s: float = 5.0) -> int:
+    """SIGTERM ``child``'s group (``enter`` waits, its daemon stops its rank), then
+    SIGKILL what is left after ``grace_s``; the child's status."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(child.pid, sig)
+            return child.wait(timeout=grace_s)
+        except ProcessLookupError:
+            return child.wait()
+        except subprocess.TimeoutExpired:
+            continue
+    return child.wait()
+
+
+def _copy_lines(stream, lines: list[str]) -> None:
+    """Copy ``stream`` to our stderr (the entry's log), keeping its lines."""
+    for raw in stream:
+        line = raw.decode(errors="replace")
+        lines.append(line)
+        sys.stderr.write(line)
+        sys.stderr.flush()
+
+
+def _answer(conn: socket.socket, code: int, problem: str) -> None:
+    try:
+        conn.sendall(json.dumps({"exit": code, "problem": problem}).encode() + b"\n")
+    except OSError:
+        pass  # the via is gone
 
 
 def local_paths(argv: list[str]) -> list[str]:
@@ -326,7 +443,8 @@ def main(args: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if args is None else args)
     if not args:
         sys.exit("usage: python -m workloads.mpi launch NODES -- ARGV | rsh HOST WORDS... "
-                 "| enter HOST -- ARGV | via SOCKET TICKET HOST -- ARGV | rank LOG_DIR -- ARGV")
+                 "| enter HOST -- ARGV | via ADDRESS TICKET HOST -- ARGV "
+                 "| serve TICKET_FILE PORT HOST | rank LOG_DIR -- ARGV")
     what, rest = args[0], args[1:]
     after = rest[rest.index("--") + 1:] if "--" in rest else []
     if what == "rsh":
@@ -335,6 +453,8 @@ def main(args: list[str] | None = None) -> None:
         sys.exit(enter(rest[0], read_entries()[rest[0]], after))
     elif what == "via":
         sys.exit(via(rest[0], rest[1], rest[2], after))
+    elif what == "serve":
+        sys.exit(serve(rest[0], int(rest[1]), rest[2]))
     elif what == "rank":
         rank(Path(rest[0]), after)
     elif what == "launch":

@@ -29,6 +29,7 @@ image name and the path of Python inside it.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import signal
@@ -49,10 +50,11 @@ ADDRESS_POOL = "10.199.0.0/16"
 EMULATED_CONTROLLERS = ("cpu", "cpuacct", "memory")
 # What the venv's wheels load from the system and minbase lacks: MXNet's OpenMP and
 # quad-precision maths, Horovod's Open MPI (it loads libmpi at import), the Python's
-# ctypes, ssl and sqlite3; and tc (iproute2), with which an emulated board's task
-# shapes its own link (profiler.cluster.swarm.boards).
+# ctypes, ssl and sqlite3; tc (iproute2), with which an emulated board's task
+# shapes its own link (profiler.cluster.swarm.boards); and Open MPI's mpirun and orted
+# (openmpi-bin), for Horovod over MPI (``--horovod-ops mpi``).
 DEV_IMAGE_PACKAGES = ("libgomp1", "libquadmath0", "libopenmpi3", "libffi8", "libssl3",
-                      "libsqlite3-0", "iproute2")
+                      "libsqlite3-0", "iproute2", "openmpi-bin")
 
 
 def host_iptables() -> str:
@@ -77,7 +79,10 @@ def session_dev_image_tar(tmp_path_factory) -> Path:
     every module that forms a Swarm)."""
     folder = tmp_path_factory.getbasetemp() / "swarm-dev-image"
     folder.mkdir(exist_ok=True)
-    return dev_image_tar(folder / "bookworm-minbase.tar")
+    # The package list's hash in the name: a cached root made from another list (an
+    # earlier checkout's, a session's basetemp reused) is never taken for this one.
+    tag = hashlib.sha1(",".join(DEV_IMAGE_PACKAGES).encode()).hexdigest()[:8]
+    return dev_image_tar(folder / f"bookworm-minbase-{tag}.tar")
 
 
 def dev_mounts(repo: Path) -> list[str]:

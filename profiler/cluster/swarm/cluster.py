@@ -48,9 +48,12 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from ...errors import ClusterError
-from ..base import SECRET_ENV_VARS, Cluster, Node, NodeScope, popen_in_group
+from ..base import (SECRET_ENV_VARS, Cluster, Node, NodeEntry, NodeScope, kill_groups,
+                    popen_in_group)
 from .boards import shaped_command
 from .engine import NAME_LABEL, SwarmNode, connect
+from .mpi_entry import entry_command, via_prefix, write_ticket
+from .task import STOP_WAIT_S as TASK_STOP_WAIT_S
 
 OVERLAY_IFACE = "eth0"
 STOP_GRACE_S = 2.0
@@ -136,17 +139,39 @@ class SwarmCluster(Cluster):
         cell = self._cell(cell_dir)
         if not confine:
             return self._start_agent(cell, node, argv, env, Path(log_path), cell_dir)
+        return self._start_task(cell, cell_dir, node, argv, env, Path(log_path), role)[0]
+
+    def _start_task(self, cell: "_Cell", cell_dir: Path, node: Node, argv: Sequence[str],
+                    env: Mapping[str, str], log_path: Path, role: str | None
+                    ) -> tuple[subprocess.Popen, str]:
+        """A confined process's service and its task process; and its alias."""
         network, alias = self._cell_network(cell, cell_dir, node, role or "process")
         # The cell's agents sample from before its first container starts, so that each
         # container's counters (from 0) are bracketed by their samples.
         self._await_agents(cell)
         service = self.service_spec(node, argv, env, Path(log_path), cell_dir, network,
-                                    alias, role or "process", confine,
+                                    alias, role or "process", True,
                                     linger_s=cell.linger_s)
         # Where the node's agent learns this container (``--containers``).
         register = containers_dir(cell_dir, node) / f"{service['name']}.json"
-        return self._task_process(node, service, Path(log_path),
-                                  register={"path": str(register), "role": role or "process"})
+        return self._task_process(node, service, Path(log_path), register={
+            "path": str(register), "role": role or "process"}), alias
+
+    def entry(self, node: Node, *, role: str | None = None, origin: Node | None = None,
+              cell_dir: Path | None = None) -> NodeEntry:
+        """For an MPI launcher on ``origin``: its own node as it is (the launcher's
+        container), any other node through an entry started there now (``mpi_entry``)."""
+        if origin is None or cell_dir is None or node.name == origin.name:
+            return NodeEntry()
+        cell = self._cell(cell_dir)
+        ticket_path = write_ticket(cell_dir, node)
+        argv, env = entry_command(sys.executable, ticket_path, node, cell_dir)
+        proc, alias = self._start_task(cell, cell_dir, node, argv, env,
+                                       cell_dir / "logs" / f"orted-{node.name}.log",
+                                       role or "worker")
+        with self._lock:
+            cell.entries.append(proc)
+        return NodeEntry(via_prefix(self.settings.swarm_python, alias, ticket_path, node))
 
     def _start_agent(self, cell: "_Cell", node: Node, argv: Sequence[str],
                      env: Mapping[str, str], log_path: Path, cell_dir: Path
@@ -293,7 +318,9 @@ class SwarmCluster(Cluster):
         A node whose daemon stopped answering keeps its tasks: it is named (the manager
         marks it down within its heartbeat, 5 s by default)."""
         with self._lock:
-            self._cells.pop(str(cell_dir), None)
+            cell = self._cells.pop(str(cell_dir), None)
+        if cell and cell.entries:  # MPI entries no daemon came to (the launcher failed)
+            kill_groups(cell.entries, grace_s=TASK_STOP_WAIT_S + 1.0)
         return remove_labelled(self.settings.swarm_host, {f"{LABEL}.cell": str(cell_dir)})
 
     def close(self) -> None:
@@ -312,6 +339,7 @@ class _Cell:
     agents: list[tuple[subprocess.Popen, Path | None]] = field(default_factory=list)
     agents_awaited: bool = False
     linger_s: float = 0.0  # how long its containers stay once their process ended
+    entries: list[subprocess.Popen] = field(default_factory=list)  # MPI (mpi_entry)
 
 
 def cell_name(cell_dir: Path) -> str:
