@@ -28,8 +28,9 @@ MPI starts an ``orted`` on every node through its rsh agent, which is
 ``workloads.mpi rsh``: it enters each node the way the cluster says
 (``Cluster.entry``: the emulated node's network namespace and cgroups; the local
 cluster's plain exec; another inventory node through the controller's own SSH
-connection to it, ``profiler.cluster.inventory.mpi_relay``), so each rank runs in its
-node's network and cgroup, as a Gloo worker does. ``workloads.mpi`` says how its
+connection to it, ``profiler.cluster.inventory.mpi_relay``; another Swarm node through
+an entry service there, ``profiler.cluster.swarm.mpi_entry``), so each rank runs in its
+node's network and cgroup (or container), as a Gloo worker does. ``workloads.mpi`` says how its
 output, events and failures come back and why nothing outlives the cell;
 docs/horovod.md says why this shape.
 """

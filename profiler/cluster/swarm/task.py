@@ -15,7 +15,10 @@ its container. This process then
   (its daemon stopped, the board is off) leaves the task listed as running, so the
   process says so, naming the node, and exits ``GONE``;
 - exits with the task's exit status (137 for a container killed with SIGKILL, 125 for
-  a task that never ran), which the runner judges as it judges any process's;
+  a task that never ran), which the runner judges as it judges any process's; a
+  process that exited with a status of its own (below 128) has said why itself (the
+  cell's reason is its log's last line: an MPI launcher's names the rank), so this
+  process adds no line then;
 - on SIGTERM, SIGHUP or SIGINT (the runner ending the cell, Ctrl-C, or the controller
   dying: its parent-death signal is SIGTERM) removes the service, which stops the
   container, waits for the container to end (at most ``STOP_WAIT_S``: the agent takes
@@ -123,6 +126,9 @@ class _Task:
         code = status.get("ContainerStatus", {}).get("ExitCode")
         if state == "complete":
             return 0
+        if state == "failed" and code and code < 128 and \
+                error == f"task: non-zero exit ({code})":
+            return int(code)  # the process's own exit: its last line says why, not this
         if state == "failed" and code:
             _say(f"task of service {self.name} on node {self.node} exited {code}"
                  + (f" ({error})" if error else ""))
