@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 from profiler.cluster.base import NodeEntry
 from tests.conftest import ROOT
