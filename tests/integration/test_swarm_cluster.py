@@ -228,7 +228,14 @@ def _first_step(cell_dir: Path | None, rank: int) -> bool:
 
 def test_a_worker_task_killed_fails_the_cell_naming_the_role(swarm, tmp_path):
     out = tmp_path / "out"
-    sweep = _start_training(swarm, out, tmp_path / "sweep.log")
+    _kill_worker_task(swarm, _start_training(swarm, out, tmp_path / "sweep.log"))
+    (record,) = _records(out)
+    assert record["status"] == "failed"
+    assert "worker" in record["reason"], record["reason"]
+
+
+def _kill_worker_task(swarm, sweep: subprocess.Popen) -> None:
+    """Kill node 1's worker container (SIGKILL), then wait for the sweep's end."""
     try:
         with swarm.client(swarm.daemons[1]) as client:
             (worker,) = client.containers.list(filters={"label": ["edgeprof.role=worker"]})
@@ -238,9 +245,6 @@ def test_a_worker_task_killed_fails_the_cell_naming_the_role(swarm, tmp_path):
         if sweep.poll() is None:
             sweep.kill()
             sweep.wait()
-    (record,) = _records(out)
-    assert record["status"] == "failed"
-    assert "worker" in record["reason"], record["reason"]
 
 
 def test_sigterm_mid_cell_removes_the_cells_services_and_network(swarm, tmp_path):

@@ -14,8 +14,6 @@ Needs what test_swarm_cluster.py needs, and Horovod built with MPI and Gloo.
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -23,29 +21,21 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ROOT, need
-from tests.integration import test_swarm_cluster as on_swarm
-from tests.integration.test_swarm_cluster import (WAIT_S, _argv, _first_step, _records,
-                                                  _sweep, _wait_for)
+from tests.conftest import ROOT
+from tests.integration import test_horovod_mpi, test_swarm_cluster as on_swarm
+from tests.integration.test_swarm_cluster import (_argv, _first_step, _kill_worker_task,
+                                                  _records, _sweep, _wait_for)
 
-# That module's fixtures, here too: the session's image, the Swarm, nothing left.
+# Those modules' fixtures, here too: the session's image, the Swarm, nothing left on it;
+# Horovod built with MPI and Open MPI here.
 dev_image_tar, swarm, nothing_left = (on_swarm.dev_image_tar, on_swarm.swarm,
                                       on_swarm.nothing_left)
+mpi = test_horovod_mpi.mpi
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 SMALL = ("--engine", "horovod", "--model", "lenet-mlp", "--batch", "32", "--devices", "2",
          "--epochs", "1", "--max-samples", "256", "--val-samples", "64")
 LEFT_DEADLINE_S = 30.0
-
-
-@pytest.fixture(scope="module")
-def mpi():
-    from profiler.engines.horovod import mpi_built
-
-    need("Horovod built with MXNet (docs/horovod.md)",
-         importlib.util.find_spec("horovod.mxnet") is not None)
-    need("Open MPI's mpirun (apt-get install openmpi-bin)", shutil.which("mpirun") is not None)
-    need("Horovod built with MPI (scripts/setup.sh)", mpi_built())
 
 
 def _mpi_left(out: Path) -> list[str]:
@@ -114,14 +104,11 @@ def test_a_rank_s_container_killed_fails_the_mpi_cell_naming_the_node(swarm, mpi
                                  stdout=output, stderr=subprocess.STDOUT, cwd=ROOT)
     try:
         _wait_for(lambda: _first_step(next(out.glob("cells/*/attempt-1"), None), 1), sweep)
-        with swarm.client(swarm.daemons[1]) as client:
-            (worker,) = client.containers.list(filters={"label": ["edgeprof.role=worker"]})
-            worker.kill()
-        sweep.wait(timeout=WAIT_S)
-    finally:
-        if sweep.poll() is None:
-            sweep.kill()
-            sweep.wait()
+    except BaseException:
+        sweep.kill()
+        sweep.wait()
+        raise
+    _kill_worker_task(swarm, sweep)  # node 1's: the entry, with orted and rank 1
     (record,) = _records(out)
     print(record["reason"])
     assert record["status"] == "failed"

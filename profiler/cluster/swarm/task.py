@@ -16,7 +16,8 @@ its container. This process then
   process says so, naming the node, and exits ``GONE``;
 - exits with the task's exit status (137 for a container killed with SIGKILL, 125 for
   a task that never ran), which the runner judges as it judges any process's; a
-  process that exited with a status of its own (below 128) has said why itself (the
+  process that exited with a status of its own (not 128 + a signal's number: mpirun's
+  205 is its own) has said why itself (the
   cell's reason is its log's last line: an MPI launcher's names the rank), so this
   process adds no line then;
 - on SIGTERM, SIGHUP or SIGINT (the runner ending the cell, Ctrl-C, or the controller
@@ -45,6 +46,7 @@ STOP_WAIT_S = 5.0
 ENDED = {"complete", "failed", "rejected", "shutdown", "orphaned", "remove"}
 NEVER_RAN = 125  # as `docker run` exits when the container could not be run
 GONE = 137
+SIGNAL_MAX = 64  # a container's 128 + N for N up to this is a signal's; above, its own
 
 
 def main() -> int:
@@ -126,7 +128,7 @@ class _Task:
         code = status.get("ContainerStatus", {}).get("ExitCode")
         if state == "complete":
             return 0
-        if state == "failed" and code and code < 128 and \
+        if state == "failed" and code and not 128 < code <= 128 + SIGNAL_MAX and \
                 error == f"task: non-zero exit ({code})":
             return int(code)  # the process's own exit: its last line says why, not this
         if state == "failed" and code:
