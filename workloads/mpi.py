@@ -247,7 +247,9 @@ def _connect(address: str, host: str) -> socket.socket:
     deadline = time.monotonic() + ENTRY_CONNECT_TIMEOUT_S
     while True:
         try:
-            return socket.create_connection((name, int(port)), timeout=ENTRY_CONNECT_TIMEOUT_S)
+            conn = socket.create_connection((name, int(port)), timeout=ENTRY_CONNECT_TIMEOUT_S)
+            conn.settimeout(None)  # the answer comes when the daemon ends: hours later
+            return conn
         except OSError:
             if time.monotonic() > deadline:
                 raise
@@ -288,7 +290,7 @@ def serve(ticket_path: str, port: int, host: str) -> int:
                              daemon=True).start()
             while child.poll() is None:
                 readable, _, _ = select.select([conn], [], [], 0.2)
-                if readable and not conn.recv(1):  # the via went: stop the daemon
+                if readable and not _alive(conn):  # the via went: stop the daemon
                     return _stop_group(child)
             problem = next((line[len(NODE_LINE):].split(": ", 1)[-1].strip()
                             for line in lines if line.startswith(NODE_LINE)), "")
@@ -296,6 +298,14 @@ def serve(ticket_path: str, port: int, host: str) -> int:
                 problem = f"the MPI daemon exited {child.returncode}"
             _answer(conn, child.returncode, problem if child.returncode else "")
             return child.returncode
+
+
+def _alive(conn: socket.socket) -> bool:
+    """Whether the ``via`` at the other end of a readable ``conn`` is still there."""
+    try:
+        return bool(conn.recv(1))
+    except OSError:  # reset: its container or node went
+        return False
 
 
 def _stop_group(child: subprocess.Popen, grace_s: float = 5.0) -> int:

@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 from profiler.cluster.base import NodeEntry
 from tests.conftest import ROOT
@@ -60,6 +61,41 @@ def test_the_entry_runs_only_its_cell_s_daemon_and_answers_its_status(tmp_path):
     finally:
         entry.kill()
         entry.wait()
+
+
+def test_a_daemon_outliving_the_connect_timeout_keeps_its_via(tmp_path, monkeypatch):
+    """The connect's timeout is not the answer's: a daemon runs as long as its job."""
+    import workloads.mpi as mpi
+
+    monkeypatch.setattr(mpi, "die_with_parent", lambda: None)
+    orted = tmp_path / "orted"
+    orted.write_text("#!/bin/sh\nsleep 2\n")
+    orted.chmod(0o755)
+    ticket = tmp_path / "t"
+    ticket.write_text("x")
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), NODE_ENTRIES_ENV: json.dumps(
+        {"cell": str(tmp_path), "nodes": {"n1": NodeEntry().to_dict()}})}
+    entry = subprocess.Popen([sys.executable, "-m", "workloads.mpi", "serve", str(ticket),
+                              str(port), "n1"], env=env, cwd=ROOT)
+    try:
+        _listening(port)
+        monkeypatch.setattr(mpi, "ENTRY_CONNECT_TIMEOUT_S", 0.5)
+        assert mpi.via(f"{TCP_PREFIX}127.0.0.1:{port}", f"@{ticket}", "n1",
+                       [str(orted)]) == 0
+    finally:
+        entry.kill()
+        entry.wait()
+
+
+def _listening(port: int, within_s: float = 60.0) -> None:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return  # (the entry refuses this empty request and waits on)
+        time.sleep(0.1)
+    raise AssertionError(f"no entry on port {port} within {within_s} s")
 
 
 def test_an_entry_that_is_not_there_is_a_line_naming_the_node(tmp_path, monkeypatch):
