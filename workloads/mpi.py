@@ -62,9 +62,9 @@ import hmac
 import json
 import os
 import re
+import select
 import shlex
 import shutil
-import select
 import signal
 import socket
 import subprocess
@@ -272,11 +272,12 @@ def serve(ticket_path: str, port: int, host: str) -> int:
                 conn.settimeout(ENTRY_CONNECT_TIMEOUT_S)
                 request = json.loads(conn.makefile("rb").readline())
                 argv = [str(arg) for arg in request.get("argv", [])]
-                good = hmac.compare_digest(str(request.get("ticket", "")), ticket)
+                good = hmac.compare_digest(str(request.get("ticket", "")).encode(),
+                                           ticket.encode())
             except (OSError, ValueError, AttributeError):
                 continue
             if not good or not argv or os.path.basename(argv[0]) != "orted":
-                _answer(conn, UNREACHABLE_EXIT, "the entry refused a request that is not "
+                answer_via(conn, UNREACHABLE_EXIT, "the entry refused a request that is not "
                                                 "this cell's MPI daemon")
                 continue
             conn.settimeout(None)
@@ -296,7 +297,7 @@ def serve(ticket_path: str, port: int, host: str) -> int:
                             for line in lines if line.startswith(NODE_LINE)), "")
             if child.returncode and not problem:
                 problem = f"the MPI daemon exited {child.returncode}"
-            _answer(conn, child.returncode, problem if child.returncode else "")
+            answer_via(conn, child.returncode, problem if child.returncode else "")
             return child.returncode
 
 
@@ -331,7 +332,8 @@ def _copy_lines(stream, lines: list[str]) -> None:
         sys.stderr.flush()
 
 
-def _answer(conn: socket.socket, code: int, problem: str) -> None:
+def answer_via(conn: socket.socket, code: int, problem: str) -> None:
+    """Answer a ``via`` (``conn``): its daemon's status and what to say of its node."""
     try:
         conn.sendall(json.dumps({"exit": code, "problem": problem}).encode() + b"\n")
     except OSError:

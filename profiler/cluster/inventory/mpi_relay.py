@@ -37,7 +37,7 @@ from pathlib import Path, PurePosixPath
 from typing import Mapping, Protocol, Sequence
 
 from workloads.mpi import (DATA_DIR_ENV, FORWARDED_ENV, NODE_ENTRIES_ENV, NODE_LINE,
-                           PATHS_ENV, UNREACHABLE_EXIT)
+                           PATHS_ENV, UNREACHABLE_EXIT, answer_via)
 
 from ...errors import ClusterError
 from ..base import Node, NodeEntry, kill_group
@@ -139,17 +139,17 @@ class MpiRelay:
             except (OSError, ValueError, AttributeError):
                 return
             if ticket is None or not argv or os.path.basename(argv[0]) != DAEMON:
-                self._answer(conn, UNREACHABLE_EXIT, "the relay refused a request that is "
+                answer_via(conn, UNREACHABLE_EXIT, "the relay refused a request that is "
                                                      "not an MPI daemon of this sweep's cells")
                 return
             try:
                 proc = self._start(ticket, argv, request.get("env") or {})
             except (OSError, ClusterError) as exc:
-                self._answer(conn, UNREACHABLE_EXIT, str(exc))
+                answer_via(conn, UNREACHABLE_EXIT, str(exc))
                 return
             code = self._wait(conn, proc)
             if code is not None:
-                self._answer(conn, code, self._problem(ticket, code))
+                answer_via(conn, code, self._problem(ticket, code))
 
     def _start(self, ticket: Ticket, argv: list[str], forwarded: dict) -> subprocess.Popen:
         cluster, node = self._cluster, ticket.node
@@ -204,13 +204,6 @@ class MpiRelay:
             return (f"unreachable over SSH ({last_line(text)}): check that it is up and "
                     "that the controller reaches it")
         return f"the MPI daemon exited {code} ({last_line(text)})"
-
-    @staticmethod
-    def _answer(conn: socket.socket, code: int, problem: str) -> None:
-        try:
-            conn.sendall(json.dumps({"exit": code, "problem": problem}).encode() + b"\n")
-        except OSError:
-            pass  # the via is gone
 
     def close(self) -> None:
         """Stop what still runs, end the forwards and remove their sockets there."""
