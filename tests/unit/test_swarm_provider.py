@@ -108,3 +108,22 @@ def test_a_manager_address_that_is_not_one_is_refused(host):
                                           "Engine API.*tcp://HOST:2375"):
         _host(host)
     assert _host("ssh://pi@manager") == "ssh://pi@manager"
+
+
+def test_an_mpi_launcher_s_rank_command_gets_the_image_s_python(tmp_path, monkeypatch):
+    """``mpirun ... python -m workloads.mpi rank``: the rank's Python is the image's too."""
+    need("the Docker SDK for Python", importlib.util.find_spec("docker") is not None)
+    from profiler.cluster.swarm.cluster import SwarmCluster, TaskSettings
+    from profiler.cluster.swarm.engine import SwarmNode
+
+    monkeypatch.setattr("profiler.cluster.swarm.cluster.remove_left_behind",
+                        lambda *_: None)
+    settings = TaskSettings(None, "edgeprof:dev", "/opt/py", 1400, 64, "profile", ())
+    cluster = SwarmCluster(settings, [SwarmNode("id0", "n0", "pi4", "10.0.0.1", "manager")])
+    cell_dir = tmp_path / "sweep" / "cells" / "c1" / "attempt-1"
+    spec = cluster.service_spec(
+        cluster.nodes()[0], [sys.executable, "-m", "workloads.mpi", "launch", "n0,n1", "--",
+                             "mpirun", "-np", "2", sys.executable, "-m", "workloads.mpi"],
+        {}, cell_dir / "logs" / "l.log", cell_dir, "net", "n0", "launcher", True)
+    command = spec["task_template"]["ContainerSpec"]["Command"]
+    assert sys.executable not in command and command.count("/opt/py") == 2

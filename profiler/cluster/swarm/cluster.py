@@ -260,8 +260,9 @@ class SwarmCluster(Cluster):
                                   RestartPolicy, ServiceMode, TaskTemplate)
 
         settings = self.settings
-        argv = [settings.swarm_python if i == 0 and a == sys.executable else str(a)
-                for i, a in enumerate(argv)]
+        # The controller's Python wherever the command names it: its first word, and
+        # the rank's command inside an MPI launcher's (``mpirun ... python -m ...``).
+        argv = [settings.swarm_python if a == sys.executable else str(a) for a in argv]
         task_env = {k: v for k, v in os.environ.items()
                     if k.startswith(PASSED_ENV_PREFIXES) and k not in SECRET_ENV_VARS}
         if "PYTHONPATH" in task_env:  # the task's folder is not the controller's
