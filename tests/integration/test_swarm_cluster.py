@@ -201,10 +201,11 @@ LONG = ("--engine", "torch-ddp", "--model", "lenet-mlp", "--batch", "32", "--dev
         "--epochs", "100000", "--max-samples", "60000", "--val-samples", "64")
 
 
-def _start_training(swarm, out: Path, log: Path) -> subprocess.Popen:
-    """A sweep of one unbounded DDP cell, returned once worker 1 has taken a step."""
+def _start_training(swarm, out: Path, log: Path, args: tuple[str, ...] = LONG
+                    ) -> subprocess.Popen:
+    """A sweep of one unbounded cell (DDP's), returned once worker 1 has taken a step."""
     with open(log, "wb") as output:
-        sweep = subprocess.Popen(_argv(swarm, out, *LONG), stdout=output,
+        sweep = subprocess.Popen(_argv(swarm, out, *args), stdout=output,
                                  stderr=subprocess.STDOUT, cwd=ROOT)
     try:
         _wait_for(lambda: _first_step(next(out.glob("cells/*/attempt-1"), None), 1), sweep)

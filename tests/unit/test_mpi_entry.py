@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from profiler.cluster.base import NodeEntry
 from tests.conftest import ROOT
@@ -22,6 +23,15 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def _entry(tmp_path: Path, ticket: Path, **popen) -> tuple[subprocess.Popen, int, dict]:
+    """Node n1's entry (``serve``) on a free loopback port; its port and environment."""
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), NODE_ENTRIES_ENV: json.dumps(
+        {"cell": str(tmp_path), "nodes": {"n1": NodeEntry().to_dict()}})}
+    return subprocess.Popen([sys.executable, "-m", "workloads.mpi", "serve", str(ticket),
+                             str(port), "n1"], env=env, cwd=ROOT, **popen), port, env
 
 
 def _via(port: int, ticket: str, argv: list[str], env: dict) -> subprocess.CompletedProcess:
@@ -40,12 +50,8 @@ def test_the_entry_runs_only_its_cell_s_daemon_and_answers_its_status(tmp_path):
     ticket.chmod(0o600)
     wrong = tmp_path / "wrong.ticket"
     wrong.write_text("guess")
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), NODE_ENTRIES_ENV: json.dumps(
-        {"cell": str(tmp_path), "nodes": {"n1": NodeEntry().to_dict()}})}
-    entry = subprocess.Popen([sys.executable, "-m", "workloads.mpi", "serve", str(ticket),
-                              str(port), "n1"], env=env, cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    entry, port, env = _entry(tmp_path, ticket, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
     try:
         refused = _via(port, f"@{wrong}", [str(orted), "-x"], env)
         assert refused.returncode == 255
@@ -73,11 +79,7 @@ def test_a_daemon_outliving_the_connect_timeout_keeps_its_via(tmp_path, monkeypa
     orted.chmod(0o755)
     ticket = tmp_path / "t"
     ticket.write_text("x")
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), NODE_ENTRIES_ENV: json.dumps(
-        {"cell": str(tmp_path), "nodes": {"n1": NodeEntry().to_dict()}})}
-    entry = subprocess.Popen([sys.executable, "-m", "workloads.mpi", "serve", str(ticket),
-                              str(port), "n1"], env=env, cwd=ROOT)
+    entry, port, _ = _entry(tmp_path, ticket)
     try:
         _listening(port)
         monkeypatch.setattr(mpi, "ENTRY_CONNECT_TIMEOUT_S", 0.5)
