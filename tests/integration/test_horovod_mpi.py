@@ -269,6 +269,18 @@ def test_ctrl_c_stops_an_mpi_cell_and_leaves_nothing(mpi, tmp_path):
     assert _nothing_left(tmp_path) == []
 
 
+def test_the_time_limit_ends_an_mpi_cell_and_leaves_nothing(mpi, tmp_path):
+    """``--timeout`` of an MPI cell: a cell without end is cut at the limit, ``timeout``
+    with its reason, and the launcher's process group (mpirun, the agents, the daemons,
+    the ranks) goes with it. Whether the limit falls in the ranks' start or in their
+    training, the record is the same."""
+    cell = _cell(epochs=100000)  # only the limit can end it, on any host
+    rec = run_cell(cell, LocalCluster(2), HorovodEngine(), tmp_path / cell.cell_id, TINY,
+                   sweep_id="t", timeout_s=8, monitor_interval_s=None)
+    assert (rec["status"], rec["reason"]) == ("timeout", "no result within --timeout 8 s")
+    assert _nothing_left(tmp_path) == []
+
+
 # An orted that cannot start: Open MPI's own daemon, told to use an interface that does
 # not exist, fails in its start-up (where a daemonized one used to leave mpirun waiting).
 BROKEN_DAEMON = """\
