@@ -29,7 +29,8 @@ def node_of_ranks(events, specs: Sequence, role: str) -> dict[int, str]:
     out = {spec.rank: spec.node.name for spec in specs if spec.role == role}
     if role == "worker":
         for e in events.of("start"):
-            if e.get("node") and isinstance(e.get("rank"), int):
+            # A damaged line's node can be anything (the fuzz tests write such lines).
+            if isinstance(e.get("node"), str) and e["node"] and isinstance(e.get("rank"), int):
                 out[e["rank"]] = e["node"]
     return out
 

@@ -90,6 +90,8 @@ def _files(**named) -> dict[str, bytes]:
 @example(_files(worker_0=[START, EPOCH, {**END, "t": float("nan")}])).via("a NaN time")
 @example(_files(worker_0=[START, EPOCH, {**END, "syncs": 10 ** 400}])
          ).via("an integer past a float's range")
+@example(_files(worker_0=[{**START, "node": {"": None}}, EPOCH, END], steps_worker_0=[STEP])
+         ).via("a node that is not a name (the rank's node is read from its start)")
 @example(_files(worker_0=[START, EPOCH, END], steps_worker_0=[{**STEP, "every": "x"}])
          ).via("a step's sampling that is text")
 @example(_files(worker_0=[START, EPOCH, END], steps_worker_0=[{**STEP, "data_s": "x"}])
