@@ -15,7 +15,8 @@ from pathlib import Path
 from .base import Collector, Deltas, Sample
 from .network import Network
 
-_COUNTERS = ("recv_bytes", "recv_packets", "sent_bytes", "sent_packets")
+# In the order the node-level collector writes them (network.py).
+_COUNTERS = ("sent_bytes", "recv_bytes", "sent_packets", "recv_packets")
 
 
 class ContainerNetwork(Collector):
@@ -53,10 +54,7 @@ class ContainerNetwork(Collector):
                 total = totals.setdefault(name, dict.fromkeys(_COUNTERS, 0))
                 for key in _COUNTERS:
                     total[key] += values[key]
-        return [("net", {"interface": name}, self._deltas.fields(name, {
-                    "sent_bytes": total["sent_bytes"], "recv_bytes": total["recv_bytes"],
-                    "sent_packets": total["sent_packets"],
-                    "recv_packets": total["recv_packets"]}))
+        return [("net", {"interface": name}, self._deltas.fields(name, total))
                 for name, total in sorted(totals.items())]
 
 
