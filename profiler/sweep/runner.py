@@ -53,8 +53,12 @@ def run_attempt(req: CellRequest) -> dict:
     finally:
         release(run)
     run.t_reaped = time.time()
-    # Nodes with disks of their own hand back what the cell wrote there.
-    run.fetch_problems = req.cluster.collect(req.cell_dir, run.nodes) if run.launched else []
+    # Nodes with disks of their own hand back what the cell wrote there, and the
+    # cluster releases what it made for the cell: a launcher's node entries too, when
+    # the cell failed while they were being made (nothing launched yet).
+    entered = any(spec.launches_on for spec in run.specs)
+    run.fetch_problems = (req.cluster.collect(req.cell_dir, run.nodes)
+                          if run.launched or entered else [])
     events = read_cell_events(req.cell_dir / "events")
     status, reason = judge(run, events)
     return build_record(run, events, status, reason)

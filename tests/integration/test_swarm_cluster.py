@@ -55,7 +55,7 @@ def dev_image_tar(tmp_path_factory) -> Path:
 def swarm(tmp_path_factory, dev_image_tar):
     """A Swarm of ``NODES`` emulated Pi 4s, the development image on each."""
     from profiler.cluster import emulated
-    from tests.support.swarm import SwarmOnNodes, host_iptables
+    from tests.support.swarm import swarm_on_emulated
 
     need_root()
     need("the Docker SDK for Python (scripts/setup.sh)",
@@ -64,28 +64,11 @@ def swarm(tmp_path_factory, dev_image_tar):
         importlib.util.find_spec(m) is not None for m in ("torch", "mxnet")))
     for binary in (*emulated.REQUIRED_BINARIES, "dockerd", "iptables"):
         need_binary(binary)
-    before = host_iptables()
-    cluster, brought_up = emulated.ensure_cluster(NODES, "pi4")
-    if not brought_up and len(cluster.nodes()) != NODES:
-        # A larger pi4 cluster scales its quotas below the profile's, under which a task's
-        # limit does not fit: this module wants its own.
-        emulated.down()
-        cluster, brought_up = emulated.up(NODES, "pi4"), True
-    swarm = SwarmOnNodes(cluster.nodes()[:NODES],
-                         Path(tmp_path_factory.mktemp("swarm", numbered=True)))
-    try:
-        swarm.start()
-        began = time.monotonic()
-        swarm.import_image(dev_image_tar, IMAGE)
-        swarm.imported_s = time.monotonic() - began
+    with swarm_on_emulated(NODES, Path(tmp_path_factory.mktemp("swarm", numbered=True)),
+                           dev_image_tar, IMAGE) as swarm:
         print(f"\nSwarm of {NODES} formed in {swarm.formed_s:.1f} s, image imported on "
               f"every node in {swarm.imported_s:.1f} s")
         yield swarm
-    finally:
-        swarm.stop()
-        if brought_up:
-            emulated.down()
-    assert host_iptables() == before
 
 
 @pytest.fixture(autouse=True)
@@ -379,6 +362,26 @@ def test_a_node_without_a_profile_label_is_one_line(swarm, tmp_path):
     finally:
         swarm.label("n1", {"edgeprof.node": "n1", "edgeprof.profile": "pi4"})
     assert_one_line(done, "Swarm node n1", "edgeprof.profile")
+
+
+def test_a_node_drained_mid_cell_fails_it_naming_the_node(swarm, tmp_path):
+    """``docker node update --availability drain n1`` while DDP trains: the manager shuts
+    n1's tasks down (and cannot place them elsewhere: they are pinned), so the cell
+    fails, and its reason says n1 was drained, not only that a task ended."""
+    out = tmp_path / "out"
+    sweep = _start_training(swarm, out, tmp_path / "sweep.log")
+    try:
+        swarm.availability("n1", "drain")
+        sweep.wait(timeout=WAIT_S)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()
+        swarm.availability("n1", "active")
+    (record,) = _records(out)
+    print(record["reason"])
+    assert record["status"] == "failed"
+    assert "node n1 is drained" in record["reason"], record["reason"]
 
 
 # Last: it stops a node's daemon (and starts it again).

@@ -45,7 +45,7 @@ ENDLESS = ("--engine", "torch-ddp", "--model", "lenet-mlp", "--batch", "32",
 def swarm(tmp_path_factory, dev_image_tar):  # noqa: F811 (the fixture)
     """Two machines in one Swarm, each a host of ``BOARDS_PER_HOST`` emulated boards."""
     from profiler.cluster import emulated
-    from tests.support.swarm import SwarmOnNodes, host_iptables
+    from tests.support.swarm import swarm_on_emulated
 
     need_root()
     need("the Docker SDK for Python (scripts/setup.sh)",
@@ -53,24 +53,9 @@ def swarm(tmp_path_factory, dev_image_tar):  # noqa: F811 (the fixture)
     need("torch (scripts/setup.sh)", importlib.util.find_spec("torch") is not None)
     for binary in (*emulated.REQUIRED_BINARIES, "dockerd", "iptables", "tc"):
         need_binary(binary)
-    before = host_iptables()
-    cluster, brought_up = emulated.ensure_cluster(HOSTS, "pi4")
-    if not brought_up and len(cluster.nodes()) != HOSTS:
-        emulated.down()  # a larger cluster scales its shares below pi4's: make ours
-        cluster, brought_up = emulated.up(HOSTS, "pi4"), True
-    swarm = SwarmOnNodes(cluster.nodes()[:HOSTS],
-                         Path(tmp_path_factory.mktemp("swarm-hosts", numbered=True)))
-    try:
-        swarm.start()
-        swarm.import_image(dev_image_tar, IMAGE)
-        for daemon in swarm.daemons:
-            swarm.label(daemon.node.name, _host_labels(daemon.node.name))
+    with swarm_on_emulated(HOSTS, Path(tmp_path_factory.mktemp("swarm-hosts", numbered=True)),
+                           dev_image_tar, IMAGE, labels=_host_labels) as swarm:
         yield swarm
-    finally:
-        swarm.stop()
-        if brought_up:
-            emulated.down()
-    assert host_iptables() == before
 
 
 def _host_labels(name: str, boards: str = str(BOARDS_PER_HOST)) -> dict[str, str]:

@@ -24,6 +24,10 @@ which the host's Python (``/root/.pyenv``), the venv and the repository are bind
 read-only at their own paths (``dev_mounts()``), so that the containers run the host's
 exact code. The real image is ``edgeprof image build``'s; the provider only needs an
 image name and the path of Python inside it.
+
+``swarm_on_emulated(count, workdir, tar, image)`` is a module fixture's whole body: the
+emulated cluster of ``count`` Pi 4s (its own, when one of another size is up), a Swarm
+on it with the image imported, and after it everything gone, the host's tables as before.
 """
 
 from __future__ import annotations
@@ -55,6 +59,37 @@ EMULATED_CONTROLLERS = ("cpu", "cpuacct", "memory")
 # (openmpi-bin), for Horovod over MPI (``--horovod-ops mpi``).
 DEV_IMAGE_PACKAGES = ("libgomp1", "libquadmath0", "libopenmpi3", "libffi8", "libssl3",
                       "libsqlite3-0", "iproute2", "openmpi-bin")
+
+
+@contextlib.contextmanager
+def swarm_on_emulated(count: int, workdir: Path, tar: Path, image: str,
+                      labels=None):
+    """A started ``SwarmOnNodes`` on ``count`` emulated Pi 4s with ``image`` imported on
+    each (``labels(name)``: a node's labels, when given), stopped after; the emulated
+    cluster brought down if it was brought up here, and the host's iptables unchanged."""
+    from profiler.cluster import emulated
+
+    before = host_iptables()
+    cluster, brought_up = emulated.ensure_cluster(count, "pi4")
+    if not brought_up and len(cluster.nodes()) != count:
+        # A larger pi4 cluster scales its quotas below the profile's, under which a
+        # task's limit does not fit: the caller wants its own.
+        emulated.down()
+        cluster, brought_up = emulated.up(count, "pi4"), True
+    swarm = SwarmOnNodes(cluster.nodes()[:count], workdir)
+    try:
+        swarm.start()
+        began = time.monotonic()
+        swarm.import_image(tar, image)
+        swarm.imported_s = time.monotonic() - began
+        for daemon in swarm.daemons if labels else ():
+            swarm.label(daemon.node.name, labels(daemon.node.name))
+        yield swarm
+    finally:
+        swarm.stop()
+        if brought_up:
+            emulated.down()
+    assert host_iptables() == before
 
 
 def host_iptables() -> str:
@@ -246,6 +281,13 @@ class SwarmOnNodes:
             spec = dict(node.attrs["Spec"])
             spec["Labels"] = dict(labels)
             node.update(spec)
+
+    def availability(self, node_name: str, availability: str) -> None:
+        """Set the Swarm node's availability (``active``, ``pause``, ``drain``)."""
+        with self.client() as client:
+            node = next(n for n in client.nodes.list()
+                        if n.attrs["Spec"].get("Labels", {}).get("edgeprof.node") == node_name)
+            node.update({**node.attrs["Spec"], "Availability": availability})
 
     def import_image(self, tar: Path, name: str) -> None:
         """``docker import`` ``tar`` as ``name`` on every node (no registry: each daemon

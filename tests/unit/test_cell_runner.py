@@ -10,6 +10,7 @@ import pytest
 from profiler.cell import CellConfig
 from profiler.cluster.local import LocalCluster
 from profiler.engines.base import Engine, ProcessSpec, TrainOptions
+from profiler.errors import ClusterError
 from profiler.sweep.cell_run import CellRequest, Launched
 from profiler.sweep.events import CellEvents
 from profiler.sweep.interrupts import StopRequest
@@ -131,3 +132,44 @@ def test_every_reason_is_kept_in_the_record(tmp_path):
     assert record["status"] == "failed"  # its times are not what its straggler says
     assert record["reason"] == ("loss diverged at epoch 2; straggler: could not slow local0: "
                                 "no cgroup; no metrics summary: spool torn")
+
+
+class _EntryFailsCluster(LocalCluster):
+    """Local nodes of which only the first entered can be entered (as a Swarm entry
+    service started on one node before the next one's failed); records ``collect``."""
+
+    def __init__(self):
+        super().__init__(3)
+        self.entered, self.collected = [], []
+
+    def entry(self, node, *, role=None, origin=None, cell_dir=None):
+        if self.entered:
+            raise ClusterError(f"node {node.name} cannot be entered")
+        self.entered.append(node.name)
+        return super().entry(node, role=role, origin=origin, cell_dir=cell_dir)
+
+    def collect(self, cell_dir, nodes):
+        self.collected.append(cell_dir)
+        return []
+
+
+class _LauncherEngine(ShellEngine):
+    """One launcher (an ``mpirun``) starting the workers on two nodes itself."""
+
+    def nodes_needed(self, cell: CellConfig) -> int:
+        return 3
+
+    def plan(self, cell, nodes, cell_dir, options) -> list[ProcessSpec]:
+        return [ProcessSpec("worker", 0, nodes[0], ["sh", "-c", "sleep 30"],
+                            launches_on=(nodes[1], nodes[2]))]
+
+
+def test_a_cell_whose_entries_fail_before_launch_is_collected(tmp_path):
+    """The launcher's entries are made before it starts; one failing leaves nothing
+    launched, and what the others made is still the cluster's to release (collect)."""
+    cluster = _EntryFailsCluster()
+    record = run_cell(CellConfig(), cluster, _LauncherEngine("true"), tmp_path / "attempt-1",
+                      TrainOptions(), sweep_id="t", monitor_interval_s=None)
+    assert record["status"] == "failed"
+    assert "node local2 cannot be entered" in record["reason"], record["reason"]
+    assert cluster.entered == ["local1"] and cluster.collected == [tmp_path / "attempt-1"]

@@ -12,8 +12,9 @@ its container. This process then
 - once the task's container runs, writes its id and first pid (both in the task's
   status) to the ``register`` file, whose folder the node's metrics agent reads;
 - watches the node (every ``NODE_CHECK_S``): a node the manager no longer counts ready
-  (its daemon stopped, the board is off) leaves the task listed as running, so the
-  process says so, naming the node, and exits ``GONE``;
+  (its daemon stopped, the board is off) leaves the task listed as running, and one
+  drained has its tasks shut down by the manager: the process says so, naming the
+  node, and exits ``GONE``;
 - exits with the task's exit status (137 for a container killed with SIGKILL, 125 for
   a task that never ran), which the runner judges as it judges any process's; a
   process that exited with a status of its own (not 128 + a signal's number: mpirun's
@@ -42,11 +43,24 @@ import time
 
 POLL_S = 0.2
 NODE_CHECK_S = 1.0
+CELL_LABEL = "edgeprof.cell"  # the cluster's label of a cell's services
 STOP_WAIT_S = 5.0
 ENDED = {"complete", "failed", "rejected", "shutdown", "orphaned", "remove"}
 NEVER_RAN = 125  # as `docker run` exits when the container could not be run
 GONE = 137
 SIGNAL_MAX = 64  # a container's 128 + N for N up to this is a signal's; above, its own
+
+
+def _out_of_service(node: dict) -> str:
+    """How a Swarm node (``inspect_node``'s answer) is out of service: "down (heartbeat
+    failure)" when the manager no longer counts it ready, "drained (...)" when it takes
+    no tasks; "" when it is in service."""
+    status = node.get("Status", {})
+    if status.get("State", "ready") != "ready":
+        return f"{status.get('State')} ({status.get('Message') or 'its daemon does not answer'})"
+    if node.get("Spec", {}).get("Availability", "active") == "drain":
+        return "drained (availability drain: the manager stops its tasks)"
+    return ""
 
 
 def main() -> int:
@@ -67,7 +81,7 @@ def main() -> int:
         _say(f"cannot create service {name}: {exc}")
         return NEVER_RAN
     task = _Task(client, service_id, name, request.get("node", "?"), request.get("node_id"),
-                 request.get("register"))
+                 request.get("register"), (service.get("labels") or {}).get(CELL_LABEL))
     try:
         return task.follow(stop)
     finally:
@@ -85,9 +99,10 @@ class _Task:
     """The one task of a service, followed through the manager."""
 
     def __init__(self, client, service_id: str, name: str, node: str, node_id: str | None,
-                 register: dict | None):
+                 register: dict | None, cell: str | None = None):
         self.client, self.service_id, self.name = client, service_id, name
         self.node, self.node_id, self.register = node, node_id, register
+        self.cell = cell
         self._next_node_check = time.monotonic() + NODE_CHECK_S
 
     def follow(self, stop: threading.Event) -> int:
@@ -112,6 +127,14 @@ class _Task:
             status = tasks[0].get("Status", {})
             state, error = status.get("State", ""), status.get("Err", "")
             if state in ENDED:
+                if state != "complete":
+                    # A drained node's tasks are shut down by the manager, and its peers'
+                    # fail as their connections to it close, maybe first: name the node.
+                    peer = self._peer_gone()
+                    if peer:
+                        _say(f"{peer}: the task of service {self.name} on node "
+                             f"{self.node} ended {state}")
+                        return GONE
                 return self._ended(state, error, status)
             if down:
                 _say(f"node {self.node} is {down}: the task of service {self.name} there is "
@@ -141,14 +164,33 @@ class _Task:
 
     def _node_down(self) -> str:
         """How the manager sees the node when it is not ready ("down (heartbeat
-        failure)"), else ""; asked every ``NODE_CHECK_S``."""
+        failure)") or no longer takes tasks ("drained (...)"), else ""; asked every
+        ``NODE_CHECK_S``."""
         if not self.node_id or time.monotonic() < self._next_node_check:
             return ""
         self._next_node_check = time.monotonic() + NODE_CHECK_S
-        status = self.client.api.inspect_node(self.node_id).get("Status", {})
-        if status.get("State", "ready") == "ready":
-            return ""
-        return f"{status.get('State')} ({status.get('Message') or 'its daemon does not answer'})"
+        return _out_of_service(self.client.api.inspect_node(self.node_id))
+
+    def _peer_gone(self) -> str:
+        """Which node of this task's cell is out of service, its own first ("node n1
+        is drained (...)", "node n1 is down (...)"); empty when every one is in it."""
+        from docker.errors import DockerException
+
+        try:
+            ids = {self.node_id} if self.node_id else set()
+            if self.cell:
+                ids |= {t.get("NodeID") for t in self.client.api.tasks(
+                    filters={"label": f"{CELL_LABEL}={self.cell}"}) if t.get("NodeID")}
+            for node_id in sorted(ids, key=lambda i: i != self.node_id):  # its own first
+                node = self.client.api.inspect_node(node_id)
+                gone = _out_of_service(node)
+                if gone:
+                    name = (node.get("Spec", {}).get("Labels") or {}).get(
+                        "edgeprof.node") or node.get("Description", {}).get("Hostname", "?")
+                    return f"node {name} is {gone}"
+        except DockerException:
+            return ""  # the task's own ending is said instead
+        return ""
 
     def _register(self, container: dict) -> None:
         """Tell the node's agent this container: its id and first pid, as one file."""
