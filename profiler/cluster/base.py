@@ -34,6 +34,9 @@ from typing import Any, Callable, ClassVar, ContextManager, Iterator, Mapping, S
 
 from ..errors import ClusterError, ConfigError
 
+# A hierarchy's tiers, lowest (the devices that make the data) first: a node's ``tier``.
+TIERS = ("end", "edge", "cloud")
+
 
 @dataclass(frozen=True)
 class NodeScope:
@@ -86,7 +89,9 @@ class Node:
 
     ``address`` is what other nodes use to reach it (``127.0.0.1`` for local slots, the
     namespace's IP for emulated nodes). ``cpu_cores`` and ``memory_mb`` are the node's
-    limits when the provider enforces any (``None``: the host's).
+    limits when the provider enforces any (``None``: the host's). ``tier``: its tier in
+    a hierarchy (``end``, ``edge``, ``cloud``; None: its profile has none), which a
+    node of another tier reaches through ``Cluster.link_address``.
     """
 
     name: str
@@ -95,6 +100,15 @@ class Node:
     cpu_cores: float | None = None
     memory_mb: int | None = None
     scope: NodeScope = field(default_factory=NodeScope)
+    tier: str | None = None
+
+
+def nodes_by_tier(nodes: Sequence[Node]) -> dict[str | None, list[Node]]:
+    """``nodes`` grouped by tier, each group in the nodes' order (None: untiered)."""
+    groups: dict[str | None, list[Node]] = {}
+    for node in nodes:
+        groups.setdefault(node.tier, []).append(node)
+    return groups
 
 
 @dataclass(frozen=True)
@@ -154,6 +168,13 @@ class Cluster:
         agent which process is which themselves (the inventory cluster).
         """
         raise NotImplementedError
+
+    def link_address(self, source: Node, target: Node, port: int) -> tuple[str, int]:
+        """The (address, port) a process on ``source`` dials to reach ``port`` on
+        ``target`` over the link between their tiers (its delay and rate applied,
+        where the provider emulates links: the emulated cluster's relay). Here: the
+        target itself, for providers whose network is the real one."""
+        return target.address, port
 
     def entry(self, node: Node, *, role: str | None = None, origin: Node | None = None,
               cell_dir: Path | None = None) -> NodeEntry | None:
