@@ -467,7 +467,7 @@ def _parse_links(path: Path, name: str, spec) -> dict[str, TierLink]:
         try:
             link = TierLink(float(entry["delay_ms"]),
                             None if entry.get("mbit") is None else float(entry["mbit"]))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # Overflow: float(10**400)
             raise ConfigError(f"{path}: mix {name}: link {key}: delay_ms and mbit must be "
                               f"numbers: {_LINK_FIX}") from None
         # Written as ``not (...)`` so that .nan is refused.

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 
@@ -73,6 +74,8 @@ def test_tiers_and_links_are_read_in_canonical_order(tmp_path):
     (("end-edge: {delay_ms: 200}", "end-edge: {delay_ms: -1}"), "0 <= delay_ms"),
     (("end-edge: {delay_ms: 200}", "end-edge: {delay_ms: .nan}"), "0 <= delay_ms"),
     (("end-edge: {delay_ms: 200}", "end-edge: {delay_ms: soon}"), "must be numbers"),
+    (("end-edge: {delay_ms: 200}", "end-edge: {delay_ms: 1" + "0" * 400 + "}"),
+     "must be numbers"),
     (("mbit: 20}", "mbit: 0}"), "mbit > 0"),
     (("end-edge: {delay_ms: 200}", "edge-end: {delay_ms: 200}\n      end-edge: {delay_ms: 1}"),
      "given twice"),
@@ -91,7 +94,7 @@ def test_a_bad_tier_is_one_line_and_exit_2_from_the_cli(tmp_path):
     path.write_text(TIERED.replace("tier: end}", "tier: fog}"))
     done = subprocess.run([sys.executable, "-m", "profiler.cli", "cluster", "profiles"],
                           capture_output=True, text=True,
-                          env={**__import__("os").environ, "EDGEPROF_PROFILES": str(path)})
+                          env={**os.environ, "EDGEPROF_PROFILES": str(path)})
     assert_one_line(done, str(path), "tier 'fog'", "give tier: end, edge, cloud")
 
 
