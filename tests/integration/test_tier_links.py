@@ -21,6 +21,8 @@ from tests.conftest import need_binary, need_root
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 DELAY_MS = 200
+# The end-edge link's own rate, well under the nodes' links, so that it is the limit.
+LINK_MBIT = 20
 # Above the delay, what a loaded host may add to one exchange of small messages.
 SLACK_MS = 300
 PROFILES = f"""\
@@ -32,7 +34,7 @@ mixes:
   tl-mix:
     nodes: [{{profile: tl-end, count: 2}}, {{profile: tl-edge}}, {{profile: tl-cloud}}]
     links:
-      end-edge: {{delay_ms: {DELAY_MS // 2}}}
+      end-edge: {{delay_ms: {DELAY_MS // 2}, mbit: {LINK_MBIT}}}
       end-cloud: {{delay_ms: {DELAY_MS}}}
 """
 
@@ -90,3 +92,21 @@ def test_a_delayed_link_holds_each_direction_and_a_tier_talks_directly(hierarchy
     assert median(delayed["rtt_ms"]) < 2 * DELAY_MS + SLACK_MS
     # Within the run: the same exchange inside one tier pays no link delay.
     assert median(direct["rtt_ms"]) < median(delayed["rtt_ms"]) - DELAY_MS
+
+
+def test_a_rated_link_holds_its_rate(hierarchy, tmp_path):
+    """About a second of the link's traffic: not faster than its rate (the nodes' own
+    links would carry 100 Mbit; 1.2 x allows for the relay's loop stalling on a busy
+    host as the first bytes arrive, which shortens the measured span) and not far
+    below it."""
+    end, _, edge, _ = hierarchy.nodes()
+    server = link_probe.start_server(hierarchy, edge, 7201, tmp_path / "server.log")
+    try:
+        host, port = hierarchy.link_address(end, edge, 7201)
+        size = LINK_MBIT * 1_000_000 // 8
+        got = link_probe.run_client(hierarchy, end, ["bulk", "--to", f"{host}:{port}",
+                                                     "--bytes", str(size)],
+                                    tmp_path / "bulk.log")
+    finally:
+        link_probe.stop(server)
+    assert 0.5 * LINK_MBIT < got["mbit"] <= 1.2 * LINK_MBIT, got
