@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 RELAY_SCRIPT = Path(__file__).with_name("relay.py")
 READY_TIMEOUT_S = 20.0
 CONTROL_TIMEOUT_S = 10.0
+# The relays this process started, by pid: ``stop_relay`` reaps its own children (the
+# test suite brings clusters up and down in one process); another's is reaped by init.
+_STARTED: dict[int, subprocess.Popen] = {}
 
 
 def control_path(state_dir: Path) -> Path:
@@ -51,6 +54,7 @@ def start_relay(state_dir: Path, host: str) -> int:
         stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
         start_new_session=True)
     log.close()
+    _STARTED[process.pid] = process
     pid_path(state_dir).write_text(str(process.pid))
     deadline = time.monotonic() + READY_TIMEOUT_S
     line = b""
@@ -83,10 +87,10 @@ def stop_relay(state_dir: Path) -> str | None:
         if _is_relay(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        # Reap it when this process started it (the test suite brings clusters up and
-        # down in one process); another's child is reaped by init.
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, os.WNOHANG)
+    started = _STARTED.pop(pid, None)
+    if started is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            started.wait(timeout=5)
     pid_file.unlink()
     with contextlib.suppress(FileNotFoundError):
         control_path(state_dir).unlink()

@@ -128,6 +128,7 @@ def test_the_relay_delays_each_direction_on_loopback():
                 writer.write(data)
                 await writer.drain()
             writer.close()
+            await writer.wait_closed()
         target = await asyncio.start_server(echo, "127.0.0.1", 0)
         to = target.sockets[0].getsockname()[:2]
         routes = relay.Relay("127.0.0.1")
@@ -141,8 +142,12 @@ def test_the_relay_delays_each_direction_on_loopback():
         assert await reader.readexactly(4) == b"ping"
         took = loop.time() - began
         writer.close()
+        await writer.wait_closed()
+        # The close crosses the relay (50 ms each way) before every end is closed.
+        await asyncio.sleep(0.3)
         for server in (target, *routes.servers):
             server.close()
+            await server.wait_closed()
         return took
     took = asyncio.run(main())
     assert took >= 0.1
@@ -178,3 +183,34 @@ def test_an_inventory_host_var_gives_a_real_node_its_tier():
     with pytest.raises(ConfigError, match="host w2: edgeprof_tier 'fog' is not a tier: "
                                           "give one of end, edge, cloud"):
         hosts_from_inventory(_inventory({"w2": {"edgeprof_tier": "fog"}}), "inv.ini")
+
+
+def test_the_relay_process_starts_serves_routes_and_stops(tmp_path):
+    """The relay as ``cluster up`` starts it (here on loopback, without root): a route
+    to a listener, the bytes through it, then ``stop_relay`` leaves nothing behind."""
+    import socket
+    import time
+
+    from profiler.cluster import links
+    from profiler.errors import ClusterError
+
+    with socket.create_server(("127.0.0.1", 0)) as target:
+        pid = links.start_relay(tmp_path, "127.0.0.1")
+        try:
+            assert links.relay_running(tmp_path)
+            port = links.route(tmp_path, target.getsockname()[:2], TierLink(30.0))
+            assert links.route(tmp_path, target.getsockname()[:2], TierLink(30.0)) == port
+            began = time.monotonic()
+            with socket.create_connection(("127.0.0.1", port)) as client:
+                client.sendall(b"hello")
+                peer, _ = target.accept()
+                with peer:
+                    peer.settimeout(10)
+                    assert peer.recv(5) == b"hello"
+            assert time.monotonic() - began >= 0.03
+        finally:
+            assert links.stop_relay(tmp_path) == f"links relay (pid {pid})"
+    assert not links.relay_running(tmp_path) and not links.pid_path(tmp_path).exists()
+    assert links.stop_relay(tmp_path) is None  # nothing to stop: nothing said
+    with pytest.raises(ClusterError, match="does not answer"):
+        links.route(tmp_path, ("127.0.0.1", 1), TierLink(1.0))
