@@ -39,6 +39,25 @@ TIERS = ("end", "edge", "cloud")
 
 
 @dataclass(frozen=True)
+class TierLink:
+    """The network between two tiers of a mix, in each direction: ``delay_ms`` one way
+    (held by the relay before it forwards what it read) and ``mbit`` (None: only the
+    nodes' own links limit the rate)."""
+
+    delay_ms: float
+    mbit: float | None = None
+
+    def as_spec(self) -> dict:
+        return {"delay_ms": self.delay_ms, **({"mbit": self.mbit} if self.mbit else {})}
+
+
+def link_key(tier_a: str, tier_b: str) -> str:
+    """The name of the link between two tiers, lower tier first: ``end-edge``."""
+    low, high = sorted((tier_a, tier_b), key=TIERS.index)
+    return f"{low}-{high}"
+
+
+@dataclass(frozen=True)
 class NodeScope:
     """What a node's processes (the metrics agent, Gloo) need to scope themselves to it.
 
@@ -175,6 +194,11 @@ class Cluster:
         where the provider emulates links: the emulated cluster's relay). Here: the
         target itself, for providers whose network is the real one."""
         return target.address, port
+
+    def tier_links(self) -> dict[str, TierLink]:
+        """The links between tiers this cluster emulates, by ``link_key`` (``end-edge``):
+        what ``link_address`` applies. Here none: the network is the real one."""
+        return {}
 
     def entry(self, node: Node, *, role: str | None = None, origin: Node | None = None,
               cell_dir: Path | None = None) -> NodeEntry | None:

@@ -58,7 +58,7 @@ from ..errors import ClusterError, ConfigError
 from ..fsutil import atomic_write_text
 from . import cgroups, instance, netns
 from .base import (Cluster, ClusterSettings, GridNeeds, MemoryPressure, Node, NodeEntry,
-                   NodeScope, ProviderOption, popen_in_group)
+                   NodeScope, ProviderOption, TierLink, link_key, popen_in_group)
 from .netns import TBF_LATENCY_MS
 
 if TYPE_CHECKING:
@@ -100,19 +100,22 @@ class EmulatedCluster(Cluster):
     def nodes(self) -> list[Node]:
         return list(self._nodes)
 
+    def tier_links(self) -> dict[str, TierLink]:
+        """The mix's links between the tiers of the nodes that are up."""
+        return {key: TierLink(float(spec["delay_ms"]), spec.get("mbit"))
+                for key, spec in self._state.get("links", {}).items()}
+
     def link_address(self, source: Node, target: Node, port: int) -> tuple[str, int]:
         """Through the links relay when ``source`` and ``target`` are of two tiers the
         mix links (the link's delay and rate applied; the target sees the connection
         come from the host's address); else ``target`` itself."""
         from . import links
-        from .profiles import TierLink, link_key
 
         if not (source.tier and target.tier and source.tier != target.tier):
             return target.address, port
-        spec = self._state.get("links", {}).get(link_key(source.tier, target.tier))
-        if spec is None:
+        link = self.tier_links().get(link_key(source.tier, target.tier))
+        if link is None:
             return target.address, port
-        link = TierLink(float(spec["delay_ms"]), spec.get("mbit"))
         return (self._state["host_address"],
                 links.route(STATE_DIR, (target.address, port), link))
 

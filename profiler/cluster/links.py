@@ -19,12 +19,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 from ..errors import ClusterError
-
-if TYPE_CHECKING:
-    from .profiles import TierLink
+from .base import TierLink
 
 RELAY_SCRIPT = Path(__file__).with_name("relay.py")
 READY_TIMEOUT_S = 20.0
@@ -114,7 +110,7 @@ def relay_running(state_dir: Path) -> bool:
         return False
 
 
-def route(state_dir: Path, to: tuple[str, int], link: "TierLink") -> int:
+def route(state_dir: Path, to: tuple[str, int], link: TierLink) -> int:
     """The relay's port that reaches ``to`` (address, port) over ``link``."""
     request = {"to": [to[0], int(to[1])], "delay_ms": link.delay_ms, "mbit": link.mbit}
     try:

@@ -41,7 +41,7 @@ import yaml
 from workloads import models as model_registry
 
 from ..errors import ConfigError
-from .base import TIERS
+from .base import TIERS, TierLink, link_key
 
 PACKAGED_PROFILES = Path(__file__).with_name("profiles.yaml")
 # The user's own profiles (``edgeprof cluster calibrate`` and the profile check write
@@ -55,25 +55,6 @@ PROFILES_ENV = "EDGEPROF_PROFILES"
 MIN_CPU_CORES = 0.001
 # The keys of cpu_cores_by_model, cpu_cores_dilated and board_rates: the models
 # registered in ``workloads.models`` (``model_registry.MODELS``, read when a file is).
-
-
-@dataclass(frozen=True)
-class TierLink:
-    """The network between two tiers of a mix, in each direction: ``delay_ms`` one way
-    (held by the relay before it forwards what it read) and ``mbit`` (None: only the
-    nodes' own links limit the rate)."""
-
-    delay_ms: float
-    mbit: float | None = None
-
-    def as_spec(self) -> dict:
-        return {"delay_ms": self.delay_ms, **({"mbit": self.mbit} if self.mbit else {})}
-
-
-def link_key(tier_a: str, tier_b: str) -> str:
-    """The name of the link between two tiers, lower tier first: ``end-edge``."""
-    low, high = sorted((tier_a, tier_b), key=TIERS.index)
-    return f"{low}-{high}"
 
 
 @dataclass(frozen=True)

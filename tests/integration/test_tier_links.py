@@ -61,6 +61,8 @@ def hierarchy(tmp_path_factory):
 
 def test_nodes_get_their_profiles_tiers_and_status_shows_them(hierarchy):
     assert [n.tier for n in hierarchy.nodes()] == ["end", "end", "edge", "cloud"]
+    assert hierarchy.tier_links()["end-cloud"].delay_ms == DELAY_MS
+    assert hierarchy.tier_links()["end-edge"].mbit == LINK_MBIT
     done = subprocess.run([sys.executable, "-m", "profiler.cli", "cluster", "status"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

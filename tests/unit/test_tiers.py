@@ -11,10 +11,9 @@ import sys
 import pytest
 
 from profiler.cluster import relay
-from profiler.cluster.base import Cluster, Node, nodes_by_tier
+from profiler.cluster.base import TIERS, Cluster, Node, TierLink, link_key, nodes_by_tier
 from profiler.cluster.emulated import status_lines
-from profiler.cluster.profiles import (PACKAGED_PROFILES, TIERS, TierLink, link_key,
-                                       load_catalog)
+from profiler.cluster.profiles import PACKAGED_PROFILES, load_catalog
 from profiler.errors import ConfigError
 from tests.conftest import assert_one_line
 
@@ -104,9 +103,10 @@ def test_nodes_carry_their_tier_and_group_by_it():
     groups = nodes_by_tier(nodes)
     assert [n.name for n in groups["end"]] == ["n0", "n2"]
     assert [n.name for n in groups[None]] == ["n3"]
-    # A provider with real networks dials the target itself.
+    # A provider with real networks dials the target itself and emulates no link.
     assert Cluster().link_address(nodes[0], Node("x", address="10.0.0.9"), 80) == (
         "10.0.0.9", 80)
+    assert Cluster().tier_links() == {}
 
 
 def test_the_wire_queues_a_burst_at_its_rate_then_adds_the_delay():
