@@ -41,10 +41,12 @@ MIN_CHUNK_BYTES = 1500
 MAX_CHUNK_BYTES = 65536
 # What the relay holds per direction beyond what is in flight on the link (rate x delay):
 # a router's queue, as long as the nodes' own tbf queues (netns.TBF_LATENCY_MS), so a
-# message behind a bulk transfer waits at most about that much more. Without a rate,
-# the nodes' own links limit what arrives.
+# message behind a bulk transfer waits at most about that much more.
 QUEUE_S = 0.05
 MIN_QUEUE_BYTES = 64 * 1024
+# Without a rate the nodes' own links limit what arrives, and this what is held: a
+# connection then carries at most 16 MB per one-way delay (537 Mbit at 250 ms), more
+# than a real TCP window would let through such a link (docs/hierarchy.md).
 UNLIMITED_HOLD_BYTES = 16 << 20
 
 
