@@ -428,7 +428,8 @@ def attach() -> EmulatedCluster:
         from . import links
         if not links.relay_running(STATE_DIR):
             raise ClusterError("the emulated cluster lost its links relay (the delays "
-                               "between tiers): `edgeprof cluster down` and up again")
+                               f"between tiers; see {links.log_path(STATE_DIR)}): "
+                               "`edgeprof cluster down` and up again")
     return EmulatedCluster(state)
 
 

@@ -38,10 +38,14 @@ def pid_path(state_dir: Path) -> Path:
     return state_dir / "links.pid"
 
 
+def log_path(state_dir: Path) -> Path:
+    return state_dir / "links.log"
+
+
 def start_relay(state_dir: Path, host: str) -> int:
     """Start the relay listening on ``host`` (the bridge's host address); its pid."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    log = open(state_dir / "links.log", "ab")
+    log = open(log_path(state_dir), "ab")
     # Its own session: it outlives `edgeprof cluster up`, as the namespaces do, and
     # Ctrl-C in that terminal later does not reach it.
     process = subprocess.Popen(
@@ -61,7 +65,7 @@ def start_relay(state_dir: Path, host: str) -> int:
     process.stdout.close()
     if line.strip() != b"ready":
         stop_relay(state_dir)
-        raise ClusterError(f"the links relay did not start (see {state_dir / 'links.log'}): "
+        raise ClusterError(f"the links relay did not start (see {log_path(state_dir)}): "
                            "`edgeprof cluster down` and up again")
     return process.pid
 
@@ -88,8 +92,9 @@ def stop_relay(state_dir: Path) -> str | None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             started.wait(timeout=5)
     pid_file.unlink()
-    with contextlib.suppress(FileNotFoundError):
-        control_path(state_dir).unlink()
+    for path in (control_path(state_dir), log_path(state_dir)):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
     return f"links relay (pid {pid})"
 
 

@@ -142,6 +142,8 @@ async def _relay(client_r, client_w, to: tuple[str, int], wires: tuple[Wire, Wir
     try:
         await asyncio.gather(_read_side(client_r, up), _write_side(server_w, up),
                              _read_side(server_r, down), _write_side(client_w, down))
+    except asyncio.CancelledError:
+        pass  # the relay stops (`cluster down`): its connections end with it
     finally:
         for writer in (client_w, server_w):
             writer.close()
