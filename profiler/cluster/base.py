@@ -34,6 +34,28 @@ from typing import Any, Callable, ClassVar, ContextManager, Iterator, Mapping, S
 
 from ..errors import ClusterError, ConfigError
 
+# A hierarchy's tiers, lowest (the devices that make the data) first: a node's ``tier``.
+TIERS = ("end", "edge", "cloud")
+
+
+@dataclass(frozen=True)
+class TierLink:
+    """The network between two tiers of a mix, in each direction: ``delay_ms`` one way
+    (held by the relay before it forwards what it read) and ``mbit`` (None: only the
+    nodes' own links limit the rate)."""
+
+    delay_ms: float
+    mbit: float | None = None
+
+    def as_spec(self) -> dict:
+        return {"delay_ms": self.delay_ms, **({"mbit": self.mbit} if self.mbit else {})}
+
+
+def link_key(tier_a: str, tier_b: str) -> str:
+    """The name of the link between two tiers, lower tier first: ``end-edge``."""
+    low, high = sorted((tier_a, tier_b), key=TIERS.index)
+    return f"{low}-{high}"
+
 
 @dataclass(frozen=True)
 class NodeScope:
@@ -86,7 +108,9 @@ class Node:
 
     ``address`` is what other nodes use to reach it (``127.0.0.1`` for local slots, the
     namespace's IP for emulated nodes). ``cpu_cores`` and ``memory_mb`` are the node's
-    limits when the provider enforces any (``None``: the host's).
+    limits when the provider enforces any (``None``: the host's). ``tier``: its tier in
+    a hierarchy (``end``, ``edge``, ``cloud``; None: its profile has none), which a
+    node of another tier reaches through ``Cluster.link_address``.
     """
 
     name: str
@@ -95,6 +119,15 @@ class Node:
     cpu_cores: float | None = None
     memory_mb: int | None = None
     scope: NodeScope = field(default_factory=NodeScope)
+    tier: str | None = None
+
+
+def nodes_by_tier(nodes: Sequence[Node]) -> dict[str | None, list[Node]]:
+    """``nodes`` grouped by tier, each group in the nodes' order (None: untiered)."""
+    groups: dict[str | None, list[Node]] = {}
+    for node in nodes:
+        groups.setdefault(node.tier, []).append(node)
+    return groups
 
 
 @dataclass(frozen=True)
@@ -154,6 +187,18 @@ class Cluster:
         agent which process is which themselves (the inventory cluster).
         """
         raise NotImplementedError
+
+    def link_address(self, source: Node, target: Node, port: int) -> tuple[str, int]:
+        """The (address, port) a process on ``source`` dials to reach ``port`` on
+        ``target`` over the link between their tiers (its delay and rate applied,
+        where the provider emulates links: the emulated cluster's relay). Here: the
+        target itself, for providers whose network is the real one."""
+        return target.address, port
+
+    def tier_links(self) -> dict[str, TierLink]:
+        """The links between tiers this cluster emulates, by ``link_key`` (``end-edge``):
+        what ``link_address`` applies. Here none: the network is the real one."""
+        return {}
 
     def entry(self, node: Node, *, role: str | None = None, origin: Node | None = None,
               cell_dir: Path | None = None) -> NodeEntry | None:

@@ -123,7 +123,12 @@ def profiles() -> None:
         by_model = "".join(f", {m} {q:g}" for m, q in profile.cpu_cores_by_model.items())
         power = (f", {profile.power.idle_w:g}-{profile.power.full_w:g} W"
                  if profile.power else "")
+        tier = f", tier {profile.tier}" if profile.tier else ""
         click.echo(f"{profile.name:<16} {profile.link_mbit:>6g} Mbit {profile.memory_mb:>6} MB "
-                   f"{profile.cpu_cores:>5g} cores{by_model}{power}  {profile.description}")
+                   f"{profile.cpu_cores:>5g} cores{by_model}{power}{tier}  "
+                   f"{profile.description}")
     for name, members in catalog.mixes.items():
-        click.echo(f"{name:<16} {len(members)} nodes: {', '.join(members)}")
+        links = "".join(f"; {key} {link.delay_ms:g} ms" + (f" {link.mbit:g} Mbit"
+                                                           if link.mbit else "")
+                        for key, link in catalog.tier_links(name).items())
+        click.echo(f"{name:<16} {len(members)} nodes: {', '.join(members)}{links}")

@@ -27,6 +27,11 @@ read back in the board's time (``docs/emulated.md``).
 reads each node's quota back from its cgroup, so a node left slowed by a killed sweep is
 set right before the next cell.
 
+A mix of tiered profiles gives each node its tier (``Node.tier``) and may give the
+links between tiers a delay and a rate (``profiles.TierLink``); ``tc`` cannot delay on
+this kernel, so ``up`` then starts a delaying relay on the host (``links``) and
+``link_address`` tells a node of one tier where to dial a node of another.
+
 ``EmulatedSettings`` is the provider's entry in ``profiler.cluster.PROVIDERS``: a
 profile by name (or a ``Profile`` object, as calibration hands over its candidates) and
 ``--speedup``. The node profiles (``profiles.py``, YAML) are imported where used: the
@@ -53,7 +58,7 @@ from ..errors import ClusterError, ConfigError
 from ..fsutil import atomic_write_text
 from . import cgroups, instance, netns
 from .base import (Cluster, ClusterSettings, GridNeeds, MemoryPressure, Node, NodeEntry,
-                   NodeScope, ProviderOption, popen_in_group)
+                   NodeScope, ProviderOption, TierLink, link_key, popen_in_group)
 from .netns import TBF_LATENCY_MS
 
 if TYPE_CHECKING:
@@ -78,7 +83,7 @@ class EmulatedCluster(Cluster):
         self._state = state
         self._nodes = [Node(name=n["name"], address=n["address"], profile=n["profile"],
                             cpu_cores=n["cpu_cores"], memory_mb=n["memory_mb"],
-                            scope=NodeScope.from_dict(n["scope"]))
+                            scope=NodeScope.from_dict(n["scope"]), tier=n.get("tier"))
                        for n in state["nodes"]]
         # node name -> the environment its profile gives the current cell's model
         # (``prepare``), added to every process started on it.
@@ -94,6 +99,25 @@ class EmulatedCluster(Cluster):
 
     def nodes(self) -> list[Node]:
         return list(self._nodes)
+
+    def tier_links(self) -> dict[str, TierLink]:
+        """The mix's links between the tiers of the nodes that are up."""
+        return {key: TierLink(float(spec["delay_ms"]), spec.get("mbit"))
+                for key, spec in self._state.get("links", {}).items()}
+
+    def link_address(self, source: Node, target: Node, port: int) -> tuple[str, int]:
+        """Through the links relay when ``source`` and ``target`` are of two tiers the
+        mix links (the link's delay and rate applied; the target sees the connection
+        come from the host's address); else ``target`` itself."""
+        from . import links
+
+        if not (source.tier and target.tier and source.tier != target.tier):
+            return target.address, port
+        link = self.tier_links().get(link_key(source.tier, target.tier))
+        if link is None:
+            return target.address, port
+        return (self._state["host_address"],
+                links.route(STATE_DIR, (target.address, port), link))
 
     def start(self, node: Node, argv: Sequence[str], env: Mapping[str, str],
               log_path: Path, *, confine: bool = True,
@@ -329,15 +353,28 @@ def up(nodes: int, profile: "str | Profile" = DEFAULT_PROFILE) -> EmulatedCluste
         return _up(layout, nodes, profile)
 
 
+def _tier_links(profile: "str | Profile", node_profiles: "list[Profile]") -> dict:
+    """The links of mix ``profile`` between tiers its first nodes are in, as recorded."""
+    from .profiles import Profile, load_catalog
+    if isinstance(profile, Profile):
+        return {}
+    tiers = {p.tier for p in node_profiles}
+    return {key: link.as_spec() for key, link in load_catalog().tier_links(profile).items()
+            if set(key.split("-")) <= tiers}
+
+
 def _up(layout: cgroups.CgroupLayout, nodes: int, profile: "str | Profile"
         ) -> EmulatedCluster:
+    from . import links
     node_profiles = _node_profiles(profile, nodes)
+    tier_links = _tier_links(profile, node_profiles)
     host_cores = float(len(os.sched_getaffinity(0)))
     quotas, quotas_by_model, scale = _node_quotas(node_profiles, host_cores)
     state = {"profile": _profile_name(profile), "created_at": time.time(), "host_cores": host_cores,
              "cpu_scale": round(scale, 4),
              "cgroup_version": layout.version, "bridge": netns.BRIDGE,
-             "host_address": netns.HOST_ADDRESS, "nodes": []}
+             "host_address": netns.HOST_ADDRESS, "nodes": [],
+             **({"links": tier_links} if tier_links else {})}
     try:
         netns.create_bridge()
         for index, (node_profile, quota) in enumerate(zip(node_profiles, quotas)):
@@ -354,12 +391,15 @@ def _up(layout: cgroups.CgroupLayout, nodes: int, profile: "str | Profile"
                 "board_cores": node_profile.board_cores,
                 "env_by_model": node_profile.env_by_model,
                 "memory_mb": node_profile.memory_mb, "link_mbit": link_mbit,
+                **({"tier": node_profile.tier} if node_profile.tier else {}),
                 "scope": NodeScope(
                     interfaces=(netns.NODE_IFACE,), netns=netns.netns_name(name),
                     board_cores=node_profile.board_cores or None,
                     cgroup_version=layout.version, cgroup_cpu=str(group.cpuacct_dir),
                     cgroup_cpu_quota=str(group.cpu_dir),
                     cgroup_memory=str(group.memory_dir)).to_dict()})
+        if tier_links:
+            state["links_relay_pid"] = links.start_relay(STATE_DIR, netns.HOST_ADDRESS)
         _write_state(state)
     except BaseException:
         # Never leave half a cluster behind (also on Ctrl-C).
@@ -384,6 +424,12 @@ def attach() -> EmulatedCluster:
     if missing:
         raise ClusterError(f"the emulated cluster lost {', '.join(missing)}: "
                            f"`edgeprof cluster down` and up again")
+    if state.get("links"):
+        from . import links
+        if not links.relay_running(STATE_DIR):
+            raise ClusterError("the emulated cluster lost its links relay (the delays "
+                               f"between tiers; see {links.log_path(STATE_DIR)}): "
+                               "`edgeprof cluster down` and up again")
     return EmulatedCluster(state)
 
 
@@ -427,7 +473,11 @@ def down() -> list[str]:
 
 
 def _down(layout: cgroups.CgroupLayout) -> list[str]:
+    from . import links
     removed: list[str] = []
+    relay = links.stop_relay(STATE_DIR)
+    if relay:
+        removed.append(relay)
     namespaces = netns.list_netns()
     # Processes outside the node cgroups (the unconfined agent) still hold a namespace
     # alive after `ip netns del`: stop them first.
@@ -470,17 +520,22 @@ def status_lines(info: dict) -> list[str]:
         f"{len(info['nodes'])} x {info['profile']}, cgroup "
         f"v{info['cgroup_version']}, host {info['host_address']}, CPU quotas x"
         f"{info['cpu_scale']} of the profiles' ({info['host_cores']:g} host cores)",
-        f"{'node':<5} {'address':<12} {'profile':<8} {'Mbit':>6} {'cores':>6} "
+        f"{'node':<5} {'address':<12} {'profile':<8} {'tier':<5} {'Mbit':>6} {'cores':>6} "
         f"{'mem MB':>7} {'procs':>5} {'cpu s':>8} {'used MB':>8} {'oom':>4} "
         f"{'rx KB':>9} {'tx KB':>9}"]
     for n in info["nodes"]:
         lines.append(
-            f"{n['name']:<5} {n['address']:<12} {n['profile']:<8} {n['link_mbit']:>6g} "
+            f"{n['name']:<5} {n['address']:<12} {n['profile']:<8} {n.get('tier') or '-':<5} "
+            f"{n['link_mbit']:>6g} "
             f"{n['cpu_cores']:>6g} {n['memory_mb']:>7} {n['processes']:>5} "
             f"{n['cpu_used_s']:>8.1f} {n['mem_used_mb']:>8.1f} {n['oom_kills']:>4} "
             f"{n['rx_bytes'] / 1024:>9.1f} {n['tx_bytes'] / 1024:>9.1f}"
             + (f"  straggler: x{n['straggler']['factor']:g}, "
                f"{n['straggler']['cpu_cores']:g} cores" if n.get("straggler") else ""))
+    for key, link in sorted(info.get("links", {}).items()):
+        lines.append(f"link {key}: {link['delay_ms']:g} ms one way"
+                     + (f", {link['mbit']:g} Mbit" if link.get("mbit") else "")
+                     + " (through the links relay on the host)")
     return lines
 
 
@@ -499,6 +554,7 @@ def status() -> dict:
         group = _node_cgroup(node)
         counters = netns.interface_counters(node.scope.netns)
         nodes.append({"name": node.name, "address": node.address, "profile": node.profile,
+                      "tier": node.tier,
                       "link_mbit": recorded.get("link_mbit_now", recorded["link_mbit"]),
                       "cpu_cores": node.cpu_cores,
                       **({"straggler": recorded["straggler"]} if "straggler" in recorded
@@ -510,7 +566,8 @@ def status() -> dict:
     return {"up": True, "instance": instance.NUMBER, "profile": state["profile"],
             "host_cores": state["host_cores"],
             "cpu_scale": state["cpu_scale"], "cgroup_version": state["cgroup_version"],
-            "host_address": state["host_address"], "nodes": nodes}
+            "host_address": state["host_address"], "nodes": nodes,
+            **({"links": state["links"]} if state.get("links") else {})}
 
 
 def _write_state(state: dict) -> None:

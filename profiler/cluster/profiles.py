@@ -21,6 +21,12 @@ and with every core busy, linear in between (``PowerModel.watts``): what a cell'
 is modelled from where no meter measures it (``profiler.metrics.energy``). ``power:
 pi3b`` (a profile's name) shares that profile's model, resolved after every file is
 read, so a user's own pi3b model reaches pi3b-park2019 too.
+
+Tiers: a profile may say which tier of a hierarchy its board is (``tier: end``, ``edge``
+or ``cloud``, as in Teerapittayanon et al.'s DDNN and Zhang's heterogeneous DDNN); a mix
+of tiered profiles may say what links its tiers (``links: {end-edge: {mbit: 20,
+delay_ms: 250}}``: ``TierLink``), which the emulated cluster applies with a delaying
+relay (``profiler.cluster.links``, docs/hierarchy.md).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import yaml
 from workloads import models as model_registry
 
 from ..errors import ConfigError
+from .base import TIERS, TierLink, link_key
 
 PACKAGED_PROFILES = Path(__file__).with_name("profiles.yaml")
 # The user's own profiles (``edgeprof cluster calibrate`` and the profile check write
@@ -120,6 +127,8 @@ class Profile:
     # by up to 1.3 x from one process to the next; docs/emulated.md).
     env_by_model: dict[str, dict[str, str]] = field(default_factory=dict, hash=False,
                                                     compare=False)
+    # The board's tier in a hierarchy (one of ``TIERS``); None: the profile has none.
+    tier: str | None = None
 
     def cpu_cores_for(self, model: str, speedup: float = 1.0) -> float | None:
         """The quota a node of this profile gets while it trains ``model``, k times as
@@ -148,6 +157,8 @@ class Profile:
             spec["power"] = self.power.as_spec()
         if self.env_by_model:
             spec["env_by_model"] = {m: dict(v) for m, v in self.env_by_model.items()}
+        if self.tier:
+            spec["tier"] = self.tier
         return spec
 
 
@@ -157,6 +168,8 @@ class Catalog:
 
     profiles: dict[str, Profile]
     mixes: dict[str, tuple[str, ...]]
+    # A mix's links between its tiers: link_key -> TierLink (mixes without: absent).
+    links: dict[str, dict[str, TierLink]] = field(default_factory=dict)
 
     def names(self) -> list[str]:
         return sorted(self.profiles) + sorted(self.mixes)
@@ -178,6 +191,10 @@ class Catalog:
         raise ConfigError(f"unknown profile {name!r}: use one of {', '.join(self.names())} "
                           f"or add it to {USER_PROFILES} or ${PROFILES_ENV}")
 
+    def tier_links(self, name: str) -> dict[str, TierLink]:
+        """The links between the tiers of profile or mix ``name`` ({}: none)."""
+        return dict(self.links.get(name, {}))
+
 
 def profile_files() -> list[Path]:
     """The profile files read, in order (later ones override earlier ones)."""
@@ -198,6 +215,7 @@ def load_catalog(files: list[Path] | None = None) -> Catalog:
     """Read and validate the profile files (default: ``profile_files()``)."""
     profiles: dict[str, Profile] = {}
     raw_mixes: dict[str, tuple[str, ...]] = {}
+    raw_links: dict[str, tuple[Path, dict[str, TierLink]]] = {}
     power_refs: dict[str, tuple[Path, str]] = {}  # profile -> (its file, the profile named)
     for path in files if files is not None else profile_files():
         doc = _read_yaml(path)
@@ -208,11 +226,14 @@ def load_catalog(files: list[Path] | None = None) -> Catalog:
                 power_refs[str(name)] = (path, spec["power"])
         for name, spec in _mapping(doc, "mixes", path).items():
             raw_mixes[str(name)] = _parse_mix(path, name, spec)
+            raw_links[str(name)] = (path, _parse_links(path, name, spec))
     for name, members in raw_mixes.items():
         unknown = sorted(set(members) - set(profiles))
         if unknown:
             raise ConfigError(f"mix {name} uses unknown profile(s) {', '.join(unknown)}: "
                               f"define them under 'profiles:'")
+        path, links = raw_links[name]
+        _check_link_tiers(path, name, links, {profiles[m].tier for m in members})
     for name, (path, board) in power_refs.items():
         if board not in profiles or board in power_refs:
             raise ConfigError(f"{path}: profile {name}: power: {board} names no profile with "
@@ -220,7 +241,8 @@ def load_catalog(files: list[Path] | None = None) -> Catalog:
                               "source: ...} or such a profile's name")
         # A board replaced by a user's profile without a model leaves this one without.
         profiles[name] = replace(profiles[name], power=profiles[board].power)
-    return Catalog(profiles=profiles, mixes=raw_mixes)
+    return Catalog(profiles=profiles, mixes=raw_mixes,
+                   links={name: links for name, (_, links) in raw_links.items() if links})
 
 
 def _parse_power(path: Path, name: str, spec) -> PowerModel | None:
@@ -354,7 +376,16 @@ def _build_profile(path: Path, name: str, spec: dict, maps: dict[str, dict]) -> 
                                 if spec.get("board_cores") is not None else None),
                    board_rates=board_rates,
                    power=_parse_power(path, name, spec.get("power")),
-                   env_by_model={str(m): dict(v) for m, v in maps["env_by_model"].items()})
+                   env_by_model={str(m): dict(v) for m, v in maps["env_by_model"].items()},
+                   tier=_parse_tier(path, name, spec.get("tier")))
+
+
+def _parse_tier(path: Path, name: str, tier) -> str | None:
+    """A profile's ``tier:`` (None when absent); one of ``TIERS``."""
+    if tier is None or tier in TIERS:
+        return tier
+    raise ConfigError(f"{path}: profile {name}: tier {tier!r} is not a tier: give tier: "
+                      f"{', '.join(TIERS)} (or leave it out)")
 
 
 def _board_rate(model, entry: dict) -> BoardRate:
@@ -392,6 +423,60 @@ def _parse_mix(path: Path, name: str, spec) -> tuple[str, ...]:
             raise ConfigError(f"{path}: mix {name}: count must be a positive integer")
         members += [str(entry["profile"])] * count
     return tuple(members)
+
+
+_LINK_FIX = "give links: {end-edge: {delay_ms: 250, mbit: 20}} (mbit optional)"
+
+
+def _parse_links(path: Path, name: str, spec) -> dict[str, TierLink]:
+    """A mix's ``links:`` (``{}`` when absent): link_key -> ``TierLink``."""
+    value = spec.get("links") if isinstance(spec, dict) else None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: mix {name}: links must be a mapping: {_LINK_FIX}")
+    links: dict[str, TierLink] = {}
+    for key, entry in value.items():
+        tiers = str(key).split("-")
+        if len(tiers) != 2 or not set(tiers) <= set(TIERS) or tiers[0] == tiers[1]:
+            raise ConfigError(f"{path}: mix {name}: link {key!r} is not two tiers of "
+                              f"{', '.join(TIERS)} joined by '-' (end-edge): {_LINK_FIX}")
+        if not isinstance(entry, dict) or "delay_ms" not in entry or not set(entry) <= {
+                "delay_ms", "mbit"}:
+            raise ConfigError(f"{path}: mix {name}: link {key} needs delay_ms (and may "
+                              f"give mbit), nothing else: {_LINK_FIX}")
+        try:
+            link = TierLink(float(entry["delay_ms"]),
+                            None if entry.get("mbit") is None else float(entry["mbit"]))
+        except (TypeError, ValueError, OverflowError):  # Overflow: float(10**400)
+            raise ConfigError(f"{path}: mix {name}: link {key}: delay_ms and mbit must be "
+                              f"numbers: {_LINK_FIX}") from None
+        # Written as ``not (...)`` so that .nan is refused.
+        if not (0 <= link.delay_ms <= MAX_LINK_DELAY_MS) or (
+                link.mbit is not None and not 0 < link.mbit < math.inf):
+            raise ConfigError(f"{path}: mix {name}: link {key}: need 0 <= delay_ms <= "
+                              f"{MAX_LINK_DELAY_MS:g} and mbit > 0, got delay_ms "
+                              f"{entry['delay_ms']}, mbit {entry.get('mbit')}")
+        canonical = link_key(*tiers)
+        if canonical in links:
+            raise ConfigError(f"{path}: mix {name}: links {canonical} given twice: keep one")
+        links[canonical] = link
+    return links
+
+
+# A minute one way: more is a link that is down, not a slow one.
+MAX_LINK_DELAY_MS = 60_000.0
+
+
+def _check_link_tiers(path: Path, name: str, links: dict[str, TierLink],
+                      tiers: set[str | None]) -> None:
+    """Refuse a link naming a tier none of the mix's nodes is in (a typo, most likely)."""
+    for key in links:
+        missing = [t for t in key.split("-") if t not in tiers]
+        if missing:
+            raise ConfigError(f"{path}: mix {name}: link {key} joins tier {missing[0]}, "
+                              "which no node of the mix is in: give a profile of that "
+                              f"tier (tier: {missing[0]}) or drop the link")
 
 
 def cpu_scale(requested_cores: list[float], host_cores: float) -> float:

@@ -27,15 +27,17 @@ PROFILE = {"description": "a board", "link_mbit": 100, "memory_mb": 1024, "cpu_c
            "board_cores": 4, "cpu_cores_by_model": {"lenet-mlp": 0.05},
            "cpu_cores_dilated": {"lenet-mlp": {10: 0.5}},
            "board_rates": {"lenet-mlp": {"batch": 32, "samples_per_s": 500.0}},
-           "power": {"idle_w": 2.0, "full_w": 5.0, "source": "a meter"}}
-MIX = {"nodes": [{"profile": "board", "count": 2}]}
+           "power": {"idle_w": 2.0, "full_w": 5.0, "source": "a meter"}, "tier": "end"}
+# Its link names a tier no node is in (refused after it is read): the links are fuzzed.
+MIX = {"nodes": [{"profile": "board", "count": 2}],
+       "links": {"end-edge": {"delay_ms": 250, "mbit": 20}}}
 YAML_HOSTILE = [".inf", ".nan", "-.inf", "1e999", "9" * 400, "[" * 600 + "]" * 600,
                 "&a [*a]", "!!python/object:os.system ls", "{? [1, 2] : 3}", "~", "'x'",
                 "*undefined", "\t"]
 INVENTORY = {"_meta": {"hostvars": {
     "m1": {"ansible_host": "10.0.0.1", "ansible_port": 22, "ansible_user": "pi"},
     "w1": {"ansible_host": "10.0.0.2", "ansible_ssh_common_args": "-o Foo=bar",
-           "edgeprof_profile": "pi3b"}}},
+           "edgeprof_profile": "pi3b", "edgeprof_tier": "edge"}}},
     "all": {"children": ["master", "workers"]},
     "master": {"hosts": ["m1"]}, "workers": {"hosts": ["w1"]}}
 CASES = {"profiles": 0, "inventory": 0}

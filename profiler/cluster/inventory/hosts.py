@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import Mapping, Sequence
 
 from ...errors import ClusterError, ConfigError
-from ..base import Node, NodeScope, child_env
+from ..base import TIERS, Node, NodeScope, child_env
 
 DEFAULT_PYTHON = "/opt/edgeprof/venv/bin/python"
 DEFAULT_WORKDIR = "/var/lib/edgeprof/runs"
@@ -46,6 +46,8 @@ class Host:
     data_dir: str | None = None
     interface: str = DEFAULT_INTERFACE
     profile: str = "host"
+    # The node's tier in a hierarchy (``edgeprof_tier``; None: untiered).
+    tier: str | None = None
 
     def ssh(self, remote: Sequence[str], options: Sequence[str] = ()) -> list[str]:
         """The local ``ssh`` argv running ``remote`` (an argv) on this host.
@@ -66,7 +68,8 @@ class Host:
 
     def node(self) -> Node:
         return Node(name=self.name, address=self.address, profile=self.profile,
-                    scope=NodeScope(interfaces=(self.interface,), ssh_host=self.name))
+                    scope=NodeScope(interfaces=(self.interface,), ssh_host=self.name),
+                    tier=self.tier)
 
 
 def read_inventory(path: Path) -> list[Host]:
@@ -186,6 +189,10 @@ def _host(name: str, hv: Mapping, label: str) -> Host:
         raise ConfigError(f"--inventory {label}: host {name}: ansible_port "
                           f"{hv.get('ansible_port') or hv.get('ansible_ssh_port')!r} is not "
                           "a port: give a number from 1 to 65535")
+    tier = hv.get("edgeprof_tier") or None
+    if tier is not None and tier not in TIERS:
+        raise ConfigError(f"--inventory {label}: host {name}: edgeprof_tier {tier!r} is not "
+                          f"a tier: give one of {', '.join(TIERS)} (or leave it out)")
     user = hv.get("ansible_user") or hv.get("ansible_ssh_user")
     key_file = hv.get("ansible_ssh_private_key_file")
     return Host(
@@ -195,7 +202,7 @@ def _host(name: str, hv: Mapping, label: str) -> Host:
         workdir=str(hv.get("edgeprof_workdir") or DEFAULT_WORKDIR),
         data_dir=str(hv["edgeprof_data_dir"]) if hv.get("edgeprof_data_dir") else None,
         interface=str(hv.get("edgeprof_interface") or DEFAULT_INTERFACE),
-        profile=str(hv.get("edgeprof_profile") or "host"))
+        profile=str(hv.get("edgeprof_profile") or "host"), tier=tier)
 
 
 def _python(hv: Mapping) -> str:
