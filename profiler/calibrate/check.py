@@ -18,6 +18,11 @@ starting from the check's measurement), writes the profile to the user's profile
 name), looks again at which dilations the cells now get (a smaller quota can let a
 bigger cell dilate further) and goes on. The checks are returned for the sweep to
 record (``sweep.json``, ``profile_check``) and the report to name.
+
+Then the profile's link (exchange.py): a step's exchange of each family whose cells use
+two nodes or more, probed between two nodes at the dilations those cells get, against
+what the link rate predicts; off, ``refuse`` stops, ``recalibrate`` warns (a link has no
+quota to re-calibrate). Its records follow the compute checks' (``"check": "exchange"``).
 """
 
 from __future__ import annotations

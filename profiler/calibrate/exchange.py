@@ -59,11 +59,12 @@ MIN_ROUNDS = 5
 PROBE_S = 3.0
 WARMUP = 2
 # Within x/÷(1 + this) of wire + per-message. Measured (docs/study.md, "The calibrated
-# cluster, checked on this host"): five probes of each family at the packaged profile's
-# link, on this 2-core host beside other helpers' tests, gave 0.93-1.08 x with rounds
-# spreading by up to 9% within a probe; a link at half or twice the profile's rate
-# gives 1.6-1.9 x or 0.55-0.6 x. So 0.25: past every repeat's spread, well inside a
-# factor-two error of the link.
+# cluster, checked on this host"): five probes of LeNet-MLP and of the example LeNet at
+# the packaged profile's link, on this 2-core host beside other helpers' tests (load
+# 5-10), gave 1.00-1.15 x at k 1 and 2, the rounds of one probe spreading by 4-36%; a
+# link at half the profile's rate 2.04-2.16 x, at twice it 0.50-0.58 x (k 1). So 0.25:
+# past every repeat, well inside a factor two, and the tables' own band (a step 70-80%
+# exchange off by 25% moves a ratio by about 20%).
 TOLERANCE = 0.25
 PORT = 47470
 PROBE_TIMEOUT_S = 60.0
