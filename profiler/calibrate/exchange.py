@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -67,7 +68,7 @@ WARMUP = 2
 # exchange off by 25% moves a ratio by about 20%).
 TOLERANCE = 0.25
 PORT = 47470
-PROBE_TIMEOUT_S = 60.0
+PROBE_TIMEOUT_S = 30.0  # and ten times the probe's time on the link
 
 
 @dataclass
@@ -136,10 +137,11 @@ def judged(profile: Profile, model: str, workload: str, speedup: float, size: in
                          (max(rounds_s) - min(rounds_s)) / median, tolerance, len(rounds_s))
 
 
-def probe_exchange(cluster, model: str, speedup: float, size: int, work: Path,
-                   rounds: int = ROUNDS) -> tuple[float, list[float], list[float]]:
+def probe_exchange(cluster, model: str, speedup: float, size: int, link_mbit: float,
+                   work: Path, rounds: int = ROUNDS) -> tuple[float, list[float], list[float]]:
     """Run the probe between the first two nodes of ``cluster`` at ``model``'s quota at
-    dilation up to ``speedup``; (the dilation got, rounds, one-byte rounds), seconds."""
+    dilation up to ``speedup`` (``link_mbit``: the profile's, undilated, for the time it
+    may take); (the dilation got, rounds, one-byte rounds), seconds."""
     k = cluster.prepare(SimpleNamespace(model=model), 2, speedup)
     server, worker = cluster.nodes()[:2]
     work.mkdir(parents=True, exist_ok=True)
@@ -153,12 +155,18 @@ def probe_exchange(cluster, model: str, speedup: float, size: int, work: Path,
                                          "--rounds", str(rounds), "--warmup", str(WARMUP),
                                          "--out", str(out)],
                                 {}, work / f"probe-{model}-{k:g}.log", role="worker")
+        # Ten times the probe's time at the profile's link: a link far slower than that
+        # still ends, and is judged, rather than timing out.
+        limit_s = PROBE_TIMEOUT_S + 10 * (rounds + WARMUP) * 2 * size * 8 / (
+            link_mbit * k * 1e6)
         try:
-            status = probing.wait(timeout=PROBE_TIMEOUT_S)
-        except Exception:
+            status = probing.wait(timeout=limit_s)
+        except subprocess.TimeoutExpired:
             probing.kill()
             probing.wait()
-            raise
+            raise ClusterError(f"the exchange probe between {worker.name} and {server.name} "
+                               f"did not end in {limit_s:.0f} s: is the host overloaded? "
+                               "(`edgeprof cluster status` shows the nodes' links)") from None
         if status != 0 or not out.exists():
             log = (work / f"probe-{model}-{k:g}.log").read_text(errors="replace")
             tail = (log.strip().splitlines() or ["no output"])[-1]
@@ -189,7 +197,8 @@ def check_exchanges(profile: Profile, todo: list[tuple[str, int | None, str, flo
             size = step_bytes(model, layers)
             round_s = 2 * size * 8 / (profile.link_mbit * k * 1e6)
             rounds = max(MIN_ROUNDS, min(ROUNDS, int(PROBE_S / round_s)))
-            got, rounds_s, tiny_s = probe_exchange(cluster, model, k, size, work, rounds)
+            got, rounds_s, tiny_s = probe_exchange(cluster, model, k, size, profile.link_mbit,
+                                                    work, rounds)
             check = judged(profile, model, workload, got, size, rounds_s, tiny_s,
                            tolerance)
             report(("ok: " if check.within else "off: ") + check.line())

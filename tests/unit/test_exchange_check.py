@@ -1,6 +1,6 @@
 """The exchange check's decision (``profiler.calibrate.exchange``) from a table of probe
 rounds, which exchanges a sweep's cells get checked, and how the report names it. The
-probe itself runs on a real two-node cluster in tests/integration/test_exchange_check.py."""
+probe itself runs on a real two-node cluster in tests/integration/test_exchange_probe.py."""
 
 from __future__ import annotations
 
