@@ -23,6 +23,14 @@ candidate causes, each measured here in one run:
 5. **A busy host.** Part B runs beside each of ``--hogs`` busy processes (a core each, at
    the host's default priority, as another user's job would be): a cause that grows with
    the host's load shows as a ratio that moves with the hogs at the same quota.
+6. **The exchange against the link.** Part D (``--exchange``, instead of A and B): the
+   profile check's two-node probe (``profiler.calibrate.exchange``) of each model, 3
+   times, then the study's cells of LeNet-MLP and the example LeNet at ``--exchange``'s
+   device counts, ``--repeats`` times at speedup 1 over ``EXCHANGE_EPOCHS`` epochs (MXNet
+   times one step an epoch): each step's comm part against what the link predicts for
+   MXNet's KVStore, every array under a million elements on one server
+   (``key * 9973 % servers``), so the busiest node's link carries that server's arrays
+   from and to every other worker plus its own worker's pushes elsewhere (``wire_ms``).
 
     sudo .venv/bin/python benchmarks/bench_study_causes.py --out causes.json
         # pi3b-park2019, LeNet-MLP b64 as Table 1 ran it, devices 1,5,9, speedups 1,2
@@ -31,6 +39,8 @@ candidate causes, each measured here in one run:
         --speedups 1,4,16 --builds 1
     sudo .venv/bin/python benchmarks/bench_study_causes.py --devices 1,3,5 --speedups 1 \
         --hogs 0,2  # the same quota, quiet and beside two busy processes
+    sudo .venv/bin/python benchmarks/bench_study_causes.py --exchange 2,5 --repeats 3
+        # part D only: LeNet-MLP and the example LeNet, 2 and 5 devices
 
 Run it on a quiet host (the test suite beside it is a third cause). It prints what it
 measured; docs/study.md ("Why ratios moved between hosts") reads it.
@@ -69,6 +79,11 @@ VAL_SAMPLES = 64
 # ResNet at batch 32 (its shallowest depth here, 20: the slowest cells are ResNet's).
 MODELS = {"lenet-mlp": (None, 64), "lenet-example": (None, 64), "resnet": (20, 32)}
 POLL_S = 0.25
+EXCHANGE_MODELS = ("lenet-mlp", "lenet-example")
+# Epochs of a part D cell, each of EXCHANGE_STEPS steps: MXNet times one step an epoch
+# (workloads/steps.py), so a cell gives this many timed steps per worker.
+EXCHANGE_EPOCHS = 4
+EXCHANGE_STEPS = 5
 
 
 class Poller(threading.Thread):
@@ -208,6 +223,92 @@ def run_breakdowns(profile_name: str, model: str, devices: list[int], speedups: 
     return out
 
 
+def array_sizes(model: str) -> list[int]:
+    """The model's trainable arrays (elements) in the order the KVStore keys them."""
+    import mxnet as mx
+
+    from workloads import gluon_models, models
+
+    net = models.build(model, None, 10)
+    net.initialize(gluon_models.initializer(models.get(model)))
+    net(mx.nd.zeros((1, *models.input_shape(model)))).wait_to_read()
+    return [p.data().size for p in net.collect_params().values() if p.grad_req != "null"]
+
+
+def wire_ms(sizes: list[int], nodes: int, link_mbit: float) -> float:
+    """A sync step's time on the busiest link (push, then pull) with a server beside
+    every worker: MXNet's placement of each array (module doc, 6)."""
+    bound = 1_000_000  # MXNET_KVSTORE_BIGARRAY_BOUND's default
+    on = [0.0] * nodes  # bytes each server holds
+    for key, size in enumerate(sizes):
+        if size < bound:
+            on[key * 9973 % nodes] += 4 * size
+        else:
+            on = [b + 4 * size / nodes for b in on]
+    total = sum(on)
+    # One phase: node j takes in every other worker's push of its arrays and sends out
+    # its own worker's pushes of the others'; the pull is the mirror image.
+    busiest = max(max((nodes - 1) * held, total - held) for held in on)
+    return 2 * busiest * 8 / (link_mbit * 1e6) * 1000
+
+
+def exchange_table(profile_name: str, counts: list[int], repeats: int, work: Path) -> dict:
+    """Part D: the probe's checks and the cells' comm against the link's prediction."""
+    from profiler.calibrate.exchange import check_exchanges
+
+    profile = load_catalog().profiles[profile_name]
+    probes = {m: [] for m in EXCHANGE_MODELS}
+    for attempt in range(3):
+        for check in check_exchanges(profile, [(m, None, m, 1.0) for m in EXCHANGE_MODELS],
+                                     mode="recalibrate", work=work / f"probe{attempt}"):
+            probes[check.model].append(check.as_record())
+    how = g.METHOD["scripts"]
+    cluster = cluster_settings("emulated", profile=profile_name, speedup=1.0)
+    rows = []
+    for model in EXCHANGE_MODELS:
+        sizes = array_sizes(model)
+        found = [g.Experiment("bench", model, None, 64, tuple(counts))]
+        samples = {(model, None, 64, n): EXCHANGE_STEPS * 64 for n in counts}
+        cells = [replace(c, epochs=EXCHANGE_EPOCHS, max_speedup=1.0) for c in
+                 g.cells(found, samples, {model: "synthetic"}, "mxnet", how)]
+        settings = SweepSettings(cells=repeated(cells, repeats), cluster=cluster,
+                                 out_dir=work / f"x-{model}", interval_s=None,
+                                 val_samples=VAL_SAMPLES)
+        records = [r for r in run_sweep(settings, progress=sys.stderr.isatty()).records
+                   if r.get("status") == "ok"]
+        message_ms = statistics.median(p["per_message_ms"] for p in probes[model])
+        for n in counts:
+            mine = [r for r in records if r["devices"] == n]
+            comm = [r["comm_ms_mean"] for r in mine if r.get("comm_ms_mean") is not None]
+            wait = [r["wait_ms_mean"] for r in mine if r.get("wait_ms_mean") is not None]
+            # Every array is pushed and pulled as a message of its own.
+            expected = wire_ms(sizes, n, profile.link_mbit) + 2 * len(sizes) * message_ms
+            rows.append({"model": model, "devices": n, "expected_ms": expected,
+                         "comm_ms": comm, "wait_ms": wait})
+    return {"probes": probes, "cells": rows}
+
+
+def print_exchange(table: dict) -> None:
+    print("D. the exchange per step against the link (board ms, speedup 1)")
+    print("   the profile check's two-node probe, 3 runs: measured / (wire + per-message)")
+    for model, checks in table["probes"].items():
+        print(f"   {model:<14} " + ", ".join(
+            f"{c['measured_ms']:.0f} / {c['expected_ms']:.0f} ({c['ratio']:.2f} x, rounds "
+            f"spread {c['spread']:.2f})" for c in checks))
+    print(f"   {'model':<14} {'N':>3} {'expected':>8} {'comm (repeats)':>24} {'median':>6} "
+          f"{'x exp':>6} {'spread':>6} {'wait':>6}")
+    for row in table["cells"]:
+        comm = row["comm_ms"]
+        if not comm:
+            print(f"   {row['model']:<14} {row['devices']:>3} no cell ok")
+            continue
+        median = statistics.median(comm)
+        print(f"   {row['model']:<14} {row['devices']:>3} {row['expected_ms']:>8.0f} "
+              f"{', '.join(f'{c:.0f}' for c in comm):>24} {median:>6.0f} "
+              f"{median / row['expected_ms']:>6.2f} {(max(comm) - min(comm)) / median:>6.2f} "
+              f"{statistics.median(row['wait_ms'] or [0]):>6.0f}")
+
+
 def _fmt(value, spec: str = ".0f") -> str:
     return "-" if value is None else format(value, spec)
 
@@ -226,6 +327,9 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=0.02)
     parser.add_argument("--hogs", default="0",
                         help="part B beside each of these numbers of busy processes")
+    parser.add_argument("--exchange", default="",
+                        help="part D only, at these device counts (2,5): the exchange "
+                             "against the link")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     devices = sorted({int(d) for d in args.devices.split(",")} | {1})
@@ -243,6 +347,16 @@ def main() -> None:
         sys.exit(2)
     profile = catalog.profiles[args.profile]
     started = time.monotonic()
+    if args.exchange:
+        with tempfile.TemporaryDirectory(prefix="bench-study-causes-") as tmp:
+            table = exchange_table(args.profile, [int(n) for n in args.exchange.split(",")],
+                                   args.repeats, Path(tmp))
+        print(f"{args.profile}, host cores {len(os.sched_getaffinity(0))}, "
+              f"{time.monotonic() - started:.0f} s")
+        print_exchange(table)
+        if args.out:
+            args.out.write_text(json.dumps(table, indent=1) + "\n")
+        return
     with tempfile.TemporaryDirectory(prefix="bench-study-causes-") as tmp:
         pace = pace_spread(profile, args.model, args.builds, Path(tmp) / "pace")
         rows = {hogs: run_breakdowns(args.profile, args.model, devices, speedups,

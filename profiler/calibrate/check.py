@@ -18,6 +18,11 @@ starting from the check's measurement), writes the profile to the user's profile
 name), looks again at which dilations the cells now get (a smaller quota can let a
 bigger cell dilate further) and goes on. The checks are returned for the sweep to
 record (``sweep.json``, ``profile_check``) and the report to name.
+
+Then the profile's link (exchange.py): a step's exchange of each family whose cells use
+two nodes or more, probed between two nodes at the dilations those cells get, against
+what the link rate predicts; off, ``refuse`` stops, ``recalibrate`` warns (a link has no
+quota to re-calibrate). Its records follow the compute checks' (``"check": "exchange"``).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Callable
 from ..cluster.profiles import MAX_NODE_CORES, Profile, dilation, load_catalog
 from ..errors import ConfigError
 from . import NotSettled, Workload, _Measurer, _refuse_a_running_cluster, _search
+from .exchange import ExchangeCheck, check_exchanges
 from .profiles_file import write_user_profile
 from .result import Measurement
 
@@ -212,10 +218,41 @@ def check_sweep(sweep, mode: str, tolerance: float = CHECK_TOLERANCE,
     profile = sweep.cluster.node_profile
     if mode == "off" or sweep.resume or profile is None:
         return
+    say = report or (lambda line: None)
     checks = check_profile(profile, sweep.cells, mode=mode,
-                           speedup=sweep.cluster.max_speedup, tolerance=tolerance,
-                           report=report or (lambda line: None))
-    sweep.extra["profile_check"] = [c.as_record() for c in checks]
+                           speedup=sweep.cluster.max_speedup, tolerance=tolerance, report=say)
+    records = [c.as_record() for c in checks]
+    if checks:  # a profile with board rates: its link too (exchange.py)
+        records += [c.as_record() for c in check_links(profile, sweep.cells, mode,
+                                                       sweep.cluster.max_speedup, say)]
+    sweep.extra["profile_check"] = records
+
+
+def exchanges_used(profile: Profile, cells, speedup: float, host_cores: float
+                   ) -> list[tuple[str, int | None, str, float]]:
+    """``(model family, layers, label, k)`` for every dilation k the multi-node ``cells``
+    of a family with a board rate get, at the family's deepest model among them (the
+    most bytes a step: the exchange most exposed to the link)."""
+    from ..engines import get_engine
+
+    several = [c for c in cells if get_engine(c.engine).nodes_needed(c) > 1
+               and c.model in profile.board_rates]
+    deepest: dict[str, int | None] = {}
+    for cell in several:
+        deepest[cell.model] = max(cell.layers or 0, deepest.get(cell.model) or 0) or None
+    used = dilations_used(profile, several, speedup, host_cores)
+    return [(model, deepest[model], model + (f"-{deepest[model]}" if deepest[model] else ""),
+             k) for model, k in sorted(used)]
+
+
+def check_links(profile_name: str, cells, mode: str, speedup: float,
+                report: Callable[[str], None]) -> list[ExchangeCheck]:
+    """The exchange check (exchange.py) of ``profile_name``'s link for ``cells``, on the
+    profile as the compute check left it (re-calibrated quotas included)."""
+    profile = load_catalog().profiles[profile_name]
+    todo = exchanges_used(profile, cells, speedup, float(len(os.sched_getaffinity(0))))
+    with tempfile.TemporaryDirectory(prefix="edgeprof-exchange-check-") as tmp:
+        return check_exchanges(profile, todo, mode=mode, work=Path(tmp), report=report)
 
 
 def _recalibrate(measure, workload: Workload, target: float, quota: float, first,

@@ -22,7 +22,8 @@ OPTIONS = (
                  type=click.Choice(MODES),
                  help="Emulated cluster, a profile with board rates (pi3b-park2019): first "
                       "measure its quotas on this host; when off by more than "
-                      "--profile-tolerance, refuse or re-calibrate them."),
+                      "--profile-tolerance, refuse or re-calibrate them. Then a step's "
+                      "exchange over its link: refuse, or warn (x/÷1.25)."),
     click.Option(["--profile-tolerance"], default=CHECK_TOLERANCE, show_default=True,
                  type=click.FloatRange(0, 1, min_open=True, max_open=True),
                  help="How far the host's rate may be from the board's: x/÷(1 + this). "

@@ -188,6 +188,9 @@ def profile_check_said(checks: list[dict]) -> str:
         return "nothing to check (no board rate for these models)"
     said = []
     for c in checks:
+        if c.get("check") == "exchange":
+            said.append(_exchange_said(c))
+            continue
         action = c.get("action", "none")
         if action == "recalibrated":
             what = (f", re-calibrated {c['quota_cores']:.4f} -> "
@@ -202,6 +205,16 @@ def profile_check_said(checks: list[dict]) -> str:
                     f" ({'within' if c['within'] else 'outside'} x/÷"
                     f"{1 + c['tolerance']:g}){what}")
     return f"{checks[0]['profile']} on this host: " + "; ".join(said)
+
+
+def _exchange_said(c: dict) -> str:
+    """An exchange check's clause (``profiler.calibrate.exchange``): the measured step
+    exchange against the one its link predicts."""
+    at = f" at speedup {c['speedup']:g}" if c.get("speedup", 1) != 1 else ""
+    warned = ", warned (a link is not re-calibrated)" if c.get("action") == "warned" else ""
+    return (f"{c['workload']}'s exchange{at} {c['ratio']:.2f} x the "
+            f"{c['expected_ms']:.0f} ms a step its {c['link_mbit']:g} Mbit link predicts "
+            f"({'within' if c['within'] else 'outside'} x/÷{1 + c['tolerance']:g}){warned}")
 
 
 def _versions(sweep: Sweep) -> dict:

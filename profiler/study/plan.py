@@ -174,8 +174,9 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
                      "each with `edgeprof sweep --profile NAME --profile-check refuse`)")
     elif check != "off" and settings.check_spent_s is None:
         notes.append(f"first the profile {profile} is checked on this host ({check} if "
-                     f"off by more than {settings.profile_tolerance:.0%}; a minute, a few "
-                     "more if it re-calibrates)")
+                     f"off by more than {settings.profile_tolerance:.0%}; then its link, "
+                     "with a step's exchange between two nodes; a minute, a few more if it "
+                     "re-calibrates)")
     notes += pace_notes(paces)
     return StudyPlan(study, sweep, grid, seconds, notes, check, settings.profile_tolerance,
                      settings, lambda cell: estimate.cell_s(study, cell, rate(cell),

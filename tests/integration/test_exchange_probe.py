@@ -1,0 +1,69 @@
+"""The exchange check for real: the probe between two emulated nodes of pi3b-park2019.
+
+First at the profile's own link, where the step's exchange must take what the 100 Mbit
+link predicts (measured on this host: 1.00-1.15 x at k 1 and 2, tolerance x/÷1.25), and
+is recorded; then on a cluster whose links were shaped at a quarter of the rate the
+profile says (the cluster of the check's name is up already: the check takes it as it
+is), where the exchange takes about 4 x and the check must catch it: ``refuse`` in one
+line, ``recalibrate`` with a warning and the record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from profiler.calibrate.check import check_links
+from profiler.cell import CellConfig
+from profiler.errors import ConfigError
+from profiler.report.build import profile_check_said
+from tests.conftest import need_binary, need_root
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+PROFILE = "pi3b-park2019"
+TWO = [CellConfig(model="lenet-mlp", layers=None, batch=64, devices=2, placement="colocated")]
+
+
+@pytest.fixture
+def no_cluster():
+    """No emulated cluster of this instance before or after: the check brings up its own."""
+    need_root()
+    from profiler.cluster import emulated
+    list(map(need_binary, emulated.REQUIRED_BINARIES))
+    emulated.down()  # an idle one another test left
+    yield emulated
+    emulated.down()
+
+
+def test_the_check_measures_a_two_node_exchange_at_the_links_rate(no_cluster):
+    said = []
+    [check] = check_links(PROFILE, TWO, "refuse", 1.0, said.append)
+    print(check.line())
+    assert check.within, check.line()
+    assert check.rounds >= 5 and check.bytes_per_step == 4 * 109386
+    # what the wire predicts is most of it: one message costs under a tenth of a round
+    assert check.per_message_ms < check.wire_ms / 10
+    assert said and said[0].startswith("ok: ")
+    record = check.as_record()
+    assert record["check"] == "exchange" and record["measured_ms"] > 0
+    assert "lenet-mlp's exchange" in profile_check_said([record])
+    assert not no_cluster.STATE_FILE.exists()  # the check took its cluster down
+
+
+def test_a_link_slower_than_the_profile_says_is_caught(no_cluster):
+    from profiler.cluster.profiles import load_catalog
+
+    profile = load_catalog().profiles[PROFILE]
+    # The check's own cluster name, with links at a quarter of the profile's rate.
+    no_cluster.up(2, replace(profile, name=f"{PROFILE}-exchange",
+                             link_mbit=profile.link_mbit / 4))
+    with pytest.raises(ConfigError, match=r"lenet-mlp's exchange .* x the 70 ms its 100 "
+                                          r"Mbit link predicts.*not the profile's"):
+        check_links(PROFILE, TWO, "refuse", 1.0, lambda line: None)
+    said = []
+    [check] = check_links(PROFILE, TWO, "recalibrate", 1.0, said.append)
+    print(check.line())
+    assert not check.within and check.ratio > 2 and check.action == "warned"
+    assert any("cannot be re-calibrated" in line for line in said)
+    assert check.as_record()["within"] is False
