@@ -1,0 +1,210 @@
+"""``hier``: hierarchical inference over end devices, edge nodes and a cloud (Zhang
+2018's schemes, DDNN's early exit), torch on the CPU, one thread a process.
+
+A cell's nodes are put in tiers: by each node's own ``tier`` where the cluster gives
+every node one (a tiered profile), else by ``--tiers end=4,edge=2,cloud=1`` laid over
+the cell's nodes in order (``auto``: one cloud node, a third of the rest edge nodes,
+the others end devices). End devices (``workloads.hier.device``, the cell's workers)
+hold the test set of Fashion-MNIST in shards and stream it in batches of ``--batch``
+through their network (``--model``, trained on the four coarse labels); edge and cloud
+nodes (``workloads.hier.serve``, servers) answer with the fine label, by the scheme
+(``--scheme end,end-edge,end-cloud,mapping,early-exit``; ``workloads.hier.schemes``).
+``--exit-threshold`` is early-exit's normalized entropy under which a device answers
+itself; ``--privacy on`` runs the upper network's first convolution on the device so
+that only features leave it. ``--tier-models edge=M,cloud=M`` names the upper tiers'
+networks (trained on the ten fine labels), ``--tier-delay edge=0.5,cloud=1.0`` the
+seconds each round trip to that tier is held back in the application (as the work set
+its delays; it works on every cluster). Each network is trained before the cell streams
+on ``--max-samples`` training samples (default ``TRAIN_SAMPLES``), cached per (model,
+labels, samples) so a sweep trains it once. The test samples streamed are
+``--val-samples`` (default the whole 10,000).
+
+The relay hook: when the cluster gives an address to dial for a link between tiers, with
+its delay set on the link (the tiers helper's relay, in progress), ``_address`` is where
+the plan takes it instead of the upper node's own address, and that tier's delay in the
+application is then left out. Not yet: every link dials the node itself.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from workloads.hier import PLAN_ENV, Plan, schemes
+from workloads.hier.nets import DATASET
+
+from ...cell import CellConfig
+from ...cluster.base import Node
+from ...errors import ConfigError
+from ...ports import free_port
+from ..base import EngineOption, ProcessSpec, TrainOptions
+from ..pytorch import _TorchEngine
+from . import columns as hier_columns
+from . import settings
+
+TRAIN_SAMPLES = 2000
+# Networks the hierarchy builds for Fashion-MNIST's 28x28 grey images.
+DIGIT_MODELS = ("lenet-mlp", "lenet-cnn", "lenet-example")
+
+
+class HierEngine(_TorchEngine):
+    name = "hier"
+    description = ("hierarchical inference: end devices, edge nodes and a cloud, Zhang's "
+                   "schemes and DDNN's early exit on Fashion-MNIST (torch, inference only)")
+    sync_modes = ("sync",)
+    models = DIGIT_MODELS
+    worker = "workloads.hier.device:EndDevice"
+    options = (
+        EngineOption("scheme", "end-edge", settings.parse_schemes,
+                     f"Where batches go (hier): {', '.join(schemes.SCHEMES)}.", "str",
+                     "a hierarchical cell's scheme"),
+        EngineOption("exit_threshold", "0.5", settings.parse_thresholds,
+                     "Early exit (hier --scheme early-exit): a device answers a sample "
+                     "when its softmax's entropy / ln(classes) is under this, 0-1; e.g. "
+                     "0.2,0.5.", "float", "early-exit's normalized entropy threshold"),
+        EngineOption("privacy", "off", settings.parse_privacy,
+                     "on: the upper tier's first convolution runs on the end device and "
+                     "only its features leave it (hier).", "str",
+                     "the privacy module: off or on"),
+        EngineOption("tiers", settings.AUTO, settings.parse_tiers,
+                     "Nodes per tier laid over the cell's nodes in order when they have "
+                     "no tier of their own (hier): auto, or e.g. end=4,edge=2,cloud=1; "
+                     "several separated by ';'.", "str", "nodes per tier as asked"),
+        EngineOption("tier_models", settings.DEFAULT_MODELS, settings.parse_models,
+                     "The upper tiers' networks (hier; --model is the end devices'), "
+                     "e.g. edge=lenet-cnn,cloud=lenet-example.", "str",
+                     "the edge and cloud networks"),
+        EngineOption("tier_delay", "0", settings.parse_delays,
+                     "Seconds each round trip to a tier is held back in the application "
+                     "(hier), e.g. edge=0.5,cloud=1.0; 0: none.", "str",
+                     "round-trip delay per upper tier, held back by the sender"),
+    )
+    columns = hier_columns.COLUMNS
+    compare_measures = (("hier_completion_s", "done s"), ("hier_latency_p50_ms", "p50 ms"),
+                        ("hier_coarse_accuracy", "coarse acc"))
+
+    def comm(self, cell: CellConfig) -> str:
+        return "hier"
+
+    def task(self, rec: dict) -> str:
+        return "infer"
+
+    def label(self, rec: dict, *, stages: bool = True) -> str:
+        """``hier end-edge``, with the threshold of an early exit, ``privacy``, and the
+        tiers and delays when given."""
+        if rec.get("scheme") is None:
+            return self.name
+        parts = [self.name, str(rec["scheme"])]
+        if rec["scheme"] == "early-exit":
+            parts.append(f"thr={rec.get('exit_threshold')}")
+        if rec.get("privacy") == "on":
+            parts.append("privacy")
+        if stages and (rec.get("tiers") or settings.AUTO) != settings.AUTO:
+            parts.append(str(rec["tiers"]))
+        if str(rec.get("tier_delay") or "0") != "0":
+            parts.append(f"delay {rec['tier_delay']}")
+        return " ".join(parts)
+
+    def summarize(self, workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
+        return hier_columns.columns(workers, starts)
+
+    def check_cell(self, cell: CellConfig) -> None:
+        if cell.dataset not in ("auto", DATASET):
+            raise ConfigError(f"--engine hier streams Fashion-MNIST (its labels have the "
+                              f"hierarchy), not {cell.dataset}: give --dataset fashion-mnist")
+        if cell.epochs != 1:
+            raise ConfigError("--engine hier streams the test set once (inference): give "
+                              "--epochs 1")
+        tiers = cell.param("tiers") or settings.AUTO
+        counts = settings.counts(tiers, cell.devices)
+        if tiers != settings.AUTO and sum(counts.values()) != cell.devices:
+            raise ConfigError(f"--tiers {tiers} makes {sum(counts.values())} nodes, the cell "
+                              f"has --devices {cell.devices}: give as many")
+        check_tiers(counts, cell.param("scheme") or "end-edge")
+        models = settings.tier_models(cell.param("tier_models") or settings.DEFAULT_MODELS,
+                                      cell.model)
+        for tier in ("edge", "cloud"):
+            if models[tier] not in DIGIT_MODELS:
+                raise ConfigError(f"--tier-models {tier}={models[tier]} takes colour images, "
+                                  "Fashion-MNIST is grey: give one of "
+                                  f"{', '.join(DIGIT_MODELS)}")
+        if cell.param("privacy") == "on":
+            from workloads.hier.nets import first_conv_problem
+
+            for tier in ("edge", "cloud"):
+                problem = counts[tier] and first_conv_problem(models[tier])
+                if problem:
+                    raise ConfigError(f"--privacy on: {problem}")
+
+    def nodes_needed(self, cell: CellConfig) -> int:
+        return cell.devices
+
+    def plan(self, cell: CellConfig, nodes: list[Node], cell_dir: Path,
+             options: TrainOptions) -> list[ProcessSpec]:
+        nodes = nodes[:self.nodes_needed(cell)]
+        by_tier = assign_tiers(nodes, cell.param("tiers") or settings.AUTO)
+        scheme = cell.param("scheme") or "end-edge"
+        check_tiers({t: len(n) for t, n in by_tier.items()}, scheme)
+        ports = {node.name: free_port() for tier in ("edge", "cloud") for node in by_tier[tier]}
+        plan = Plan(scheme=scheme, counts={t: len(n) for t, n in by_tier.items()},
+                    models=settings.tier_models(cell.param("tier_models")
+                                                or settings.DEFAULT_MODELS, cell.model),
+                    addresses={t: [_address(n, ports[n.name]) for n in by_tier[t]]
+                               for t in ("edge", "cloud")},
+                    delays=settings.delays(str(cell.param("tier_delay") or "0")),
+                    threshold=float(cell.param("exit_threshold") or 0.5),
+                    privacy=cell.param("privacy") == "on",
+                    train_samples=cell.max_samples or TRAIN_SAMPLES, seed=options.seed)
+        common = {PLAN_ENV: plan.to_env(), "WORLD_SIZE": str(len(by_tier["end"])),
+                  "OMP_NUM_THREADS": str(options.threads_per_process),
+                  "PYTHONUNBUFFERED": "1"}
+        specs = []
+        for tier in ("edge", "cloud"):
+            for index, node in enumerate(by_tier[tier]):
+                argv = [sys.executable, "-m", "workloads.hier.serve", "--tier", tier,
+                        "--index", str(index), "--port", str(ports[node.name]),
+                        "--threads", str(options.threads_per_process)]
+                if options.data_dir is not None:
+                    argv += ["--data-dir", str(options.data_dir)]
+                specs.append(ProcessSpec("server", len(specs), node, argv, dict(common),
+                                         decisive=False, part=f"{tier} {index}"))
+        argv = self.train_argv(cell, cell_dir, options)
+        specs += [ProcessSpec("worker", index, node, argv, {**common, "RANK": str(index)},
+                              part=f"end {index}")
+                  for index, node in enumerate(by_tier["end"])]
+        return specs
+
+
+def _address(node: Node, port: int) -> str:
+    """Where a device dials ``node``'s server: the node itself (the relay hook: module
+    doc)."""
+    return f"{node.address}:{port}"
+
+
+def assign_tiers(nodes: list[Node], tiers: str) -> dict[str, list[Node]]:
+    """The cell's nodes by tier: each node's own ``tier`` when every node has one, else
+    ``--tiers`` laid over the nodes in order (end devices first, then edge, then cloud)."""
+    own = [getattr(node, "tier", None) for node in nodes]
+    if all(own):
+        return {tier: [n for n, t in zip(nodes, own) if t == tier] for tier in schemes.TIERS}
+    counts = settings.counts(tiers, len(nodes))
+    out, at = {}, 0
+    for tier in schemes.TIERS:
+        out[tier] = nodes[at:at + counts[tier]]
+        at += counts[tier]
+    return out
+
+
+def check_tiers(counts: dict[str, int], scheme: str) -> None:
+    """Refuse (one line) a scheme whose tiers have no node."""
+    if not counts.get("end"):
+        raise ConfigError("the cell has no end device: give --tiers with end=1 or more")
+    needed = schemes.NEEDS[scheme] + (("cloud",) if scheme == "mapping" else ())
+    for tier in needed:
+        if not counts.get(tier):
+            raise ConfigError(f"--scheme {scheme} sends batches to the {tier} tier, which has "
+                              f"no node here: give --tiers with {tier}=1 or more (e.g. "
+                              "--tiers end=4,edge=2,cloud=1) and as many --devices")
+    if scheme == "early-exit" and not (counts.get("edge") or counts.get("cloud")):
+        raise ConfigError("--scheme early-exit sends unconfident samples up, and the cell "
+                          "has no edge or cloud node: give --tiers with edge=1 or cloud=1")

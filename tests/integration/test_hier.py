@@ -1,0 +1,104 @@
+"""Hierarchical inference for real: ``hier`` cells through the cell runner on the local
+cluster, every end device a ``workloads.train`` worker and every edge and cloud node a
+``workloads.hier.serve`` server over loopback TCP, each tier's network trained first
+(into a cache of this module's own); and the engine's bad inputs through the CLI."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+from profiler.cluster.local import LocalCluster
+from profiler.engines import get_engine
+from profiler.engines.base import TrainOptions
+from profiler.sweep.grid import CellConfig, validate
+from profiler.sweep.runner import run_cell
+from tests.conftest import assert_one_line, need, no_children_left
+
+pytestmark = pytest.mark.integration
+EDGEPROF = [sys.executable, "-m", "profiler.cli"]
+TEST_SAMPLES, BATCH, END_DEVICES = 400, 50, 2
+DELAY_S = 0.3
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cache(tmp_path_factory):
+    need("torch (scripts/setup.sh installs its CPU build)",
+         importlib.util.find_spec("torch") is not None)
+    old = os.environ.get("EDGEPROF_HIER_CACHE")
+    os.environ["EDGEPROF_HIER_CACHE"] = str(tmp_path_factory.mktemp("hier-cache"))
+    yield
+    if old is None:
+        os.environ.pop("EDGEPROF_HIER_CACHE")
+    else:
+        os.environ["EDGEPROF_HIER_CACHE"] = old
+
+
+def _run(tmp_path, **params):
+    settings = {"scheme": "end-cloud", "exit_threshold": 0.5, "privacy": "off",
+                "tiers": f"end={END_DEVICES},edge=1,cloud=1",
+                "tier_models": "edge=lenet-cnn,cloud=lenet-example", "tier_delay": "0",
+                **params}
+    cell = validate(CellConfig(engine="hier", model="lenet-mlp", layers=None, devices=4,
+                               batch=BATCH, max_samples=1000, dataset="fashion-mnist",
+                               engine_params=tuple(settings.items())))
+    engine = get_engine("hier")
+    rec = run_cell(cell, LocalCluster(4), engine, tmp_path / cell.cell_id,
+                   TrainOptions(val_samples=TEST_SAMPLES), sweep_id="t", timeout_s=300,
+                   monitor_interval_s=None)
+    assert rec["status"] == "ok", rec["reason"]
+    assert no_children_left() == []
+    return rec
+
+
+def _consistent(rec) -> None:
+    assert sum(rec["hier_share"].values()) == pytest.approx(1, abs=1e-3)
+    values = [rec["hier_end_accuracy"], rec["hier_coarse_accuracy"],
+              *rec["hier_exit_coarse_accuracy"].values(),
+              *rec["hier_exit_fine_accuracy"].values()]
+    assert all(0 <= v <= 1 for v in values), values
+    # Trained networks, not chance (4 coarse labels, 10 fine ones).
+    assert rec["hier_end_accuracy"] > 0.5 and rec["hier_coarse_accuracy"] > 0.5
+    assert rec["hier_completion_s"] > 0
+    assert 0 < rec["hier_latency_p50_ms"] <= rec["hier_latency_p95_ms"]
+    assert rec["hier_infer_ms_per_image"]["end"] > 0
+
+
+def test_schemes_early_exit_and_end_cloud_and_the_delay(tmp_path):
+    early = _run(tmp_path, scheme="early-exit")
+    cloud = _run(tmp_path)
+    delayed = _run(tmp_path, tier_delay=f"cloud={DELAY_S}")
+    for rec in (early, cloud, delayed):
+        _consistent(rec)
+    # Early exit: the confident samples stay on the device, the others go to the edge.
+    assert early["hier_share"]["end"] > 0
+    assert early["hier_share"]["edge"] + early["hier_share"]["cloud"] < 1
+    # End-Cloud: every sample answered by the cloud with a fine label, better than chance.
+    assert cloud["hier_share"] == {"end": 0.0, "edge": 0.0, "cloud": 1.0}
+    assert cloud["hier_fine_accuracy"] > 0.3 and cloud["hier_cloud_share"] == 1.0
+    # Bytes: every raw 28x28 image goes up under End-Cloud, a few under early exit.
+    sent_all = sum(cloud["hier_bytes_per_sample"].values())
+    assert sent_all >= 28 * 28
+    assert sum(early["hier_bytes_per_sample"].values()) < sent_all
+    # The delay: every round trip to the cloud holds it back, so every sample sent up
+    # waits at least that long, and each device's batches one after another.
+    assert delayed["hier_latency_p50_ms"] >= DELAY_S * 1e3
+    batches_per_device = TEST_SAMPLES // END_DEVICES // BATCH
+    assert delayed["hier_completion_s"] >= batches_per_device * DELAY_S
+    assert delayed["hier_completion_s"] > cloud["hier_completion_s"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--scheme", "end-edge", "--tiers", "end=3,cloud=1"], ["end-edge", "edge tier"]),
+    (["--scheme", "early-exit", "--exit-threshold", "1.5"], ["--exit-threshold", "0-1"]),
+    (["--model", "resnet"], ["resnet", "hier"]),
+])
+def test_bad_hierarchies_are_one_line(tmp_path, args, words):
+    argv = ["sweep", "--engine", "hier", "--model", "lenet-mlp", "--devices", "4",
+            "--cluster", "local", "--out", str(tmp_path / "out"), *args]
+    done = subprocess.run(EDGEPROF + argv, capture_output=True, text=True, timeout=120)
+    assert_one_line(done, *words)
