@@ -7,7 +7,8 @@ It is a ``workloads.train`` worker (``--worker workloads.hier.device:EndDevice``
 cell runner reads its events as any worker's: one "epoch" is the pass over its shard,
 its samples and samples/s are the samples it streamed. Each batch is one step line
 (``workloads.steps``): ``data_s`` the batch's preparation, ``compute_s`` the end
-network, ``exchange_s`` the way up and back (the link's delay included), with the
+network, ``exchange_s`` the way up and back (the link's delay, and the privacy module's
+first convolution, ``privacy_s``, included), with the
 hierarchy's own fields beside them: how many samples each tier answered and how many of
 those were right (coarse, and fine above the end tier), each upper tier's inference
 time and images, the bytes of each link and each sample's latency.
@@ -84,7 +85,7 @@ class EndDevice(Worker):
             # warm its network up, so the stream's first batch does not pay for either
             self.link.request({"op": "infer", "kind": "images"},
                               self.data.x_train[:self.args.batch])
-        self.first_conv = None
+        self.first_conv, self.privacy_s = None, 0.0
         if plan.privacy and self.target:  # the upper network's first layer, run here
             upper_net, _ = nets.trained(plan.models[self.target[0]], "fine",
                                         plan.train_samples, plan.seed, self.args.data_dir)
@@ -145,9 +146,11 @@ class EndDevice(Worker):
             reply, _ = self.link.request({"op": "infer", "kind": "images"}, images)
             return reply
         upper_model = self.plan.models[self.target[0]]
+        t0 = time.perf_counter()
         with torch.no_grad():
             features = self.first_conv(torch.from_numpy(
                 for_model(images, upper_model, nets.DATASET))).numpy()
+        self.privacy_s = time.perf_counter() - t0
         reply, _ = self.link.request({"op": "infer", "kind": "features"}, features)
         return reply
 
@@ -162,7 +165,7 @@ class EndDevice(Worker):
             probs = self._end_infer(images)
             t_end = clock()
             up = self._sent_up(probs)
-            bytes0 = self._link_bytes()
+            bytes0, self.privacy_s = self._link_bytes(), 0.0
             reply = self._send_up(images[up]) if up.any() else None
             self.syncs += reply is not None
             t_done = clock()
@@ -198,6 +201,7 @@ class EndDevice(Worker):
         coarse = label_sets.to_coarse(fine)
         end_coarse = probs.argmax(axis=1)
         fields = {"n": len(fine), "up": int(up.sum()), "local_s": local_s,
+                  "privacy_s": self.privacy_s,
                   "end_coarse_ok": int((end_coarse == coarse).sum())}
         fields["ans_end"] = int((~up).sum())
         fields["coarse_ok_end"] = int((end_coarse[~up] == coarse[~up]).sum())

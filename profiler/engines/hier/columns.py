@@ -7,7 +7,9 @@
   (``local_s``), one sent up for the whole step (the link's delay included); p50 and p95
   over every sample of the cell;
 - **inference time per image** of each tier: the end network's time over the device's
-  samples, each upper node's time in its network (its reply says) over its images;
+  samples, each upper node's time in its network (its reply says) over its images; the
+  privacy module's (the upper network's first convolution, on the device) over the
+  samples sent up;
 - **accuracy**: of the end network's quick coarse answer on every sample; at each exit,
   coarse and (edge, cloud) fine over the samples that tier answered; overall, coarse
   over every sample and fine over the samples that got a fine answer;
@@ -41,6 +43,8 @@ COLUMNS = tuple(_column(*row) for row in [
     ("hier_latency_p50_ms", "float", "ms", "a sample's latency, median"),
     ("hier_latency_p95_ms", "float", "ms", "a sample's latency, 95th percentile"),
     ("hier_infer_ms_per_image", "map", "ms", "each tier's time in its network per image"),
+    ("hier_privacy_ms_per_image", "float", "ms",
+     "the privacy module on the device per image sent up (--privacy on)"),
     ("hier_end_accuracy", "float", "", "the end network's coarse accuracy on every sample"),
     ("hier_exit_coarse_accuracy", "map", "", "coarse accuracy of the samples each tier answered"),
     ("hier_exit_fine_accuracy", "map", "", "fine accuracy of the samples edge and cloud answered"),
@@ -63,6 +67,7 @@ def columns(workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
     total = sum(line["n"] for line in lines)
     answered = {tier: _sum(lines, f"ans_{tier}") for tier in schemes.TIERS}
     fine_answered = answered["edge"] + answered["cloud"]
+    sent_up = _sum(lines, "up")
     out = {
         "hier_nodes": first["counts"],
         "hier_models": {t: m for t, m in first["models"].items() if first["counts"].get(t)},
@@ -70,6 +75,8 @@ def columns(workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
                                    - min(x["t"] for x in lines), 4),
         **_latency(lines),
         "hier_infer_ms_per_image": _infer_ms(lines, total),
+        "hier_privacy_ms_per_image": (round(_sum(lines, "privacy_s") / sent_up * 1e3, 4)
+                                      if sent_up and first.get("privacy") else None),
         "hier_end_accuracy": _ratio(_sum(lines, "end_coarse_ok"), total),
         "hier_exit_coarse_accuracy": {t: _ratio(_sum(lines, f"coarse_ok_{t}"), answered[t])
                                       for t in schemes.TIERS if answered[t]},

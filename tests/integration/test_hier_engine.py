@@ -72,7 +72,8 @@ def test_schemes_early_exit_and_end_cloud_and_the_delay(tmp_path):
     early = _run(tmp_path, scheme="early-exit")
     cloud = _run(tmp_path)
     delayed = _run(tmp_path, tier_delay=f"cloud={DELAY_S}")
-    for rec in (early, cloud, delayed):
+    private = _run(tmp_path, privacy="on")
+    for rec in (early, cloud, delayed, private):
         _consistent(rec)
     # Early exit: the confident samples stay on the device, the others go to the edge.
     assert early["hier_share"]["end"] > 0
@@ -84,6 +85,13 @@ def test_schemes_early_exit_and_end_cloud_and_the_delay(tmp_path):
     sent_all = sum(cloud["hier_bytes_per_sample"].values())
     assert sent_all >= 28 * 28
     assert sum(early["hier_bytes_per_sample"].values()) < sent_all
+    # The privacy module: the cloud network's first convolution (20 maps of 24x24) runs
+    # on the device and its float32 features go up instead of the image; the answers
+    # are the same network's, so the same.
+    assert private["hier_bytes_per_sample"]["end-cloud"] >= 20 * 24 * 24 * 4
+    assert private["hier_fine_accuracy"] == pytest.approx(cloud["hier_fine_accuracy"],
+                                                          abs=2 / TEST_SAMPLES)
+    assert private["hier_privacy_ms_per_image"] > 0 and cloud["hier_privacy_ms_per_image"] is None
     # The delay: every round trip to the cloud holds it back, so every sample sent up
     # waits at least that long, and each device's batches one after another.
     assert delayed["hier_latency_p50_ms"] >= DELAY_S * 1e3
