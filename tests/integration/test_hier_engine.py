@@ -66,6 +66,10 @@ def _consistent(rec) -> None:
     assert rec["hier_completion_s"] > 0
     assert 0 < rec["hier_latency_p50_ms"] <= rec["hier_latency_p95_ms"]
     assert rec["hier_infer_ms_per_image"]["end"] > 0
+    # The record's validation accuracy: device 0's final coarse answers (the report and
+    # compare read it as any cell's).
+    assert 0.5 < rec["val_accuracy"] <= 1 and rec["val_accuracy_per_epoch"] == [
+        rec["val_accuracy"]]
 
 
 def test_schemes_early_exit_and_end_cloud_and_the_delay(tmp_path):
