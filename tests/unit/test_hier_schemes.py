@@ -77,6 +77,9 @@ def test_tiers_come_from_the_nodes_or_the_option_in_order():
     by_tier = assign_tiers(nodes, "end=4,edge=2,cloud=1")
     assert [[n.name for n in by_tier[t]] for t in ("end", "edge", "cloud")] == [
         ["n0", "n1", "n2", "n3"], ["n4", "n5"], ["n6"]]
+    by_tier = assign_tiers(nodes, "cloud=1,edge=2,end=4")  # a mix listing its big nodes first
+    assert [[n.name for n in by_tier[t]] for t in ("end", "edge", "cloud")] == [
+        ["n3", "n4", "n5", "n6"], ["n1", "n2"], ["n0"]]
     assert settings.counts("auto", 7) == {"end": 4, "edge": 2, "cloud": 1}
     assert settings.counts("auto", 2) == {"end": 1, "edge": 0, "cloud": 1}
 
@@ -173,7 +176,8 @@ def test_the_columns_add_up_from_the_devices_lines():
             "end_coarse_ok": 45, "ans_end": 30, "coarse_ok_end": 29, "ans_edge": 15,
             "coarse_ok_edge": 14, "fine_ok_edge": 12, "ans_cloud": 5, "coarse_ok_cloud": 5,
             "fine_ok_cloud": 4, "infer_edge_s": 0.02, "img_edge": 20, "infer_cloud_s": 0.01,
-            "img_cloud": 5, "bytes_end_edge": 16000, "bytes_edge_cloud": 4000}
+            "img_cloud": 5, "bytes_end_edge": 16000, "bytes_edge_cloud": 4000,
+            "exchange_s": 0.49, "privacy_s": 0.0, "link": "end-edge", "upper_infer_s": 0.03}
     later = {**line, "t": 100.5}
     out = columns({0: [line, later], 1: [line]}, {0: start, 1: start})
     assert sum(out["hier_share"].values()) == pytest.approx(1)
@@ -189,3 +193,4 @@ def test_the_columns_add_up_from_the_devices_lines():
     assert out["hier_latency_p95_ms"] == pytest.approx(500)
     assert out["hier_n_map"] == 1 and out["hier_cloud_share_predicted"] == 0.5
     assert out["hier_cloud_share"] == pytest.approx(0.1)
+    assert out["hier_round_trip_ms"] == {"end-edge": pytest.approx(460)}

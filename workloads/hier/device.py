@@ -221,6 +221,10 @@ class EndDevice(Worker):
                 fields[f"infer_{tier}_s"] = reply["infer_s"].get(tier, 0.0)
                 fields[f"img_{tier}"] = reply["images"].get(tier, 0)
             fields["bytes_edge_cloud"] = reply["bytes"].get("edge-cloud", 0)
+            # The round trip without any network's time in it: the link (its delay, the
+            # transfer, the framing) as the device saw it.
+            fields["link"] = self.link.name
+            fields["upper_infer_s"] = sum(reply["infer_s"].values())
         return fields
 
     def accuracy(self) -> float:

@@ -3,12 +3,13 @@
 
 A cell's nodes are put in tiers: by each node's own ``tier`` where the cluster gives
 every node one (a tiered profile), else by ``--tiers end=4,edge=2,cloud=1`` laid over
-the cell's nodes in order (``auto``: one cloud node, a third of the rest edge nodes,
-the others end devices). End devices (``workloads.hier.device``, the cell's workers)
-hold the test set of Fashion-MNIST in shards and stream it in batches of ``--batch``
-through their network (``--model``, trained on the four coarse labels); edge and cloud
-nodes (``workloads.hier.serve``, servers) answer with the fine label, by the scheme
-(``--scheme end,end-edge,end-cloud,mapping,early-exit``; ``workloads.hier.schemes``).
+the cell's nodes in order, the tiers in the order named (``auto``: end devices, then a
+third of the rest but one as edge nodes, then one cloud node). End devices
+(``workloads.hier.device``, the cell's workers) hold the test set of Fashion-MNIST in
+shards and stream it in batches of ``--batch`` through their network (``--model``,
+trained on the four coarse labels); edge and cloud nodes (``workloads.hier.serve``,
+servers) answer with the fine label, by the scheme (``--scheme
+end,end-edge,end-cloud,mapping,early-exit``; ``workloads.hier.schemes``).
 ``--exit-threshold`` is early-exit's normalized entropy under which a device answers
 itself; ``--privacy on`` runs the upper network's first convolution on the device so
 that only features leave it. ``--tier-models edge=M,cloud=M`` names the upper tiers'
@@ -183,13 +184,14 @@ def _address(node: Node, port: int) -> str:
 
 def assign_tiers(nodes: list[Node], tiers: str) -> dict[str, list[Node]]:
     """The cell's nodes by tier: each node's own ``tier`` when every node has one, else
-    ``--tiers`` laid over the nodes in order (end devices first, then edge, then cloud)."""
+    ``--tiers`` laid over the nodes in order, the tiers in the order it names them
+    (``cloud=1,edge=2,end=4``: node 0 the cloud; ``auto``: end devices first)."""
     own = [getattr(node, "tier", None) for node in nodes]
     if all(own):
         return {tier: [n for n, t in zip(nodes, own) if t == tier] for tier in schemes.TIERS}
     counts = settings.counts(tiers, len(nodes))
     out, at = {}, 0
-    for tier in schemes.TIERS:
+    for tier in counts:
         out[tier] = nodes[at:at + counts[tier]]
         at += counts[tier]
     return out

@@ -14,6 +14,8 @@
   coarse and (edge, cloud) fine over the samples that tier answered; overall, coarse
   over every sample and fine over the samples that got a fine answer;
 - **share** of the samples each tier answered (they sum to 1);
+- **round trip** of each device link: a batch's way up and back with every network's
+  time taken out (the delay held back and the transfer), the median over batches;
 - **bytes per sample** of each link, both ways, over all the cell's samples;
 - **Mapping**: equation (4)'s N_map as the devices measured it (their median) and
   equation (5)'s cloud share from it, beside the share that went to the cloud.
@@ -45,6 +47,8 @@ COLUMNS = tuple(_column(*row) for row in [
     ("hier_infer_ms_per_image", "map", "ms", "each tier's time in its network per image"),
     ("hier_privacy_ms_per_image", "float", "ms",
      "the privacy module on the device per image sent up (--privacy on)"),
+    ("hier_round_trip_ms", "map", "ms",
+     "median round trip of a batch on each device link, the networks' time taken out"),
     ("hier_end_accuracy", "float", "", "the end network's coarse accuracy on every sample"),
     ("hier_exit_coarse_accuracy", "map", "", "coarse accuracy of the samples each tier answered"),
     ("hier_exit_fine_accuracy", "map", "", "fine accuracy of the samples edge and cloud answered"),
@@ -77,6 +81,7 @@ def columns(workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
         "hier_infer_ms_per_image": _infer_ms(lines, total),
         "hier_privacy_ms_per_image": (round(_sum(lines, "privacy_s") / sent_up * 1e3, 4)
                                       if sent_up and first.get("privacy") else None),
+        "hier_round_trip_ms": _round_trips(lines),
         "hier_end_accuracy": _ratio(_sum(lines, "end_coarse_ok"), total),
         "hier_exit_coarse_accuracy": {t: _ratio(_sum(lines, f"coarse_ok_{t}"), answered[t])
                                       for t in schemes.TIERS if answered[t]},
@@ -116,6 +121,18 @@ def _latency(lines: list[dict]) -> dict:
     p50, p95 = np.percentile(values, [50, 95])
     return {"hier_latency_p50_ms": round(float(p50) * 1e3, 3),
             "hier_latency_p95_ms": round(float(p95) * 1e3, 3)}
+
+
+def _round_trips(lines: list[dict]) -> dict:
+    """Per device link, the median of its batches' way up and back with every network's
+    time (the privacy module's, the upper nodes') taken out: the delay held back plus
+    the transfer, so ``--tier-delay edge=0.5`` shows as about 500 ms on ``end-edge``."""
+    trips: dict[str, list[float]] = {}
+    for line in lines:
+        if line.get("link"):
+            trips.setdefault(line["link"], []).append(
+                line["exchange_s"] - line.get("privacy_s", 0.0) - line["upper_infer_s"])
+    return {link: round(statistics.median(values) * 1e3, 3) for link, values in trips.items()}
 
 
 def _infer_ms(lines: list[dict], total: int) -> dict:

@@ -50,8 +50,9 @@ def parse_tiers(text: str) -> list[str]:
 
 
 def counts(value: str, devices: int) -> dict[str, int]:
-    """Nodes per tier of ``--tiers`` (``auto``: with ``devices`` nodes, one cloud node,
-    a third of the rest edge nodes, the others end devices; fewer than 3: end, cloud)."""
+    """Nodes per tier of ``--tiers``, in the order given (``auto``: with ``devices``
+    nodes, end devices, a third of the rest but one edge nodes, one cloud node; fewer
+    than 3: end, cloud)."""
     if value == AUTO:
         if devices <= 1:
             return {"end": devices, "edge": 0, "cloud": 0}
@@ -61,7 +62,8 @@ def counts(value: str, devices: int) -> dict[str, int]:
         return {"end": devices - 1 - edge, "edge": edge, "cloud": 1}
     given = pairs(value, "--tiers", schemes.TIERS, "end=4,edge=2,cloud=1")
     out = {}
-    for tier in schemes.TIERS:
+    # In the order given (the order they are laid over the nodes), then the others at 0.
+    for tier in [*given, *(t for t in schemes.TIERS if t not in given)]:
         try:
             out[tier] = int(given.get(tier, "0"))
         except ValueError:
