@@ -29,7 +29,6 @@ import time
 import numpy as np
 
 from . import PLAN_ENV, Plan
-from . import labels as label_sets
 from . import nets, schemes, wire
 
 
@@ -37,6 +36,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m workloads.hier.serve")
     parser.add_argument("--tier", choices=("edge", "cloud"), required=True)
     parser.add_argument("--index", type=int, default=0, help="the node's place in its tier")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="the node's own address, where its devices dial it")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--data-dir", default=None)
@@ -94,8 +95,7 @@ class Tier:
                         reply[key][tier] = reply[key].get(tier, 0) + value
                 reply["bytes"] = {cloud.name: (cloud.bytes_sent - sent0
                                                + cloud.bytes_received - got0)}
-        reply.update(fine=[int(v) for v in fine], tier=tiers,
-                     coarse_of_fine=[int(v) for v in label_sets.to_coarse(fine)])
+        reply.update(fine=[int(v) for v in fine], tier=tiers)
         return reply
 
 
@@ -125,7 +125,7 @@ def serve(args: argparse.Namespace, plan: Plan) -> None:
         allow_reuse_address = True
         daemon_threads = True
 
-    with Server(("0.0.0.0", args.port), Handler) as server:
+    with Server((args.host, args.port), Handler) as server:
         print(json.dumps({"listening": args.port, "tier": args.tier, "model": tier.model,
                           "train_s": round(tier.train_s, 3)}), flush=True)
         server.serve_forever()

@@ -163,7 +163,8 @@ class HierEngine(_TorchEngine):
         for tier in ("edge", "cloud"):
             for index, node in enumerate(by_tier[tier]):
                 argv = [sys.executable, "-m", "workloads.hier.serve", "--tier", tier,
-                        "--index", str(index), "--port", str(ports[node.name]),
+                        "--index", str(index), "--host", node.address,
+                        "--port", str(ports[node.name]),
                         "--threads", str(options.threads_per_process)]
                 if options.data_dir is not None:
                     argv += ["--data-dir", str(options.data_dir)]
