@@ -5,6 +5,7 @@ from step lines."""
 
 from __future__ import annotations
 
+import json
 import math
 import socket
 import threading
@@ -194,3 +195,30 @@ def test_the_columns_add_up_from_the_devices_lines():
     assert out["hier_n_map"] == 1 and out["hier_cloud_share_predicted"] == 0.5
     assert out["hier_cloud_share"] == pytest.approx(0.1)
     assert out["hier_round_trip_ms"] == {"end-edge": pytest.approx(460)}
+
+
+def test_only_the_tiers_a_scheme_sends_to_serve(tmp_path):
+    """The plan: end devices are the decisive workers, each with its rank and the plan;
+    edge and cloud servers only where the scheme sends (``end`` starts none), each told
+    its node's address, which the devices' plan names as where to dial."""
+    from profiler.engines.base import TrainOptions
+
+    engine = get_engine("hier")
+    nodes = [Node(f"n{i}", address=f"10.0.0.{i}") for i in range(4)]
+    tiers = "end=2,edge=1,cloud=1"
+    for scheme, roles in (("end", ["worker", "worker"]),
+                          ("end-edge", ["server", "worker", "worker"]),
+                          ("early-exit", ["server", "server", "worker", "worker"])):
+        specs = engine.plan(_cell(scheme=scheme, tiers=tiers), nodes, tmp_path,
+                            TrainOptions())
+        assert [s.role for s in specs] == roles, scheme
+        workers = [s for s in specs if s.role == "worker"]
+        assert [(s.node.name, s.env["RANK"], s.decisive) for s in workers] == [
+            ("n0", "0", True), ("n1", "1", True)]
+        plan = json.loads(workers[0].env["EDGEPROF_HIER_PLAN"])
+        for server in (s for s in specs if s.role == "server"):
+            assert not server.decisive
+            host = server.argv[server.argv.index("--host") + 1]
+            port = server.argv[server.argv.index("--port") + 1]
+            tier = server.argv[server.argv.index("--tier") + 1]
+            assert plan["addresses"][tier] == [f"{host}:{port}"] and host == server.node.address

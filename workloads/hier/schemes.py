@@ -24,9 +24,12 @@ import numpy as np
 
 SCHEMES = ("end", "end-edge", "end-cloud", "mapping", "early-exit")
 TIERS = ("end", "edge", "cloud")
-# The upper tiers each scheme needs a node of.
-NEEDS = {"end": (), "end-edge": ("edge",), "end-cloud": ("cloud",), "mapping": ("edge",),
-         "early-exit": ()}
+# The upper tiers each scheme needs a node of (early-exit: either, checked apart).
+NEEDS = {"end": (), "end-edge": ("edge",), "end-cloud": ("cloud",),
+         "mapping": ("edge", "cloud"), "early-exit": ()}
+# The upper tiers each scheme sends to, when they have nodes: only their nodes serve.
+USES = {"end": (), "end-edge": ("edge",), "end-cloud": ("cloud",),
+        "mapping": ("edge", "cloud"), "early-exit": ("edge", "cloud")}
 
 
 def n_map(edge_round_trip_s: float, end_round_trip_s: float) -> int:

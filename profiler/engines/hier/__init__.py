@@ -160,7 +160,8 @@ class HierEngine(_TorchEngine):
                   "OMP_NUM_THREADS": str(options.threads_per_process),
                   "PYTHONUNBUFFERED": "1"}
         specs = []
-        for tier in ("edge", "cloud"):
+        # Only the tiers the scheme sends to serve (an idle node trains no network).
+        for tier in schemes.USES[scheme]:
             for index, node in enumerate(by_tier[tier]):
                 argv = [sys.executable, "-m", "workloads.hier.serve", "--tier", tier,
                         "--index", str(index), "--host", node.address,
@@ -202,8 +203,7 @@ def check_tiers(counts: dict[str, int], scheme: str) -> None:
     """Refuse (one line) a scheme whose tiers have no node."""
     if not counts.get("end"):
         raise ConfigError("the cell has no end device: give --tiers with end=1 or more")
-    needed = schemes.NEEDS[scheme] + (("cloud",) if scheme == "mapping" else ())
-    for tier in needed:
+    for tier in schemes.NEEDS[scheme]:
         if not counts.get(tier):
             raise ConfigError(f"--scheme {scheme} sends batches to the {tier} tier, which has "
                               f"no node here: give --tiers with {tier}=1 or more (e.g. "
