@@ -76,7 +76,7 @@ def ratios(rows: list[dict], private: list[dict]) -> None:
     print("\nround trip over its delay (goal 1.0-1.05):")
     for scheme, link, tier in (("end-edge", "end-edge", "edge"), ("end-cloud", "end-cloud",
                                                                    "cloud")):
-        trip = _get(by[(scheme, delayed)], "round_trip_ms", {}).get(link)
+        trip = _get(by[(scheme, delayed)], "round_trip_ms_by_link", {}).get(link)
         if trip is not None:
             print(f"  {link}: {trip / (DELAYS[tier] * 1e3):.3f}")
     early, cloud = by[("early-exit", "0")], by[("end-cloud", "0")]

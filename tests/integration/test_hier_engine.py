@@ -15,6 +15,7 @@ import pytest
 from profiler.cluster.local import LocalCluster
 from profiler.engines import get_engine
 from profiler.engines.base import TrainOptions
+from profiler.report.record_check import record_problem
 from profiler.sweep.grid import CellConfig, validate
 from profiler.sweep.runner import run_cell
 from tests.conftest import assert_one_line, need, no_children_left
@@ -56,10 +57,13 @@ def _run(tmp_path, **params):
 
 
 def _consistent(rec) -> None:
+    assert record_problem(rec) is None  # what the report refuses a sweep for
+    [section] = get_engine("hier").report_sections([rec])
+    assert len(section.rows) == 1 and len(section.rows[0][1]) == len(section.headings)
     assert sum(rec["hier_share"].values()) == pytest.approx(1, abs=1e-3)
     values = [rec["hier_end_accuracy"], rec["hier_coarse_accuracy"],
               *rec["hier_exit_coarse_accuracy"].values(),
-              *rec["hier_exit_fine_accuracy"].values()]
+              *(rec["hier_exit_fine_accuracy"] or {}).values()]
     assert all(0 <= v <= 1 for v in values), values
     # Trained networks, not chance (4 coarse labels, 10 fine ones).
     assert rec["hier_end_accuracy"] > 0.5 and rec["hier_coarse_accuracy"] > 0.5
@@ -101,8 +105,8 @@ def test_schemes_early_exit_and_end_cloud_and_the_delay(tmp_path):
     assert delayed["hier_latency_p50_ms"] >= DELAY_S * 1e3
     # The link as the device saw it, the networks' time out: the delay and a transfer
     # that takes a fraction of the undelayed round trip's whole.
-    assert delayed["hier_round_trip_ms"]["end-cloud"] >= DELAY_S * 1e3
-    assert (delayed["hier_round_trip_ms"]["end-cloud"] - DELAY_S * 1e3
+    assert delayed["hier_round_trip_ms_by_link"]["end-cloud"] >= DELAY_S * 1e3
+    assert (delayed["hier_round_trip_ms_by_link"]["end-cloud"] - DELAY_S * 1e3
             < max(cloud["hier_latency_p95_ms"], 50))
     batches_per_device = TEST_SAMPLES // END_DEVICES // BATCH
     assert delayed["hier_completion_s"] >= batches_per_device * DELAY_S

@@ -20,6 +20,7 @@ from profiler.engines.hier import assign_tiers, settings
 from profiler.engines.hier.columns import columns
 from profiler.cluster.base import Node
 from profiler.errors import ConfigError
+from profiler.report.record_check import record_problem
 from workloads.hier import labels, schemes, wire
 
 
@@ -181,6 +182,12 @@ def test_the_columns_add_up_from_the_devices_lines():
             "exchange_s": 0.49, "privacy_s": 0.0, "link": "end-edge", "upper_infer_s": 0.03}
     later = {**line, "t": 100.5}
     out = columns({0: [line, later], 1: [line]}, {0: start, 1: start})
+    assert record_problem(out) is None  # every column as the report takes it
+    # a device that only answered locally: no link, no bytes, no round trip
+    local = {k: v for k, v in line.items() if not k.startswith(("bytes", "link"))}
+    alone = columns({0: [{**local, "up": 0}]}, {0: start})
+    assert record_problem(alone) is None
+    assert alone["hier_bytes_per_sample"] is None and alone["hier_round_trip_ms_by_link"] is None
     assert sum(out["hier_share"].values()) == pytest.approx(1)
     assert out["hier_share"] == {"end": 0.6, "edge": 0.3, "cloud": 0.1}
     assert out["hier_completion_s"] == pytest.approx(1.0)
@@ -194,7 +201,7 @@ def test_the_columns_add_up_from_the_devices_lines():
     assert out["hier_latency_p95_ms"] == pytest.approx(500)
     assert out["hier_n_map"] == 1 and out["hier_cloud_share_predicted"] == 0.5
     assert out["hier_cloud_share"] == pytest.approx(0.1)
-    assert out["hier_round_trip_ms"] == {"end-edge": pytest.approx(460)}
+    assert out["hier_round_trip_ms_by_link"] == {"end-edge": pytest.approx(460)}
 
 
 def test_only_the_tiers_a_scheme_sends_to_serve(tmp_path):

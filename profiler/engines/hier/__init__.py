@@ -38,10 +38,10 @@ from ...cell import CellConfig
 from ...cluster.base import Node
 from ...errors import ConfigError
 from ...ports import free_port
-from ..base import EngineOption, ProcessSpec, TrainOptions
+from ..base import EngineOption, ProcessSpec, ReportSection, TrainOptions
 from ..pytorch import _TorchEngine
 from . import columns as hier_columns
-from . import settings
+from . import report, settings
 
 TRAIN_SAMPLES = 2000
 # Networks the hierarchy builds for Fashion-MNIST's 28x28 grey images.
@@ -108,6 +108,9 @@ class HierEngine(_TorchEngine):
 
     def summarize(self, workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
         return hier_columns.columns(workers, starts)
+
+    def report_sections(self, records: list[dict]) -> list[ReportSection]:
+        return report.sections(records, self.name)
 
     def check_cell(self, cell: CellConfig) -> None:
         if cell.dataset not in ("auto", DATASET):

@@ -47,7 +47,7 @@ COLUMNS = tuple(_column(*row) for row in [
     ("hier_infer_ms_per_image", "map", "ms", "each tier's time in its network per image"),
     ("hier_privacy_ms_per_image", "float", "ms",
      "the privacy module on the device per image sent up (--privacy on)"),
-    ("hier_round_trip_ms", "map", "ms",
+    ("hier_round_trip_ms_by_link", "map", "ms",
      "median round trip of a batch on each device link, the networks' time taken out"),
     ("hier_end_accuracy", "float", "", "the end network's coarse accuracy on every sample"),
     ("hier_exit_coarse_accuracy", "map", "", "coarse accuracy of the samples each tier answered"),
@@ -81,19 +81,20 @@ def columns(workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
         "hier_infer_ms_per_image": _infer_ms(lines, total),
         "hier_privacy_ms_per_image": (round(_sum(lines, "privacy_s") / sent_up * 1e3, 4)
                                       if sent_up and first.get("privacy") else None),
-        "hier_round_trip_ms": _round_trips(lines),
+        "hier_round_trip_ms_by_link": _round_trips(lines),
         "hier_end_accuracy": _ratio(_sum(lines, "end_coarse_ok"), total),
         "hier_exit_coarse_accuracy": {t: _ratio(_sum(lines, f"coarse_ok_{t}"), answered[t])
                                       for t in schemes.TIERS if answered[t]},
         "hier_exit_fine_accuracy": {t: _ratio(_sum(lines, f"fine_ok_{t}"), answered[t])
-                                    for t in ("edge", "cloud") if answered[t]},
+                                    for t in ("edge", "cloud") if answered[t]} or None,
         "hier_coarse_accuracy": _ratio(sum(_sum(lines, f"coarse_ok_{t}")
                                            for t in schemes.TIERS), total),
         "hier_fine_accuracy": (_ratio(_sum(lines, "fine_ok_edge") + _sum(lines, "fine_ok_cloud"),
                                       fine_answered) if fine_answered else None),
         "hier_share": {t: _ratio(answered[t], total) for t in schemes.TIERS},
         "hier_bytes_per_sample": {link: round(_sum(lines, _bytes_field(link)) / total, 1)
-                                  for link in LINKS if _sum(lines, _bytes_field(link))},
+                                  for link in LINKS if _sum(lines, _bytes_field(link))}
+        or None,
         "hier_cloud_share": _ratio(_sum(lines, "img_cloud"), total),
     }
     out.update(_mapping(starts, first))
@@ -132,7 +133,8 @@ def _round_trips(lines: list[dict]) -> dict:
         if line.get("link"):
             trips.setdefault(line["link"], []).append(
                 line["exchange_s"] - line.get("privacy_s", 0.0) - line["upper_infer_s"])
-    return {link: round(statistics.median(values) * 1e3, 3) for link, values in trips.items()}
+    return {link: round(statistics.median(values) * 1e3, 3)
+            for link, values in trips.items()} or None
 
 
 def _infer_ms(lines: list[dict], total: int) -> dict:
