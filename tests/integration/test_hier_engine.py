@@ -103,14 +103,11 @@ def test_schemes_early_exit_and_end_cloud_and_the_delay(tmp_path):
     # The delay: every round trip to the cloud holds it back, so every sample sent up
     # waits at least that long, and each device's batches one after another.
     assert delayed["hier_latency_p50_ms"] >= DELAY_S * 1e3
-    # The link as the device saw it, the networks' time out: the delay and a transfer
-    # that takes a fraction of the undelayed round trip's whole.
-    assert delayed["hier_round_trip_ms_by_link"]["end-cloud"] >= DELAY_S * 1e3
-    assert (delayed["hier_round_trip_ms_by_link"]["end-cloud"] - DELAY_S * 1e3
-            < max(cloud["hier_latency_p95_ms"], 50))
+    # The link as the device saw it, the networks' time out: the delay, held back once
+    # a round trip (half each way), and a transfer far shorter than it.
+    assert DELAY_S * 1e3 <= delayed["hier_round_trip_ms_by_link"]["end-cloud"] < 2 * DELAY_S * 1e3
     batches_per_device = TEST_SAMPLES // END_DEVICES // BATCH
     assert delayed["hier_completion_s"] >= batches_per_device * DELAY_S
-    assert delayed["hier_completion_s"] > cloud["hier_completion_s"]
 
 
 @pytest.mark.parametrize("args, words", [
