@@ -228,4 +228,30 @@ def test_only_the_tiers_a_scheme_sends_to_serve(tmp_path):
             host = server.argv[server.argv.index("--host") + 1]
             port = server.argv[server.argv.index("--port") + 1]
             tier = server.argv[server.argv.index("--tier") + 1]
-            assert plan["addresses"][tier] == [f"{host}:{port}"] and host == server.node.address
+            assert host == server.node.address
+            assert plan["addresses"][f"end-{tier}"] == [f"{host}:{port}"]
+
+
+def test_devices_dial_what_the_cluster_gives_for_a_link(tmp_path):
+    """With the cluster's ``link_address`` (a fake here standing for the emulated
+    cluster's delaying relay, which is the tiers helper's and not in this branch), a
+    device dials the relay's address for each upper node and an edge node the relay's
+    for the cloud, while the servers still listen on their own address and port."""
+    from profiler.engines.base import TrainOptions
+
+    asked = []
+
+    def relay(source, target, port):
+        asked.append((source.name, target.name))
+        return "10.9.9.9", port + 1000
+
+    nodes = [Node(f"n{i}", address=f"10.0.0.{i}") for i in range(4)]
+    specs = get_engine("hier").plan(_cell(scheme="early-exit", tiers="end=2,edge=1,cloud=1"),
+                                    nodes, tmp_path, TrainOptions(link_address=relay))
+    plan = json.loads(specs[-1].env["EDGEPROF_HIER_PLAN"])
+    ports = {s.node.name: int(s.argv[s.argv.index("--port") + 1])
+             for s in specs if s.role == "server"}
+    assert plan["addresses"] == {"end-edge": [f"10.9.9.9:{ports['n2'] + 1000}"],
+                                 "end-cloud": [f"10.9.9.9:{ports['n3'] + 1000}"],
+                                 "edge-cloud": [f"10.9.9.9:{ports['n3'] + 1000}"]}
+    assert sorted(asked) == [("n0", "n2"), ("n0", "n3"), ("n2", "n3")]

@@ -28,7 +28,9 @@ class Plan:
     scheme: str
     counts: dict[str, int]  # tier -> nodes
     models: dict[str, str]  # tier -> model name
-    addresses: dict[str, list[str]] = field(default_factory=dict)  # edge/cloud host:port
+    # link ("end-edge", "end-cloud", "edge-cloud") -> each upper node's host:port as the
+    # lower tier dials it (a relay's, on a cluster with delayed links)
+    addresses: dict[str, list[str]] = field(default_factory=dict)
     delays: dict[str, float] = field(default_factory=dict)  # tier -> round trip held back, s
     threshold: float = 0.5  # early-exit's normalized entropy under which a sample exits
     privacy: bool = False

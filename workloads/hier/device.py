@@ -94,10 +94,8 @@ class EndDevice(Worker):
 
     def _link(self, target: tuple[str, int]) -> wire.Link:
         tier, index = target
-        # The relay hook: once the cluster gives an address to dial for a link with its
-        # delay (the tiers helper's relay), the plan carries that address here and the
-        # delay in the application is 0 for that tier.
-        return wire.Link(f"end-{tier}", self.plan.addresses[tier][index],
+        # The address the cluster gives for the link (a delaying relay's, or the node's).
+        return wire.Link(f"end-{tier}", self.plan.addresses[f"end-{tier}"][index],
                          self.plan.delays.get(tier, 0.0))
 
     def _map(self) -> tuple[str, int]:

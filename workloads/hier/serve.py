@@ -59,7 +59,7 @@ class Tier:
                                                                                       None)
         self.lock = threading.Lock()
         # Only an edge node forwards, under early-exit, to the cloud (module doc).
-        cloud = plan.addresses.get("cloud") or []
+        cloud = plan.addresses.get("edge-cloud") or []
         self.forwards = (args.tier == "edge" and plan.scheme == "early-exit" and bool(cloud)
                          and not plan.privacy)
         self.cloud_address = cloud[args.index % len(cloud)] if cloud else ""

@@ -20,10 +20,11 @@ on ``--max-samples`` training samples (default ``TRAIN_SAMPLES``), cached per (m
 labels, samples) so a sweep trains it once. The test samples streamed are
 ``--val-samples`` (default the whole 10,000).
 
-The relay hook: when the cluster gives an address to dial for a link between tiers, with
-its delay set on the link (the tiers helper's relay, in progress), ``_address`` is where
-the plan takes it instead of the upper node's own address, and that tier's delay in the
-application is then left out. Not yet: every link dials the node itself.
+Links between tiers: a device dials what the cluster's ``link_address`` gives for the
+upper node (``TrainOptions.link_address``, set by the launcher): on a cluster whose links
+between tiers are a delaying relay (the tiers helper's emulated cluster), the relay's
+address, so the link's delay is the network's; elsewhere the node itself. ``--tier-delay``
+is held back in the application on top of whatever the link adds: give one or the other.
 """
 
 from __future__ import annotations
@@ -149,12 +150,11 @@ class HierEngine(_TorchEngine):
         by_tier = assign_tiers(nodes, cell.param("tiers") or settings.AUTO)
         scheme = cell.param("scheme") or "end-edge"
         check_tiers({t: len(n) for t, n in by_tier.items()}, scheme)
-        ports = {node.name: free_port() for tier in ("edge", "cloud") for node in by_tier[tier]}
+        ports = {node.name: free_port() for tier in schemes.USES[scheme] for node in by_tier[tier]}
         plan = Plan(scheme=scheme, counts={t: len(n) for t, n in by_tier.items()},
                     models=settings.tier_models(cell.param("tier_models")
                                                 or settings.DEFAULT_MODELS, cell.model),
-                    addresses={t: [_address(n, ports[n.name]) for n in by_tier[t]]
-                               for t in ("edge", "cloud")},
+                    addresses=addresses(by_tier, ports, options, schemes.USES[scheme]),
                     delays=settings.delays(str(cell.param("tier_delay") or "0")),
                     threshold=float(cell.param("exit_threshold") or 0.5),
                     privacy=cell.param("privacy") == "on",
@@ -181,10 +181,25 @@ class HierEngine(_TorchEngine):
         return specs
 
 
-def _address(node: Node, port: int) -> str:
-    """Where a device dials ``node``'s server: the node itself (the relay hook: module
-    doc)."""
-    return f"{node.address}:{port}"
+def addresses(by_tier: dict[str, list[Node]], ports: dict[str, int],
+              options: TrainOptions, used: tuple[str, ...]) -> dict[str, list[str]]:
+    """``host:port`` of each upper node as the lower tier dials it, by link (``end-edge``:
+    one per edge node; ``edge-cloud``: the cloud as an edge node dials it): the
+    cluster's ``link_address`` where it has one (a relay holding the link's delay: the
+    same address for every node of the lower tier), else the node itself."""
+    out = {}
+    for low, high in (("end", "edge"), ("end", "cloud"), ("edge", "cloud")):
+        if by_tier[low] and by_tier[high] and low in ("end", *used) and high in used:
+            out[f"{low}-{high}"] = [_address(by_tier[low][0], node, ports.get(node.name, 0),
+                                             options) for node in by_tier[high]]
+    return out
+
+
+def _address(source: Node, target: Node, port: int, options: TrainOptions) -> str:
+    if options.link_address is None:
+        return f"{target.address}:{port}"
+    host, port = options.link_address(source, target, port)
+    return f"{host}:{port}"
 
 
 def assign_tiers(nodes: list[Node], tiers: str) -> dict[str, list[Node]]:
