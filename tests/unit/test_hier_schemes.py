@@ -143,7 +143,10 @@ def test_a_link_holds_its_delay_back_on_every_round_trip():
             try:
                 while True:
                     header, array, _ = wire.recv(conn)
-                    wire.send(conn, {"n": len(array)}, array)
+                    if header.get("op") == "ping":
+                        wire.send(conn, {})
+                    else:
+                        wire.send(conn, {"n": len(array)}, array)
             except ConnectionError:
                 return
 
@@ -255,3 +258,34 @@ def test_devices_dial_what_the_cluster_gives_for_a_link(tmp_path):
                                  "end-cloud": [f"10.9.9.9:{ports['n3'] + 1000}"],
                                  "edge-cloud": [f"10.9.9.9:{ports['n3'] + 1000}"]}
     assert sorted(asked) == [("n0", "n2"), ("n0", "n3"), ("n2", "n3")]
+
+
+def test_a_link_waits_for_a_node_behind_a_relay_that_closes_at_first():
+    """A relay between tiers accepts a connection at once and closes it while the node
+    behind it does not listen yet (it trains first): the link connects again until the
+    node answers its ping, then requests go through."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def relay_then_node():
+        for _ in range(2):  # the node is not up yet: accepted, then closed
+            conn, _ = listener.accept()
+            conn.close()
+        conn, _ = listener.accept()
+        with conn:
+            try:
+                while True:
+                    header, array, _ = wire.recv(conn)
+                    wire.send(conn, {} if header.get("op") == "ping" else {"n": len(array)})
+            except ConnectionError:
+                return
+
+    thread = threading.Thread(target=relay_then_node, daemon=True)
+    thread.start()
+    link = wire.Link("end-edge", f"127.0.0.1:{port}")
+    link.connect(timeout_s=30)
+    reply, _ = link.request({"op": "infer"}, np.zeros((3, 1, 28, 28), np.uint8))
+    assert reply == {"n": 3}
+    link.close()
+    thread.join(5)
+    listener.close()

@@ -112,6 +112,9 @@ def serve(args: argparse.Namespace, plan: Plan) -> None:
                         header, array, _ = wire.recv(self.request)
                     except ConnectionError:
                         return  # the device is done
+                    if header.get("op") == "ping":  # a device's link opening
+                        wire.send(self.request, {})
+                        continue
                     try:
                         reply = tier.answer(header, array, cloud)
                     except Exception as exc:  # noqa: BLE001 - the device reports it

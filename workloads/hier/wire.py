@@ -83,14 +83,23 @@ class Link:
         self._sock: socket.socket | None = None
 
     def connect(self, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+        """Connect and see the node answer a ``ping``, retrying until ``timeout_s``: the
+        node may still be training its network, and a relay between tiers accepts the
+        connection at once, then closes it when the node behind it does not listen yet."""
         host, port = self.address.rsplit(":", 1)
         deadline = time.monotonic() + timeout_s
         while True:
+            sock = None
             try:
-                self._sock = socket.create_connection((host, int(port)), timeout=timeout_s)
-                self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                send(sock, {"op": "ping"})
+                recv(sock)
+                self._sock = sock
                 return
-            except OSError:
+            except (OSError, ValueError):  # refused, reset, closed before the answer
+                if sock is not None:
+                    sock.close()
                 if time.monotonic() > deadline:
                     raise ConnectionError(f"no {self.name} node answers at {self.address} "
                                           f"after {timeout_s:.0f} s") from None
