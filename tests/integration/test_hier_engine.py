@@ -39,7 +39,7 @@ def _cache(tmp_path_factory):
         os.environ["EDGEPROF_HIER_CACHE"] = old
 
 
-def _run(tmp_path, **params):
+def _run(tmp_path, timeout_s=300, status="ok", **params):
     settings = {"scheme": "end-cloud", "exit_threshold": 0.5, "privacy": "off",
                 "tiers": f"end={END_DEVICES},edge=1,cloud=1",
                 "tier_models": "edge=lenet-cnn,cloud=lenet-example", "tier_delay": "0",
@@ -49,9 +49,9 @@ def _run(tmp_path, **params):
                                engine_params=tuple(settings.items())))
     engine = get_engine("hier")
     rec = run_cell(cell, LocalCluster(4), engine, tmp_path / cell.cell_id,
-                   TrainOptions(val_samples=TEST_SAMPLES), sweep_id="t", timeout_s=300,
+                   TrainOptions(val_samples=TEST_SAMPLES), sweep_id="t", timeout_s=timeout_s,
                    monitor_interval_s=None)
-    assert rec["status"] == "ok", rec["reason"]
+    assert rec["status"] == status, rec["reason"]
     assert no_children_left() == []
     return rec
 
@@ -108,6 +108,21 @@ def test_schemes_early_exit_and_end_cloud_and_the_delay(tmp_path):
     assert DELAY_S * 1e3 <= delayed["hier_round_trip_ms_by_link"]["end-cloud"] < 2 * DELAY_S * 1e3
     batches_per_device = TEST_SAMPLES // END_DEVICES // BATCH
     assert delayed["hier_completion_s"] >= batches_per_device * DELAY_S
+
+
+def test_devices_that_fail_with_and_without_a_way_to_survive_it(tmp_path):
+    """Zhang's Table 5 in small: 4 end devices, the last fails after half its batches.
+    Monitoring hands its other batches to the others and the job finishes; with no
+    method it cannot, says so in one line and stops at its time limit, nothing left."""
+    settings = {"scheme": "end", "tiers": "end=4", "fail_devices": 1}
+    monitored = _run(tmp_path, recovery="monitor", **settings)
+    assert monitored["hier_answered_share"] == 1.0
+    assert monitored["hier_batches_moved"] == TEST_SAMPLES // BATCH // 4 // 2
+    assert monitored["hier_transfer_timeouts_s"] == 0
+    stuck = _run(tmp_path, timeout_s=15, status="timeout", recovery="none", **settings)
+    assert stuck["hier_answered_share"] < 1
+    log = (tmp_path / stuck["cell_id"]).rglob("worker-0.log")
+    assert any("the job cannot finish" in p.read_text() for p in log)
 
 
 @pytest.mark.parametrize("args, words", [

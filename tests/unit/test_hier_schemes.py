@@ -289,3 +289,57 @@ def test_a_link_waits_for_a_node_behind_a_relay_that_closes_at_first():
     link.close()
     thread.join(5)
     listener.close()
+
+
+def _drain(assigner, rank, limit=100):
+    """Ask as ``rank`` until finished or told to wait; the batches it was given."""
+    got, finished = [], None
+    for _ in range(limit):
+        reply = assigner.next(rank, finished)
+        finished = None
+        if "task" not in reply:
+            return got, reply
+        got.append(reply["task"])
+        finished = reply["task"]
+    raise AssertionError("never finished")
+
+
+def test_the_assigner_hands_out_batches_in_order_and_survives_failures(monkeypatch):
+    from workloads.hier import assign
+
+    monkeypatch.setattr(assign, "TRANSFER_TIMEOUT_S", 0.01)
+    assert assign.own_batches(1, 3, 8) == [1, 4, 7]
+    # No failure: each device its own batches, then finished.
+    a = assign.Assigner(2, 4, "monitor")
+    assert _drain(a, 0) == ([0, 2], {"wait": assign.WAIT_S, "timeouts_s": 0.0})
+    assert _drain(a, 1)[0] == [1, 3] and a.next(0, None) == {"finished": True}
+    for recovery, moved in (("monitor", [5, 3]), ("reassign", [5, 3])):
+        a = assign.Assigner(2, 6, recovery)
+        assert a.next(1, None)["task"] == 1  # device 1 does one batch, is given 3, fails
+        assert a.next(1, 1)["task"] == 3
+        a.leave(1)  # its connection closes: 3 goes back, stranded with 5
+        got, reply = _drain(a, 0)
+        assert got == [0, 2, 4, *moved] and reply == {"finished": True}, recovery
+    # reassign's turns on the failed device cost the transfer's timeout; monitor's none
+    a = assign.Assigner(2, 6, "reassign")
+    a.next(1, None)
+    a.leave(1)
+    replies = [a.next(0, None if i == 0 else t) for i, t in enumerate([None, 0, 2, 4, 5])]
+    assert sum(r.get("timeouts_s", 0) for r in replies) > 0
+    # none: the stranded batches are never given: the job cannot finish
+    a = assign.Assigner(2, 4, "none")
+    a.next(1, None)
+    a.leave(1)
+    got, reply = _drain(a, 0)
+    assert got == [0, 2] and "wait" in reply and a.next(0, None) != {"finished": True}
+
+
+@pytest.mark.parametrize("params, words", [
+    ({"fail_devices": 2, "recovery": "off"}, ["--fail-devices 2", "--recovery"]),
+    ({"fail_devices": 2, "recovery": "monitor", "tiers": "end=2,edge=1,cloud=1"},
+     ["more failures", "--fail-devices 1"]),
+])
+def test_failures_a_cell_cannot_have_are_one_line(params, words):
+    with pytest.raises(ConfigError) as caught:
+        get_engine("hier").check_cell(_cell(**params))
+    assert all(w in str(caught.value) for w in words), caught.value

@@ -5,6 +5,8 @@ edge and cloud nodes by a scheme, and the edge and cloud nodes that answer them.
 - ``device``: an end device, a ``workloads.train`` worker (``--worker
   workloads.hier.device:EndDevice``), so its events and step lines are every worker's;
 - ``serve``: an edge or cloud node, a server the cell runner stops once the devices end;
+- ``assign``: Zhang's task assigner, in end device 0, and his ways of surviving end
+  devices that fail (``--fail-devices``, ``--recovery``);
 - ``schemes``: where batches go (Zhang's four schemes, his equations 4 and 5, DDNN's
   early exit); ``labels``: Fashion-MNIST's coarse labels; ``nets``: each tier's
   network, trained briefly and cached; ``wire``: messages over TCP and a link's delay.
@@ -36,6 +38,12 @@ class Plan:
     privacy: bool = False
     train_samples: int = 2000
     seed: int = 42
+    # Failures (``assign``): the last ``fail`` end devices stop after half their batches;
+    # ``recovery`` off: each device streams its own shard, no assigner; else end device
+    # 0's assigner (``assigner``, host:port) hands the batches out by that method.
+    fail: int = 0
+    recovery: str = "off"
+    assigner: str = ""
 
     def to_env(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -32,9 +32,10 @@ from ..datasets.loader import Dataset, for_model
 from ..worker import Worker
 from . import PLAN_ENV, Plan
 from . import labels as label_sets
-from . import nets, schemes, wire
+from . import assign, nets, schemes, wire
 
 CALIBRATION_BATCHES = 3  # timed batches on the end network (after one warm-up)
+ASSIGNER_LINGER_S = 60.0  # device 0 waits at most this for the others to hear "finished"
 
 
 class EndDevice(Worker):
@@ -60,11 +61,16 @@ class EndDevice(Worker):
             raise ConfigError(f"{total} test samples over {self.num_workers} end devices "
                               f"make no batch of {args.batch}: raise --val-samples or lower "
                               "--batch")
-        x, y = nets.read_set("test", slice(self.rank * per_device,
-                                           (self.rank + 1) * per_device), args.data_dir)
+        # Handed out by the assigner, any batch may come to any device: the whole stream.
+        rows = (slice(0, total) if self.plan.recovery != "off"
+                else slice(self.rank * per_device, (self.rank + 1) * per_device))
+        x, y = nets.read_set("test", rows, args.data_dir)
         self.data = Dataset(nets.DATASET, x, y, x, y, total, raw=True,
                             classes=label_sets.CLASSES["coarse"])
-        self.steps_per_epoch = per_device // args.batch
+        self.batches_total = total // args.batch
+        self.steps_per_epoch = (len(assign.own_batches(self.rank, self.num_workers,
+                                                       self.batches_total))
+                                if self.plan.recovery != "off" else per_device // args.batch)
         self.tail_start = self.steps_per_epoch
         t_build = time.perf_counter()
         self.build()
@@ -72,6 +78,11 @@ class EndDevice(Worker):
 
     def build(self) -> None:
         plan = self.plan
+        if plan.recovery != "off" and self.rank == 0:  # the task assigner lives here
+            host, port = plan.assigner.rsplit(":", 1)
+            self.assigner = assign.Assigner(self.num_workers, self.batches_total,
+                                            plan.recovery)
+            assign.serve(self.assigner, host, int(port))
         self.model = plan.models["end"]
         self.net, self.train_s = nets.trained(self.model, "coarse", plan.train_samples,
                                               plan.seed, self.args.data_dir)
@@ -127,7 +138,8 @@ class EndDevice(Worker):
                          "models": self.plan.models, "delays": self.plan.delays,
                          "threshold": self.plan.threshold, "privacy": self.plan.privacy,
                          "upper": list(self.target) if self.target else None,
-                         "train_s": round(self.train_s, 3), **self.calibration}}
+                         "train_s": round(self.train_s, 3),
+                         "samples": self.batches_total * self.args.batch, **self.calibration}}
 
     def _end_infer(self, images: np.ndarray) -> np.ndarray:
         import torch
@@ -154,33 +166,75 @@ class EndDevice(Worker):
         return reply
 
     def train_epoch(self, epoch: int, on_first_step) -> tuple[None, None]:
-        """The shard streamed once, in order, a batch a step (no training: no loss)."""
-        clock, batch, log = time.perf_counter, self.args.batch, self.step_log
-        for step in range(self.steps_per_epoch):
-            t_begin = clock()
-            images = self.data.x_train[step * batch:(step + 1) * batch]
-            fine = self.data.y_train[step * batch:(step + 1) * batch]
-            t_data = clock()
-            probs = self._end_infer(images)
-            t_end = clock()
-            up = self._sent_up(probs)
-            bytes0, self.privacy_s = self._link_bytes(), 0.0
-            reply = self._send_up(images[up]) if up.any() else None
-            self.syncs += reply is not None
-            t_done = clock()
-            if log.enabled:
-                log.add(epoch=epoch, step=step, t=log.wall(t_begin), data_s=t_data - t_begin,
-                        compute_s=t_end - t_data, exchange_s=t_done - t_end,
-                        step_s=t_done - t_begin,
-                        **self._outcome(probs, fine, up, reply, t_end - t_begin),
-                        **({f"bytes_{self.link.name.replace('-', '_')}":
-                            self._link_bytes() - bytes0} if self.link else {}))
-            if on_first_step is not None:
-                on_first_step()
-                on_first_step = None
+        """The shard streamed once, in order, a batch a step (no training: no loss), or
+        the batches the assigner hands out (``--recovery``)."""
+        if self.plan.recovery != "off":
+            self._assigned(epoch, on_first_step)
+        else:
+            for step in range(self.steps_per_epoch):
+                self._batch(epoch, step, step)
+                if on_first_step is not None:
+                    on_first_step()
+                    on_first_step = None
         if self.link is not None:
             self.link.close()
         return None, None
+
+    def _assigned(self, epoch: int, on_first_step) -> None:
+        """Ask end device 0's assigner for batches until it says the job is done; a
+        failing device (the last ``--fail-devices``) stops after half its own batches:
+        it says which it finished last and leaves, holding the next one it was given."""
+        plan = self.plan
+        link = wire.Link("assigner", plan.assigner)
+        fails = self.rank >= self.num_workers - plan.fail
+        own_done = processed = 0
+        finished, timeouts_s = None, 0.0
+        while True:
+            reply, _ = link.request({"op": "next", "rank": self.rank, "finished": finished})
+            finished = None
+            timeouts_s += reply.get("timeouts_s", 0.0)
+            if reply.get("finished") or (fails and own_done >= self.steps_per_epoch // 2):
+                break
+            if "task" not in reply:
+                self.step_log.flush()  # a cell that cannot finish is stopped while waiting
+                time.sleep(reply["wait"])
+                continue
+            self._batch(epoch, processed, reply["task"], moved=int(reply["moved"]),
+                        timeouts_s=timeouts_s)
+            timeouts_s = 0.0
+            processed += 1
+            own_done += not reply["moved"]
+            finished = reply["task"]
+            if on_first_step is not None:
+                on_first_step()
+                on_first_step = None
+        link.close()
+        if self.rank == 0:  # the assigner's process stays until every device was told
+            self.assigner.wait_told(ASSIGNER_LINGER_S)
+        # The end event counts the samples this device answered (Worker.run reads it).
+        self.steps_per_epoch = processed
+
+    def _batch(self, epoch: int, step: int, index: int, **extra) -> None:
+        """Batch ``index`` of the device's data through the tiers, a step line."""
+        clock, batch, log = time.perf_counter, self.args.batch, self.step_log
+        t_begin = clock()
+        images = self.data.x_train[index * batch:(index + 1) * batch]
+        fine = self.data.y_train[index * batch:(index + 1) * batch]
+        t_data = clock()
+        probs = self._end_infer(images)
+        t_end = clock()
+        up = self._sent_up(probs)
+        bytes0, self.privacy_s = self._link_bytes(), 0.0
+        reply = self._send_up(images[up]) if up.any() else None
+        self.syncs += reply is not None
+        t_done = clock()
+        if log.enabled:
+            log.add(epoch=epoch, step=step, t=log.wall(t_begin), data_s=t_data - t_begin,
+                    compute_s=t_end - t_data, exchange_s=t_done - t_end,
+                    step_s=t_done - t_begin,
+                    **self._outcome(probs, fine, up, reply, t_end - t_begin),
+                    **({f"bytes_{self.link.name.replace('-', '_')}":
+                        self._link_bytes() - bytes0} if self.link else {}), **extra)
 
     def _link_bytes(self) -> int:
         """The bytes on the device's link so far, both ways."""

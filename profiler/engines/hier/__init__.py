@@ -29,6 +29,7 @@ is held back in the application on top of whatever the link adds: give one or th
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -80,6 +81,18 @@ class HierEngine(_TorchEngine):
                      "Seconds each round trip to a tier is held back in the application "
                      "(hier), e.g. edge=0.5,cloud=1.0; 0: none.", "str",
                      "round-trip delay per upper tier, held back by the sender"),
+        # Failures: added after the first cells had ids, so at their defaults they stay
+        # out of a cell's id.
+        EngineOption("fail_devices", "0", settings.parse_fail,
+                     "End devices that fail, stopping after half their batches (hier; "
+                     "needs --recovery), e.g. 0,2,4.", "int",
+                     "end devices that fail after half their batches", omit_default=True),
+        EngineOption("recovery", settings.RECOVERY_OFF, settings.parse_recovery,
+                     "How batches are handed out and failures survived (hier): off (each "
+                     "device streams its own shard), or end device 0 assigns them: none, "
+                     "reassign, monitor (Zhang's three).", "str",
+                     "the task assigner's way with failed devices: off, none, reassign, "
+                     "monitor", omit_default=True),
     )
     columns = hier_columns.COLUMNS
     compare_measures = (("hier_completion_s", "done s"), ("hier_latency_p50_ms", "p50 ms"),
@@ -105,6 +118,8 @@ class HierEngine(_TorchEngine):
             parts.append(str(rec["tiers"]))
         if str(rec.get("tier_delay") or "0") != "0":
             parts.append(f"delay {rec['tier_delay']}")
+        if (rec.get("recovery") or settings.RECOVERY_OFF) != settings.RECOVERY_OFF:
+            parts.append(f"fail={rec.get('fail_devices') or 0} {rec['recovery']}")
         return " ".join(parts)
 
     def summarize(self, workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
@@ -126,6 +141,8 @@ class HierEngine(_TorchEngine):
             raise ConfigError(f"--tiers {tiers} makes {sum(counts.values())} nodes, the cell "
                               f"has --devices {cell.devices}: give as many")
         check_tiers(counts, cell.param("scheme") or "end-edge")
+        check_failures(cell.param("fail_devices") or 0,
+                       cell.param("recovery") or settings.RECOVERY_OFF, counts["end"])
         models = settings.tier_models(cell.param("tier_models") or settings.DEFAULT_MODELS,
                                       cell.model)
         for tier in ("edge", "cloud"):
@@ -159,6 +176,12 @@ class HierEngine(_TorchEngine):
                     threshold=float(cell.param("exit_threshold") or 0.5),
                     privacy=cell.param("privacy") == "on",
                     train_samples=cell.max_samples or TRAIN_SAMPLES, seed=options.seed)
+        recovery = cell.param("recovery") or settings.RECOVERY_OFF
+        check_failures(cell.param("fail_devices") or 0, recovery, len(by_tier["end"]))
+        if recovery != settings.RECOVERY_OFF:  # end device 0 runs the task assigner
+            plan = dataclasses.replace(
+                plan, fail=cell.param("fail_devices") or 0, recovery=recovery,
+                assigner=f"{by_tier['end'][0].address}:{free_port()}")
         common = {PLAN_ENV: plan.to_env(), "WORLD_SIZE": str(len(by_tier["end"])),
                   "OMP_NUM_THREADS": str(options.threads_per_process),
                   "PYTHONUNBUFFERED": "1"}
@@ -215,6 +238,18 @@ def assign_tiers(nodes: list[Node], tiers: str) -> dict[str, list[Node]]:
         out[tier] = nodes[at:at + counts[tier]]
         at += counts[tier]
     return out
+
+
+def check_failures(fail: int, recovery: str, end_devices: int) -> None:
+    """Refuse (one line) failures without an assigner, or leaving no end device."""
+    if fail and recovery == settings.RECOVERY_OFF:
+        raise ConfigError(f"--fail-devices {fail} needs the task assigner to hand out the "
+                          "batches: give --recovery none, reassign or monitor")
+    if fail >= end_devices:
+        raise ConfigError(f"--fail-devices {fail} is more failures than the cell's "
+                          f"{end_devices} end devices can have (end device 0 assigns the "
+                          f"batches and stays): give --fail-devices {end_devices - 1} or "
+                          "fewer, or more end devices")
 
 
 def check_tiers(counts: dict[str, int], scheme: str) -> None:

@@ -56,6 +56,11 @@ COLUMNS = tuple(_column(*row) for row in [
     ("hier_fine_accuracy", "float", "", "fine accuracy over the samples given a fine answer"),
     ("hier_share", "map", "", "share of the samples each tier answered (sums to 1)"),
     ("hier_bytes_per_sample", "map", "bytes", "bytes per sample on each link, both ways"),
+    ("hier_batches_moved", "int", "",
+     "--recovery: batches answered by another end device than their first one"),
+    ("hier_transfer_timeouts_s", "float", "s",
+     "--recovery reassign: time the assigner spent on transfers to failed devices"),
+    ("hier_answered_share", "float", "", "share of the test set's samples answered"),
     ("hier_n_map", "int", "", "Mapping: end devices per edge node, eq. (4) from measured times"),
     ("hier_cloud_share_predicted", "float", "", "Mapping: eq. (5)'s share sent to the cloud"),
     ("hier_cloud_share", "float", "", "share of the samples sent to the cloud, measured"),
@@ -96,7 +101,11 @@ def columns(workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
                                   for link in LINKS if _sum(lines, _bytes_field(link))}
         or None,
         "hier_cloud_share": _ratio(_sum(lines, "img_cloud"), total),
+        "hier_answered_share": _ratio(total, first.get("samples") or total),
     }
+    if any("moved" in line for line in lines):
+        out["hier_batches_moved"] = int(_sum(lines, "moved"))
+        out["hier_transfer_timeouts_s"] = round(_sum(lines, "timeouts_s"), 3)
     out.update(_mapping(starts, first))
     return out
 

@@ -132,3 +132,23 @@ def parse_thresholds(text: str) -> list[float]:
 
 def parse_privacy(text: str) -> list[str]:
     return parse_choice_list(text, "--privacy", PRIVACY)
+
+
+RECOVERY_OFF = "off"
+
+
+def parse_fail(text: str) -> list[int]:
+    from ...option_lists import parse_int_list
+
+    values = parse_int_list(text, "--fail-devices")
+    for value in values:
+        if value < 0:
+            raise ConfigError(f"--fail-devices {value} is negative: give how many end "
+                              "devices fail, e.g. --fail-devices 0,2,4")
+    return values
+
+
+def parse_recovery(text: str) -> list[str]:
+    from workloads.hier.assign import RECOVERIES
+
+    return parse_choice_list(text, "--recovery", (RECOVERY_OFF, *RECOVERIES))
