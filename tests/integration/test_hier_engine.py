@@ -129,6 +129,8 @@ def test_devices_that_fail_with_and_without_a_way_to_survive_it(tmp_path):
     (["--scheme", "end-edge", "--tiers", "end=3,cloud=1"], ["end-edge", "edge tier"]),
     (["--scheme", "early-exit", "--exit-threshold", "1.5"], ["--exit-threshold", "0-1"]),
     (["--model", "resnet"], ["resnet", "hier"]),
+    (["--scheme", "end", "--tiers", "end=2,cloud=2", "--fail-devices", "2", "--recovery",
+      "monitor"], ["more failures", "--fail-devices 1"]),
 ])
 def test_bad_hierarchies_are_one_line(tmp_path, args, words):
     argv = ["sweep", "--engine", "hier", "--model", "lenet-mlp", "--devices", "4",

@@ -28,6 +28,8 @@ TABLE = [("completion s", "hier_completion_s", None),
          ("fine acc", "hier_fine_accuracy", None),
          ("bytes/sample", "hier_bytes_per_sample", LINKS),
          ("round trip ms", "hier_round_trip_ms_by_link", ("end-edge", "end-cloud")),
+         ("answered", "hier_answered_share", None),
+         ("batches moved", "hier_batches_moved", None),
          ("N_map", "hier_n_map", None),
          ("cloud share eq. 5", "hier_cloud_share_predicted", None),
          ("cloud share", "hier_cloud_share", None)]
