@@ -34,7 +34,7 @@ from profiler.errors import ConfigError, EdgeprofError
 from . import optim, steps
 
 FRAMEWORKS = ("mxnet", "torch")
-COMMS = ("local", "ps-sync", "ps-async", "allreduce", "pipeline")
+COMMS = ("local", "ps-sync", "ps-async", "allreduce", "pipeline", "hier")
 ROLES = ("worker", "server")
 # What the engines put in the environment of a distributed process, by framework.
 RENDEZVOUS_VARIABLES = {

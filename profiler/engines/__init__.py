@@ -19,6 +19,7 @@ from ..cell import CellConfig
 from ..column import Column
 from ..plugins import Registry
 from .base import Engine, ReportSection
+from .hier import HierEngine
 from .horovod import HorovodEngine
 from .mxnet import MXNetEngine
 from .pipeline import TorchPipelineEngine
@@ -28,7 +29,7 @@ from .script import ScriptEngine
 ENGINES: Registry[Engine] = Registry("edgeprof.engines", Engine, {
     engine.name: engine for engine in (
         MXNetEngine(), HorovodEngine(), TorchPSEngine(), TorchDDPEngine(), ScriptEngine(),
-        TorchPipelineEngine())}, kind="engine", instances=True)
+        TorchPipelineEngine(), HierEngine())}, kind="engine", instances=True)
 
 
 def get_engine(name: str) -> Engine:

@@ -83,6 +83,11 @@ class TrainOptions:
     breakdown: bool = True  # time each step's phases (workloads.steps)
     # <sweep>/inputs: the user's staged files (profiler.inputs), None when none.
     inputs_dir: Path | None = None
+    # What a process on one node dials to reach a port on another, ``(source, target,
+    # port) -> (address, port)``: the cluster's ``link_address`` where it has one (a
+    # delaying relay between tiers), set by the launcher for the cell; None: the
+    # target's own address. Only an engine whose processes talk across tiers asks.
+    link_address: Callable[[Node, Node, int], tuple[str, int]] | None = None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ monitor stopped, whatever happened.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import subprocess
 import time
@@ -60,7 +62,10 @@ def launch(run: CellRun) -> None:
     """Plan the cell's processes, start the monitor, then each process (until a stop is
     requested), then the straggler; what is started is in ``run`` as soon as it is."""
     req = run.req
-    run.specs = req.engine.plan(req.cell, run.nodes, req.cell_dir, req.options)
+    # The cluster's links between tiers, for an engine whose processes dial across them.
+    options = dataclasses.replace(req.options,
+                                  link_address=getattr(req.cluster, "link_address", None))
+    run.specs = req.engine.plan(req.cell, run.nodes, req.cell_dir, options)
     run.oom_before = {n.name: req.cluster.oom_killed(n) for n in run.nodes}
     if req.monitor_interval_s:
         run.monitor = CellMonitor(req.cluster, req.cell_dir, req.cell, req.sweep_id,

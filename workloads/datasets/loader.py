@@ -102,6 +102,12 @@ def _scale(x: np.ndarray, name: str) -> np.ndarray:
     return out
 
 
+def for_model(x: np.ndarray, model: str, name: str) -> np.ndarray:
+    """uint8 images of the set ``name`` as ``model`` takes them: padded to its input and
+    normalized, float32 (a network fed images read elsewhere: the hierarchy's tiers)."""
+    return _scale(_pad(x, model), name)
+
+
 def load(model: str, data_dir: str | Path | None = None, max_samples: int | None = None,
          val_samples: int | None = None, seed: int = 42, rank: int = 0,
          num_workers: int = 1, raw: bool = False, dataset: str = AUTO) -> Dataset:

@@ -1,0 +1,129 @@
+"""Each tier's network: built from the model registry, trained briefly on the tier's
+labels before the cell streams, and cached so that a sweep trains each once.
+
+A network is trained on the first ``samples`` of Fashion-MNIST's training set, with the
+tier's labels (``labels.relabel``: coarse for the end tier, fine above), SGD at the
+model's learning rate, ``EPOCHS`` epochs of batches of ``BATCH``: seconds for the LeNets
+on a few thousand samples. Its ``state_dict`` is cached in ``cache_dir()`` under
+(model, labels, samples, seed); processes of one host that need the same network wait
+on a lock while the first trains it (a cell's end devices start together), so a sweep
+on one host (local, emulated) trains each network once. A real node trains its own
+copy once, into its own cache.
+
+The privacy module (Zhang 2018, section 3.5): the upper tier's first convolution, run on
+the end device (``split_first_conv``), so that only its features leave the device; the
+upper node then runs the rest of its network on them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from profiler.errors import ConfigError
+
+from . import labels as label_sets
+
+DATASET = "fashion-mnist"
+CACHE_ENV = "EDGEPROF_HIER_CACHE"
+EPOCHS = 3
+BATCH = 32
+
+
+def cache_dir() -> Path:
+    """Where trained networks are kept: ``$EDGEPROF_HIER_CACHE``, else
+    ``~/.cache/edgeprof/hier``."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env) if env else Path.home() / ".cache" / "edgeprof" / "hier"
+
+
+def cache_path(model: str, labels: str, samples: int, seed: int) -> Path:
+    return cache_dir() / f"{model}-{labels}-{samples}-s{seed}.pt"
+
+
+def read_set(split: str, rows: slice, data_dir: str | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """uint8 images (N, 1, 28, 28) and fine labels of ``rows`` of Fashion-MNIST."""
+    from ..datasets import idx, resolver
+
+    return idx.read(resolver.idx_files(resolver.locate(DATASET, data_dir)), split, rows)
+
+
+def trained(model: str, labels: str, samples: int, seed: int,
+            data_dir: str | None = None):
+    """``model`` (a ``torch.nn.Module`` in eval mode) trained on ``labels``, from the
+    cache or trained now (and cached); also how long that took (0 from the cache)."""
+    import torch
+
+    from .. import torch_models
+
+    path = cache_path(model, labels, samples, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    net = torch_models.build(model, None, label_sets.CLASSES[labels])
+    t0 = time.perf_counter()
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the first process trains, the others wait
+        if not path.exists():
+            _train(net, model, labels, samples, seed, data_dir)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            torch.save(net.state_dict(), tmp)
+            os.replace(tmp, path)  # whole or absent: a killed trainer leaves no half file
+            return net.eval(), time.perf_counter() - t0
+    net.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    return net.eval(), 0.0
+
+
+def _train(net, model: str, labels: str, samples: int, seed: int,
+           data_dir: str | None) -> None:
+    import torch
+
+    from .. import models
+    from ..datasets import loader
+    from ..torch_sgd import SGD
+
+    x, y = read_set("train", slice(samples), data_dir)
+    if len(x) < BATCH:
+        raise ConfigError(f"{samples} training samples make no batch of {BATCH}: train the "
+                          "tiers' networks on more (--max-samples 2000)")
+    x = torch.from_numpy(loader.for_model(x, model, DATASET))
+    y = torch.from_numpy(label_sets.relabel(y, labels))
+    optimizer = SGD(net.parameters(), lr=models.get(model).lr, momentum=0.9,
+                    weight_decay=1e-4)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    net.train()
+    for epoch in range(EPOCHS):
+        order = torch.from_numpy(np.random.default_rng([seed, epoch]).permutation(len(x)))
+        for start in range(0, len(x) - BATCH + 1, BATCH):
+            idx = order[start:start + BATCH]
+            optimizer.zero_grad()
+            loss_fn(net(x[idx]), y[idx]).backward()
+            optimizer.step()
+
+
+def first_conv_problem(model: str) -> str | None:
+    """Why ``model`` cannot lend the privacy module its first layer (None: it can)."""
+    from .. import torch_models
+
+    first = next(iter(torch_models.build(model, None, 10).children()))
+    if type(first).__name__ != "Conv2d":
+        return (f"{model} does not begin with a convolution ({type(first).__name__}): the "
+                "privacy module runs the upper tier's first convolution on the device; give "
+                "the edge and cloud tiers a convolutional network (lenet-cnn, lenet-example)")
+    return None
+
+
+def split_first_conv(net):
+    """``(first convolution, the rest)`` of a ``torch.nn.Sequential``."""
+    import torch
+
+    layers = list(net.children())
+    return layers[0], torch.nn.Sequential(*layers[1:])
+
+
+def parameter_count(net) -> int:
+    return sum(p.numel() for p in net.parameters())
