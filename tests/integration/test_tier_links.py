@@ -112,3 +112,30 @@ def test_a_rated_link_holds_its_rate(hierarchy, tmp_path):
     finally:
         link_probe.stop(server)
     assert 0.5 * LINK_MBIT < got["mbit"] <= 1.2 * LINK_MBIT, got
+
+
+def test_the_hier_engine_s_devices_reach_the_cloud_through_the_delayed_link(
+        hierarchy, tmp_path, monkeypatch):
+    """An End-Cloud cell of ``--engine hier`` on the tiered mix, tiers from the nodes
+    and no delay of its own (``--tier-delay 0``): its devices dial what
+    ``link_address`` gives, so every round trip to the cloud pays the relay's delay
+    both ways, as its own column measures."""
+    from profiler.engines import get_engine
+    from profiler.engines.base import TrainOptions
+    from profiler.sweep.grid import CellConfig, validate
+    from profiler.sweep.runner import run_cell
+
+    monkeypatch.setenv("EDGEPROF_HIER_CACHE", str(tmp_path / "hier-cache"))
+    settings = {"scheme": "end-cloud", "exit_threshold": 0.5, "privacy": "off",
+                "tiers": "auto", "tier_models": "edge=lenet-mlp,cloud=lenet-mlp",
+                "tier_delay": "0"}
+    cell = validate(CellConfig(engine="hier", model="lenet-mlp", layers=None, devices=4,
+                               batch=50, max_samples=300, dataset="fashion-mnist",
+                               engine_params=tuple(settings.items())))
+    rec = run_cell(cell, hierarchy, get_engine("hier"), tmp_path / cell.cell_id,
+                   TrainOptions(val_samples=200), sweep_id="t", timeout_s=240,
+                   monitor_interval_s=None)
+    assert rec["status"] == "ok", rec["reason"]
+    round_trips = rec["hier_round_trip_ms_by_link"]
+    assert round_trips["end-cloud"] >= 2 * DELAY_MS, round_trips
+    assert rec["hier_share"]["cloud"] == pytest.approx(1), rec["hier_share"]
