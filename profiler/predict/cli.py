@@ -24,11 +24,14 @@ from ..cli_errors import reports_errors
 @click.option("--price", default=None,
               help="What each node costs per hour (as edgeprof sweep --price takes it) "
                    "[default: the packaged price of each board].")
+@click.option("--samples", type=int, default=None,
+              help="The training set an epoch passes over (before a sharded one is split "
+                   "among workers) [default: the sweep's].")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
 @reports_errors
 def predict(sweep_dir: Path, devices: str, profiles: str | None, links: str | None,
             engines: str | None, syncs: str | None, price: str | None,
-            as_json: bool) -> None:
+            samples: int | None, as_json: bool) -> None:
     """Predict step, epoch, samples/s, bytes, energy and cost at device counts, boards
     and links a finished sweep did not measure, from a step model fitted on its cells
     (one device and at least two more device counts; docs/predict.md).
@@ -43,6 +46,6 @@ def predict(sweep_dir: Path, devices: str, profiles: str | None, links: str | No
     from .run import PredictSettings, run_predict
 
     predictions, models, skipped = run_predict(PredictSettings(
-        sweep_dir, devices, profiles, links, engines, syncs, price))
+        sweep_dir, devices, profiles, links, engines, syncs, price, samples))
     show = table.as_json if as_json else table.text
     click.echo(show(predictions, models, skipped))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..cluster.prices import load_prices, price_spec
@@ -22,6 +22,7 @@ class PredictSettings:
     engines: str | None = None
     syncs: str | None = None
     price: str | None = None
+    samples: int | None = None  # the training set an epoch passes over (None: the sweep's)
 
 
 def run_predict(s: PredictSettings) -> tuple[list[Prediction], list[StepModel], list[str]]:
@@ -29,6 +30,9 @@ def run_predict(s: PredictSettings) -> tuple[list[Prediction], list[StepModel], 
     the fits, and why a configuration was not fitted. ``ConfigError`` (one line) on bad
     input or when nothing can be fitted."""
     devices = parse_devices(s.devices)
+    if s.samples is not None and s.samples < 1:
+        raise ConfigError(f"--samples {s.samples}: an epoch needs at least 1 sample, e.g. "
+                          "--samples 60000")
     links = parse_links(s.links)
     catalog = load_catalog()
     names = [p.strip() for p in s.profiles.split(",")] if s.profiles else [None]
@@ -51,6 +55,8 @@ def run_predict(s: PredictSettings) -> tuple[list[Prediction], list[StepModel], 
         more = f" (and {len(skipped) - 1} more configurations)" if len(skipped) > 1 else ""
         raise ConfigError(f"{s.sweep_dir}: cannot fit: {skipped[0]}{more}")
     prices = PriceOf(load_prices(), price_spec(s.price) if s.price else None)
+    if s.samples is not None:
+        models = [replace(m, train_samples=s.samples) for m in models]
     predictions = [predict(m, n, Target(name, link), catalog, prices)
                    for m in models for name in names for link in links for n in devices]
     return predictions, models, skipped
