@@ -1,10 +1,11 @@
 """Least squares for the step model, and the interval its residuals give.
 
 A fit is ordinary least squares (``numpy.linalg.lstsq``) of ``y = X @ theta`` with every
-coefficient kept at zero or above: a cost (a fixed per-round cost, seconds per byte)
-cannot be negative, and a fit that makes one negative on three points is fitting the
-noise: that term is dropped and the rest refitted (an active-set step; with two or three
-terms this is what ``scipy.optimize.nnls`` would find, without adding SciPy).
+coefficient kept at its floor or above: a cost (a fixed per-round cost) cannot be
+negative, and a link cannot move bytes faster than its rate (the wire's coefficient is
+at least 1). A fit that puts one below its floor on three points is fitting the noise:
+that term is held at its floor and the rest refitted (an active-set step; with two or
+three terms this is what ``scipy.optimize.nnls`` would find, without adding SciPy).
 
 The interval is the classical prediction interval of a linear model: the residuals'
 variance ``s**2 = RSS / (n - p)`` and the leverage of the point predicted,
@@ -41,8 +42,8 @@ def t90(dof: int) -> float:
 
 @dataclass(frozen=True)
 class LinearFit:
-    """``theta`` over the named terms (zero for a dropped one), the residuals' ``s`` and
-    the inverse normal matrix of the kept terms (for leverage)."""
+    """``theta`` over the named terms (a term held at its floor is not in ``kept``), the
+    residuals' ``s`` and the inverse normal matrix of the kept terms (for leverage)."""
 
     names: tuple[str, ...]
     theta: tuple[float, ...]
@@ -68,11 +69,14 @@ class LinearFit:
 
 
 def fit_nonnegative(names: tuple[str, ...], rows: list[list[float]],
-                    y: list[float]) -> LinearFit:
+                    y: list[float], floors: tuple[float, ...] | None = None) -> LinearFit:
     """Least squares of ``y`` on ``rows`` (one per point, one value per term), every
-    coefficient >= 0 (a negative one is dropped and the rest refitted)."""
+    coefficient at its floor (default 0) or above (one below is held at its floor and
+    the rest refitted)."""
     X = np.asarray(rows, dtype=float)
-    Y = np.asarray(y, dtype=float)
+    floor = np.zeros(X.shape[1]) if floors is None else np.asarray(floors, dtype=float)
+    # theta = floor + t with t >= 0: fit t on what the floors leave of y.
+    Y = np.asarray(y, dtype=float) - X @ floor
     kept = [j for j in range(X.shape[1]) if np.any(X[:, j] != 0)]
     while True:
         theta_k = np.linalg.lstsq(X[:, kept], Y, rcond=None)[0] if kept else np.zeros(0)
@@ -82,9 +86,10 @@ def fit_nonnegative(names: tuple[str, ...], rows: list[list[float]],
         # Drop the most negative first (relative to its column's scale), then refit.
         worst = min(negative, key=lambda j: theta_k[kept.index(j)] * np.abs(X[:, j]).max())
         kept.remove(worst)
-    theta = np.zeros(X.shape[1])
-    theta[kept] = theta_k
-    residuals = Y - X @ theta
+    excess = np.zeros(X.shape[1])
+    excess[kept] = theta_k
+    residuals = Y - X @ excess
+    theta = floor + excess
     dof = len(Y) - len(kept)
     s = math.sqrt(float(residuals @ residuals) / dof) if dof > 0 else None
     Xk = X[:, kept]

@@ -33,7 +33,7 @@ from ..errors import ConfigError
 from .boards import PriceOf, compute_scale, node_profiles
 from .cells import Group
 from .fit import LinearFit, expected_max_normal, fit_nonnegative
-from .scheme import TERMS
+from .scheme import FLOORS, TERMS
 
 # A local cluster's workers talk over loopback: a nominal rate, for the wire term only
 # (a local sweep cannot be asked about another link or board).
@@ -106,7 +106,7 @@ def fit_group(group: Group, catalog: Catalog | None) -> StepModel:
          for c in cells]
     cpu = [c.cpu_percent for c in cells if c.cpu_percent is not None]
     return StepModel(group=group, base_ms=base_ms, sigma_ms=sigma,
-                     fit=fit_nonnegative(TERMS, rows, y), model_bytes=model_bytes,
+                     fit=fit_nonnegative(TERMS, rows, y, FLOORS), model_bytes=model_bytes,
                      train_samples=max(c.train_samples or 0 for c in [*group.base, *cells]),
                      board=board, link_mbit=link,
                      cpu_fraction=statistics.fmean(cpu) / 100 if cpu else None,

@@ -18,8 +18,10 @@ For a model of ``B`` bytes (its parameters x 4, float32) on ``N`` workers:
   x (N-1) and the wire time of 2B(N-1)/N.
 
 Synchronous schemes add the wait for the slowest of N workers (``model.py``);
-asynchronous workers go at their own pace: no wait term, the same exchange terms (a
-master's link still carries every worker's pushes, which is what slows them as N grows).
+asynchronous workers go at their own pace: no wait term. An asynchronous master's server
+applies every push alone (a synchronous one sums N and updates once), so a worker queues
+behind the N-1 others' updates: its terms are ``peer_ms`` x (N-1) and the wire time of
+N x B on the master's link.
 A pipeline is not modelled here (its own model is ``engines/pipeline``'s).
 """
 
@@ -28,6 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 TERMS = ("round_ms", "peer_ms", "wire")
+# A link moves no byte faster than its rate: the wire's coefficient is at least 1 (fitted
+# on a fast link, where the wire's share hides in the noise, it stays at the physics).
+FLOORS = (0.0, 0.0, 1.0)
 SCHEMES = ("ps-sync", "ps-async", "allreduce")
 
 
@@ -67,6 +72,8 @@ class Scheme:
         if n <= 1:
             return [0.0, 0.0, 0.0]
         wire_ms = self.busiest_link_bytes(n, model_bytes) * 8 / (link_mbit * 1e6) * 1e3
-        if self.through_master:
+        if self.through_master and self.sync:
             return [1.0, 0.0, wire_ms]
+        # A ring's or a colocated server's next peer; an asynchronous server's next push,
+        # which it applies alone and a worker queues behind.
         return [0.0, float(n - 1), wire_ms]

@@ -50,9 +50,9 @@ def text(predictions: list[Prediction], models: list[StepModel], skipped: list[s
 
 
 def fit_said(m: StepModel) -> str:
-    """``base 113.7 ms, sigma 0.0 ms, peer_ms 31.9, wire 2.46; residual sd 7.1 ms (1 dof)``."""
-    terms = ", ".join(f"{n} {v:.3g}" for n, v in zip(m.fit.names, m.fit.theta)
-                      if n in {m.fit.names[k] for k in m.fit.kept})
+    """``base 113.7 ms, sigma 0.0 ms, peer_ms 31.9, wire 2.46; residual sd 7.1 ms (1 dof)``
+    (a term at zero is not named)."""
+    terms = ", ".join(f"{n} {v:.3g}" for n, v in zip(m.fit.names, m.fit.theta) if v)
     residual = (f"residual sd {m.fit.s:.1f} ms ({m.fit.dof} dof)" if m.fit.s is not None
                 else "no residual left (no interval): add a device count")
     return f"base {m.base_ms:.1f} ms, sigma {m.sigma_ms:.1f} ms, {terms or 'no term'}; {residual}"

@@ -63,12 +63,22 @@ def test_fit_recovers_known_terms_without_noise():
     assert p.step_ms == pytest.approx(truth(50), rel=1e-6)
 
 
-def test_a_negative_term_is_dropped_not_kept():
-    # y grows with N only: a constant fitted below zero is noise, and is dropped.
+def test_a_term_fitted_below_its_floor_is_held_there():
+    # y grows with N only: a constant fitted below zero is noise, and is held at zero.
     fit = fit_nonnegative(("round_ms", "peer_ms", "wire"),
                           [[1, 0, 2.0], [1, 0, 3.0], [1, 0, 4.0]], [3.9, 6.1, 8.0])
     assert fit.term("round_ms") == 0 and fit.term("wire") > 0
     assert 0 not in fit.kept and fit.dof == 2
+
+
+def test_a_link_is_never_fitted_faster_than_its_rate():
+    # Fitted where the wire hides in the noise (a flat step), the wire stays at 1 x the
+    # ideal wire time, so a slower link still costs at least its bytes' time.
+    scheme = Scheme("ps-sync", "master")
+    model = fit_group(_group(scheme, lambda n: 110.0 + (30.0 if n > 1 else 0)), CATALOG)
+    assert model.fit.term("wire") == 1.0 and model.fit.term("round_ms") < 30.0
+    slow = predict(model, 8, Target(None, 10.0), CATALOG, None)
+    assert slow.step_ms > 8 * MODEL_BYTES * 8 / 10e6 * 1e3
 
 
 def test_the_interval_covers_the_truth_as_often_as_it_says():
