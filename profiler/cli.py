@@ -27,6 +27,7 @@ _LAZY_COMMANDS = {
     "dashboards": "profiler.dashboards.cli:dashboards",
     "study": "profiler.study.cli:study",
     "image": "profiler.image.cli:image",
+    "predict": "profiler.predict.cli:predict",
 }
 # Calibration runs sweeps: the cluster package must not import it, so it joins the
 # cluster group here.

@@ -1,0 +1,148 @@
+"""A finished sweep's cells as the step model reads them, grouped by what it fits.
+
+A group is one (model, depth, batch, engine, sync, placement, partition, dataset): the
+cells that differ only in their device count. Only ``ok`` cells count; each is read in
+the board's time (``sweep.board_time``: a dilated cell's times x its ``speedup``). A
+cell's step is the one its robust rate gives (``robust_s_per_sample``: slow moments
+left out, docs/timeline.md) times the samples a worker trains per training-set sample,
+else ``steady_step_ms``. A one-device cell is the same for every sync mode and
+placement (the engine trains alone): it is every such group's base.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..engines import cell_of_record, get_engine
+from ..errors import ConfigError
+from ..report.sweep_data import load_sweep
+from ..sweep import board_time
+from .scheme import SCHEMES, Scheme
+
+GROUP_FIELDS = ("model", "layers", "batch", "engine", "sync", "placement", "data_partition",
+                "dataset")
+BASE_FIELDS = ("model", "layers", "batch", "engine", "data_partition", "dataset")
+# A percentile spread is a standard deviation only over enough timed steps.
+MIN_STEPS_FOR_SPREAD = 20
+Z95 = 1.645
+
+
+@dataclass(frozen=True)
+class Cell:
+    """What the model takes from one ok record (times in ms on the board)."""
+
+    devices: int
+    step_ms: float
+    sigma_ms: float | None  # a worker's compute spread from step to step
+    parameters: int | None
+    train_samples: int | None
+    board: str | None  # the workers' node profile (None: the local cluster)
+    cpu_percent: float | None
+    cell_id: str
+    record: dict = field(repr=False, compare=False, hash=False)
+
+
+@dataclass
+class Group:
+    """The cells of one configuration, and the one-device cells it starts from."""
+
+    key: tuple
+    scheme: Scheme | None  # None: an exchange the model does not know (a pipeline)
+    cells: list[Cell]
+    base: list[Cell]
+
+    @property
+    def fields(self) -> dict:
+        return dict(zip(GROUP_FIELDS, self.key))
+
+    @property
+    def label(self) -> str:
+        f = self.fields
+        depth = f"-{f['layers']}" if f["layers"] else ""
+        return f"{f['model']}{depth} b{f['batch']} {f['engine']} {f['sync']}"
+
+
+def read_groups(sweep_dir: Path) -> tuple[list[Group], str]:
+    """Every multi-device configuration of the sweep, with its one-device base, and the
+    cluster it ran on."""
+    sweep = load_sweep(sweep_dir)
+    ok = [board_time.record(r) for r in sweep.records if r.get("status") == "ok"]
+    if not ok:
+        raise ConfigError(f"{sweep_dir} has no ok cell to fit: rerun its failed cells "
+                          f"(`edgeprof sweep --resume --out {sweep_dir}`)")
+    base: dict[tuple, list[Cell]] = {}
+    groups: dict[tuple, Group] = {}
+    for r in ok:
+        cell = to_cell(r)
+        if cell.devices == 1:
+            base.setdefault(tuple(r.get(f) for f in BASE_FIELDS), []).append(cell)
+            continue
+        key = tuple(r.get(f) for f in GROUP_FIELDS)
+        if key not in groups:
+            groups[key] = Group(key, scheme_of(r), [], [])
+        groups[key].cells.append(cell)
+    for group in groups.values():
+        group.base = base.get(tuple(group.fields[f] for f in BASE_FIELDS), [])
+    # One-device cells that no configuration uses still name one (nothing to fit on).
+    used = {tuple(g.fields[f] for f in BASE_FIELDS) for g in groups.values()}
+    for base_key, cells in base.items():
+        if base_key not in used:
+            r = cells[0].record
+            groups[tuple(r.get(f) for f in GROUP_FIELDS)] = Group(
+                tuple(r.get(f) for f in GROUP_FIELDS), scheme_of({**r, "devices": 2}), [],
+                cells)
+    cluster = str(ok[0].get("cluster") or "")
+    return sorted(groups.values(), key=lambda g: tuple(map(str, g.key))), cluster
+
+
+def scheme_of(record: dict) -> Scheme | None:
+    """The record's exchange, as its engine names it (None: not one modelled here)."""
+    try:
+        comm = get_engine(str(record["engine"])).comm(cell_of_record(record))
+    except (KeyError, ValueError, TypeError, ConfigError):
+        return None
+    if comm not in SCHEMES:
+        return None
+    return Scheme(comm, str(record.get("placement") or "master"))
+
+
+def to_cell(r: dict) -> Cell:
+    """One ok record, in the board's time."""
+    devices = int(r["devices"])
+    return Cell(devices=devices, step_ms=step_ms(r), sigma_ms=_sigma_ms(r),
+                parameters=r.get("parameters"), train_samples=r.get("train_samples"),
+                board=_board(r), cpu_percent=r.get("cpu_percent_mean"),
+                cell_id=str(r.get("cell_id")), record=r)
+
+
+def step_ms(r: dict) -> float:
+    """A worker's step in ms: from the robust rate, else the epochs' mean step."""
+    per_sample = r.get("robust_s_per_sample")
+    if isinstance(per_sample, (int, float)) and per_sample > 0:
+        # The rate is per training-set sample: a sharded cell's N workers share each
+        # one, a replicated cell's each pass over the whole set.
+        shared = r["devices"] if r.get("data_partition") == "shard" else 1
+        return per_sample * r["batch"] * shared * 1e3
+    steady = r.get("steady_step_ms")
+    if isinstance(steady, (int, float)) and steady > 0:
+        return float(steady)
+    raise ConfigError(f"cell {r.get('cell_id')} has no step time (robust_s_per_sample, "
+                      "steady_step_ms): was it run by an edgeprof older than the breakdown?")
+
+
+def _sigma_ms(r: dict) -> float | None:
+    """The workers' compute spread, a normal's sigma from its median and 95th
+    percentile, when enough steps were timed."""
+    p50, p95 = r.get("compute_ms_p50"), r.get("compute_ms_p95")
+    if (r.get("breakdown_steps") or 0) < MIN_STEPS_FOR_SPREAD or None in (p50, p95):
+        return None
+    return max(0.0, (p95 - p50) / Z95)
+
+
+def _board(r: dict) -> str | None:
+    """The profile of the workers' nodes; a mix names its profiles joined by '+'."""
+    profiles = r.get("node_profiles") or {}
+    nodes = (r.get("worker_nodes") or {}).values() or profiles
+    names = sorted({profiles[n] for n in nodes if n in profiles})
+    return "+".join(names) if names else None

@@ -1,0 +1,51 @@
+"""``edgeprof predict``: parse, call ``run.run_predict``, print the table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..cli_errors import reports_errors
+
+
+@click.command()
+@click.argument("sweep_dir", type=click.Path(path_type=Path))
+@click.option("--devices", required=True,
+              help="Worker counts to predict, comma-separated, e.g. 16,32,64,100.")
+@click.option("--profile", "profiles", default=None,
+              help="Board(s) to predict for: node profiles or mixes (pi3b, pi4, pi5, "
+                   "mix-2pi4-8pi3b, ...), comma-separated [default: the sweep's own].")
+@click.option("--link", "links", default=None,
+              help="Link rate(s), e.g. 100mbit,1gbit [default: each board's own].")
+@click.option("--engine", "engines", default=None,
+              help="Only these engines' configurations (comma-separated).")
+@click.option("--sync", "syncs", default=None, help="Only sync, async or sync,async.")
+@click.option("--price", default=None,
+              help="What each node costs per hour (as edgeprof sweep --price takes it) "
+                   "[default: the packaged price of each board].")
+@click.option("--samples", type=int, default=None,
+              help="The training set an epoch passes over (before a sharded one is split "
+                   "among workers) [default: the sweep's].")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
+@reports_errors
+def predict(sweep_dir: Path, devices: str, profiles: str | None, links: str | None,
+            engines: str | None, syncs: str | None, price: str | None,
+            samples: int | None, as_json: bool) -> None:
+    """Predict step, epoch, samples/s, bytes, energy and cost at device counts, boards
+    and links a finished sweep did not measure, from a step model fitted on its cells
+    (one device and at least two more device counts; docs/predict.md).
+
+    Example:
+
+    \b
+        edgeprof predict runs/20261128-101500 --devices 16,32,64,100
+        edgeprof predict runs/S --devices 20,50 --profile pi4,mix-2pi4-8pi3b --link 1gbit
+    """
+    from . import table
+    from .run import PredictSettings, run_predict
+
+    predictions, models, skipped = run_predict(PredictSettings(
+        sweep_dir, devices, profiles, links, engines, syncs, price, samples))
+    show = table.as_json if as_json else table.text
+    click.echo(show(predictions, models, skipped))

@@ -1,0 +1,66 @@
+"""What ``edgeprof predict`` does, as one function the CLI calls with its settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..cluster.prices import load_prices, price_spec
+from ..cluster.profiles import load_catalog
+from ..errors import ConfigError
+from .boards import PriceOf, node_profiles, parse_devices, parse_links
+from .cells import read_groups
+from .model import Prediction, StepModel, Target, fit_group, predict
+
+
+@dataclass(frozen=True)
+class PredictSettings:
+    sweep_dir: Path
+    devices: str
+    profiles: str | None = None  # comma-separated; None: each fit's own board
+    links: str | None = None  # comma-separated rates; None: the boards' own
+    engines: str | None = None
+    syncs: str | None = None
+    price: str | None = None
+    samples: int | None = None  # the training set an epoch passes over (None: the sweep's)
+
+
+def run_predict(s: PredictSettings) -> tuple[list[Prediction], list[StepModel], list[str]]:
+    """The predictions for every fitted configuration x profile x link x device count,
+    the fits, and why a configuration was not fitted. ``ConfigError`` (one line) on bad
+    input or when nothing can be fitted."""
+    devices = parse_devices(s.devices)
+    if s.samples is not None and s.samples < 1:
+        raise ConfigError(f"--samples {s.samples}: an epoch needs at least 1 sample, e.g. "
+                          "--samples 60000")
+    links = parse_links(s.links)
+    catalog = load_catalog()
+    names = [p.strip() for p in s.profiles.split(",")] if s.profiles else [None]
+    for name in names:
+        if name is not None:
+            node_profiles(catalog, name, 1)  # an unknown profile: one line, before the fit
+    groups, _cluster = read_groups(Path(s.sweep_dir))
+    groups = [g for g in groups if _wanted(g.fields["engine"], s.engines)
+              and _wanted(g.fields["sync"], s.syncs)]
+    if not groups:
+        raise ConfigError(f"{s.sweep_dir} has no ok cell of --engine {s.engines or 'any'} "
+                          f"--sync {s.syncs or 'any'}: name what the sweep ran")
+    models, skipped = [], []
+    for group in groups:
+        try:
+            models.append(fit_group(group, catalog))
+        except ConfigError as exc:
+            skipped.append(str(exc))
+    if not models:
+        more = f" (and {len(skipped) - 1} more configurations)" if len(skipped) > 1 else ""
+        raise ConfigError(f"{s.sweep_dir}: cannot fit: {skipped[0]}{more}")
+    prices = PriceOf(load_prices(), price_spec(s.price) if s.price else None)
+    if s.samples is not None:
+        models = [replace(m, train_samples=s.samples) for m in models]
+    predictions = [predict(m, n, Target(name, link), catalog, prices)
+                   for m in models for name in names for link in links for n in devices]
+    return predictions, models, skipped
+
+
+def _wanted(value, allowed: str | None) -> bool:
+    return allowed is None or str(value) in {a.strip() for a in allowed.split(",")}

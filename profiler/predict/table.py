@@ -1,0 +1,69 @@
+"""The predictions as a text table (``edgeprof predict``) or JSON (``--json``)."""
+
+from __future__ import annotations
+
+import json
+
+from .model import Prediction, StepModel
+
+HEADER = ("configuration", "N", "board", "link", "step ms", "90% interval", "epoch s",
+          "samples/s", "MB/step", "J/epoch", "USD/epoch")
+
+
+def _link(mbit: float) -> str:
+    return f"{mbit / 1000:g}G" if mbit >= 1000 else f"{mbit:g}M"
+
+
+def _interval(p: Prediction) -> str:
+    if p.low_ms is None:
+        return "n/a"
+    return f"{p.low_ms:,.0f}-{p.high_ms:,.0f}"
+
+
+def _or_dash(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def rows(predictions: list[Prediction]) -> list[tuple[str, ...]]:
+    return [(p.label, str(p.devices), p.profile, _link(p.link_mbit), f"{p.step_ms:,.1f}",
+             _interval(p), f"{p.epoch_s:,.1f}", f"{p.samples_per_s:,.1f}",
+             f"{p.mb_per_step:.2f}", _or_dash(p.energy_j, ",.0f"),
+             _or_dash(p.cost_usd, ".2g")) for p in predictions]
+
+
+def text(predictions: list[Prediction], models: list[StepModel], skipped: list[str]) -> str:
+    """The table, then one line per fit (its terms and residuals) and the notes."""
+    body = [HEADER, *rows(predictions)]
+    widths = [max(len(r[i]) for r in body) for i in range(len(HEADER))]
+    lines = ["  ".join(c.ljust(w) if i in (0, 2) else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(r, widths))) for r in body]
+    lines.append("")
+    for m in models:
+        lines.append(f"{m.group.label}: fitted on {len(m.group.cells) + len(m.group.base)} "
+                     f"cells at {','.join(map(str, m.devices_fitted))} devices "
+                     f"({m.board.name if m.board else 'local'}): " + fit_said(m))
+    energy_from = sorted({p.energy_from for p in predictions})
+    if energy_from:
+        lines.append("energy: " + "; ".join(energy_from))
+    lines += [f"not fitted: {why}" for why in skipped]
+    return "\n".join(lines)
+
+
+def fit_said(m: StepModel) -> str:
+    """``base 113.7 ms, sigma 0.0 ms, peer_ms 31.9, wire 2.46; residual sd 7.1 ms (1 dof)``
+    (a term at zero is not named)."""
+    terms = ", ".join(f"{n} {v:.3g}" for n, v in zip(m.fit.names, m.fit.theta) if v)
+    residual = (f"residual sd {m.fit.s:.1f} ms ({m.fit.dof} dof)" if m.fit.s is not None
+                else "no residual left (no interval): add a device count")
+    return f"base {m.base_ms:.1f} ms, sigma {m.sigma_ms:.1f} ms, {terms or 'no term'}; {residual}"
+
+
+def as_json(predictions: list[Prediction], models: list[StepModel], skipped: list[str]) -> str:
+    return json.dumps({
+        "predictions": [p.as_dict() for p in predictions],
+        "fits": [{"configuration": m.group.label, "devices_fitted": list(m.devices_fitted),
+                  "board": m.board.name if m.board else None, "base_ms": m.base_ms,
+                  "sigma_ms": m.sigma_ms, "link_mbit": m.link_mbit,
+                  "terms": dict(zip(m.fit.names, m.fit.theta)),
+                  "residual_sd_ms": m.fit.s, "dof": m.fit.dof} for m in models],
+        "not_fitted": skipped}, indent=1)

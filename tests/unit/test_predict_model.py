@@ -1,0 +1,165 @@
+"""The step model of ``edgeprof predict`` on synthetic cells made from known parameters:
+the fit recovers them, its interval covers the truth as often as it says, and the
+schemes, boards and links scale the terms as docs/predict.md writes them down."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from profiler.cluster.profiles import load_catalog
+from profiler.errors import ConfigError
+from profiler.predict.boards import compute_scale, parse_devices, parse_links
+from profiler.predict.cells import Cell, Group
+from profiler.predict.fit import LEVEL, expected_max_normal, fit_nonnegative
+from profiler.predict.model import Target, fit_group, predict
+from profiler.predict.scheme import Scheme
+
+PARAMETERS = 431_080  # LeNet-MLP's
+MODEL_BYTES = PARAMETERS * 4
+CATALOG = load_catalog()
+BOARD = "pi3b-park2019"
+
+
+def _cell(devices: int, step_ms: float, board: str | None = BOARD) -> Cell:
+    return Cell(devices=devices, step_ms=step_ms, sigma_ms=None, parameters=PARAMETERS,
+                train_samples=6400, board=board, cpu_percent=None, cell_id=f"c{devices}",
+                record={})
+
+
+def _group(scheme: Scheme, truth, devices=(2, 3, 4), noise_ms=0.0, seed=0,
+           board: str | None = BOARD, sync="sync") -> Group:
+    rng = random.Random(seed)
+    base = [_cell(1, truth(1) + rng.gauss(0, noise_ms), board)]
+    cells = [_cell(n, truth(n) + rng.gauss(0, noise_ms), board) for n in devices]
+    key = ("lenet-mlp", None, 64, "mxnet", sync, scheme.placement, "replicate", "mnist-5k")
+    return Group(key, scheme, cells, base)
+
+
+def _truth_master(base_ms=110.0, round_ms=20.0, wire=1.5, link_mbit=100.0):
+    scheme = Scheme("ps-sync", "master")
+
+    def step(n: int) -> float:
+        x = scheme.features(n, MODEL_BYTES, link_mbit)
+        return base_ms + round_ms * x[0] + wire * x[2]
+    return scheme, step
+
+
+def test_expected_max_of_normals():
+    assert expected_max_normal(1) == 0
+    assert expected_max_normal(2) == pytest.approx(1 / math.sqrt(math.pi), abs=1e-4)
+    assert expected_max_normal(10) == pytest.approx(1.5388, abs=1e-3)  # tabled value
+
+
+def test_fit_recovers_known_terms_without_noise():
+    scheme, truth = _truth_master()
+    model = fit_group(_group(scheme, truth), CATALOG)
+    assert model.base_ms == pytest.approx(110.0)
+    assert model.fit.term("round_ms") == pytest.approx(20.0, rel=1e-6)
+    assert model.fit.term("wire") == pytest.approx(1.5, rel=1e-6)
+    p = predict(model, 50, Target(None, None), CATALOG, None)
+    assert p.step_ms == pytest.approx(truth(50), rel=1e-6)
+
+
+def test_a_term_fitted_below_its_floor_is_held_there():
+    # y grows with N only: a constant fitted below zero is noise, and is held at zero.
+    fit = fit_nonnegative(("round_ms", "peer_ms", "wire"),
+                          [[1, 0, 2.0], [1, 0, 3.0], [1, 0, 4.0]], [3.9, 6.1, 8.0])
+    assert fit.term("round_ms") == 0 and fit.term("wire") > 0
+    assert 0 not in fit.kept and fit.dof == 2
+
+
+def test_a_link_is_never_fitted_faster_than_its_rate():
+    # Fitted where the wire hides in the noise (a flat step), the wire stays at 1 x the
+    # ideal wire time, so a slower link still costs at least its bytes' time.
+    scheme = Scheme("ps-sync", "master")
+    model = fit_group(_group(scheme, lambda n: 110.0 + (30.0 if n > 1 else 0)), CATALOG)
+    assert model.fit.term("wire") == 1.0 and model.fit.term("round_ms") < 30.0
+    slow = predict(model, 8, Target(None, 10.0), CATALOG, None)
+    assert slow.step_ms > 8 * MODEL_BYTES * 8 / 10e6 * 1e3
+
+
+def test_the_interval_covers_the_truth_as_often_as_it_says():
+    scheme, truth = _truth_master()
+    inside, runs = 0, 300
+    for seed in range(runs):
+        group = _group(scheme, truth, devices=(2, 3, 4, 5), noise_ms=8.0, seed=seed)
+        model = fit_group(group, CATALOG)
+        p = predict(model, 8, Target(None, None), CATALOG, None)
+        # The truth as a new measurement would show it: its own noise in.
+        measured = truth(8) + random.Random(10_000 + seed).gauss(0, 8.0)
+        inside += p.low_ms <= measured <= p.high_ms
+    # Nominal 90%; the base's own noise is outside the interval, so a little under.
+    assert LEVEL - 0.12 <= inside / runs <= 0.99
+
+
+def test_without_a_degree_of_freedom_there_is_no_interval():
+    scheme, truth = _truth_master()
+    model = fit_group(_group(scheme, truth, devices=(2, 3)), CATALOG)
+    p = predict(model, 8, Target(None, None), CATALOG, None)
+    assert p.low_ms is None and p.high_ms is None
+
+
+def test_ring_moves_2_n_minus_1_over_n_and_the_master_n_times_the_model():
+    ring, ps = Scheme("allreduce"), Scheme("ps-sync", "master")
+    assert ring.busiest_link_bytes(4, 100) == pytest.approx(150)
+    assert ring.worker_bytes(4, 100) == pytest.approx(300)
+    assert ps.busiest_link_bytes(4, 100) == 400 and ps.worker_bytes(4, 100) == 200
+    assert ring.features(1, 100, 100) == [0, 0, 0]
+
+
+def test_a_faster_link_shrinks_only_the_wire_term():
+    scheme, truth = _truth_master(round_ms=20.0, wire=1.0)
+    model = fit_group(_group(scheme, truth), CATALOG)
+    slow = predict(model, 20, Target(None, 100.0), CATALOG, None)
+    fast = predict(model, 20, Target(None, 1000.0), CATALOG, None)
+    wire_100_ms = 20 * MODEL_BYTES * 8 / 100e6 * 1e3
+    assert slow.step_ms - fast.step_ms == pytest.approx(wire_100_ms * 0.9, rel=1e-6)
+
+
+def test_boards_scale_by_their_boards_cores_not_a_calibrated_quota():
+    pi3b_park, pi3b, pi4 = (CATALOG.profiles[n] for n in (BOARD, "pi3b", "pi4"))
+    assert compute_scale(CATALOG, pi3b_park, pi3b, "lenet-mlp")[0] == pytest.approx(1.0)
+    assert compute_scale(CATALOG, pi3b_park, pi4, "lenet-mlp")[0] == pytest.approx(0.3 / 0.7)
+
+
+def test_sync_follows_the_slowest_board_async_adds_the_workers_rates():
+    truth_sync = _truth_master()
+    sync = fit_group(_group(*truth_sync), CATALOG)
+    on_pi4 = predict(sync, 4, Target("pi4", 100.0), CATALOG, None)
+    # A mix of 2 Pi 4 and 2 Pi 3B: the master is a Pi 4, the sync round waits for a Pi 3B.
+    mix = predict(sync, 4, Target("mix-2pi4-2pi3b", 100.0), CATALOG, None)
+    assert mix.step_ms > on_pi4.step_ms
+    scheme = Scheme("ps-async", "master")
+    asynchronous = fit_group(_group(scheme, truth_sync[1], sync="async"), CATALOG)
+    a_mix = predict(asynchronous, 4, Target("mix-2pi4-2pi3b", 100.0), CATALOG, None)
+    a_pi3b = predict(asynchronous, 4, Target("pi3b", 100.0), CATALOG, None)
+    a_pi4 = predict(asynchronous, 4, Target("pi4", 100.0), CATALOG, None)
+    assert a_pi3b.samples_per_s < a_mix.samples_per_s < a_pi4.samples_per_s
+
+
+def test_what_is_missing_to_fit_is_named():
+    scheme, truth = _truth_master()
+    with pytest.raises(ConfigError, match=r"needs cells at >= 2 device counts .* "
+                                          r"lenet-mlp b64 mxnet sync \(has 2\)"):
+        fit_group(_group(scheme, truth, devices=(2,)), CATALOG)
+    no_base = _group(scheme, truth)
+    no_base.base = []
+    with pytest.raises(ConfigError, match="needs an ok cell at 1 device"):
+        fit_group(no_base, CATALOG)
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "4,x", ""])
+def test_bad_device_counts_are_refused(text):
+    with pytest.raises(ConfigError, match="--devices"):
+        parse_devices(text)
+
+
+def test_links_parse_and_bad_ones_are_refused():
+    assert parse_links("100mbit,1gbit,2.5G") == [100.0, 1000.0, 2500.0]
+    assert parse_links(None) == [None]
+    for bad in ("fast", "0mbit", "100kbit"):
+        with pytest.raises(ConfigError, match="--link"):
+            parse_links(bad)
