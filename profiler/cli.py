@@ -35,8 +35,9 @@ _LAZY_NESTED = {"cluster": {"calibrate": "profiler.calibrate.cli:calibrate"}}
 # What a command's own package must not import (it sits a layer above), loaded before the
 # command: calibration's profile check joins `sweep` (calibration runs sweeps), the study
 # registry offers its studies' sections to `report` (a study judges a sweep with the
-# report's pieces).
-_LAZY_PLUGINS = {"sweep": ("profiler.calibrate.sweep_check",), "report": ("profiler.study",)}
+# report's pieces), and the step model its prediction's (predict reads sweeps with them).
+_LAZY_PLUGINS = {"sweep": ("profiler.calibrate.sweep_check",),
+                 "report": ("profiler.study", "profiler.predict.report_section")}
 
 
 @click.group(cls=LazyGroup, lazy_subcommands=_LAZY_COMMANDS, lazy_nested=_LAZY_NESTED,

@@ -67,10 +67,16 @@ def read_groups(sweep_dir: Path) -> tuple[list[Group], str]:
     """Every multi-device configuration of the sweep, with its one-device base, and the
     cluster it ran on."""
     sweep = load_sweep(sweep_dir)
-    ok = [board_time.record(r) for r in sweep.records if r.get("status") == "ok"]
-    if not ok:
+    if not any(r.get("status") == "ok" for r in sweep.records):
         raise ConfigError(f"{sweep_dir} has no ok cell to fit: rerun its failed cells "
                           f"(`edgeprof sweep --resume --out {sweep_dir}`)")
+    return groups_of(sweep.records)
+
+
+def groups_of(records: list[dict]) -> tuple[list[Group], str]:
+    """``read_groups`` of records already read (the report's): no group without an ok
+    cell."""
+    ok = [board_time.record(r) for r in records if r.get("status") == "ok"]
     base: dict[tuple, list[Cell]] = {}
     groups: dict[tuple, Group] = {}
     for r in ok:
@@ -92,7 +98,7 @@ def read_groups(sweep_dir: Path) -> tuple[list[Group], str]:
             groups[tuple(r.get(f) for f in GROUP_FIELDS)] = Group(
                 tuple(r.get(f) for f in GROUP_FIELDS), scheme_of({**r, "devices": 2}), [],
                 cells)
-    cluster = str(ok[0].get("cluster") or "")
+    cluster = str(ok[0].get("cluster") or "") if ok else ""
     return sorted(groups.values(), key=lambda g: tuple(map(str, g.key))), cluster
 
 

@@ -6,10 +6,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..cluster.prices import load_prices, price_spec
-from ..cluster.profiles import load_catalog
+from ..cluster.profiles import Catalog, load_catalog
 from ..errors import ConfigError
 from .boards import PriceOf, node_profiles, parse_devices, parse_links
-from .cells import read_groups
+from .cells import Group, read_groups
 from .model import Prediction, StepModel, Target, fit_group, predict
 
 
@@ -45,12 +45,7 @@ def run_predict(s: PredictSettings) -> tuple[list[Prediction], list[StepModel], 
     if not groups:
         raise ConfigError(f"{s.sweep_dir} has no ok cell of --engine {s.engines or 'any'} "
                           f"--sync {s.syncs or 'any'}: name what the sweep ran")
-    models, skipped = [], []
-    for group in groups:
-        try:
-            models.append(fit_group(group, catalog))
-        except ConfigError as exc:
-            skipped.append(str(exc))
+    models, skipped = fit_groups(groups, catalog)
     if not models:
         more = f" (and {len(skipped) - 1} more configurations)" if len(skipped) > 1 else ""
         raise ConfigError(f"{s.sweep_dir}: cannot fit: {skipped[0]}{more}")
@@ -60,6 +55,18 @@ def run_predict(s: PredictSettings) -> tuple[list[Prediction], list[StepModel], 
     predictions = [predict(m, n, Target(name, link), catalog, prices)
                    for m in models for name in names for link in links for n in devices]
     return predictions, models, skipped
+
+
+def fit_groups(groups: list[Group], catalog: Catalog | None
+               ) -> tuple[list[StepModel], list[str]]:
+    """Each configuration's model, and why each one not fitted could not be."""
+    models, skipped = [], []
+    for group in groups:
+        try:
+            models.append(fit_group(group, catalog))
+        except ConfigError as exc:
+            skipped.append(str(exc))
+    return models, skipped
 
 
 def _wanted(value, allowed: str | None) -> bool:

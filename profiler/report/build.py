@@ -6,7 +6,9 @@ is refused, and each PNG replaces whatever has its name (a link too) rather than
 written through it; a sweep folder may come from another machine.
 
 A study's section is the caller's to give (``study_section``): the report knows no
-study, and the CLI asks the study registry for the one that made the sweep.
+study, and the CLI asks the study registry for the one that made the sweep. The
+prediction's section is the one ``profiler.predict`` offers (``prediction_section``),
+when it was loaded.
 
 The per-cell figures (one a cell: most of the time of a large sweep's report) are read
 and drawn in a pool of processes when the sweep has enough cells to repay starting it.
@@ -29,6 +31,7 @@ from ..cell import DEFAULT_ENGINE
 from ..cluster import PROVIDERS
 from ..errors import ConfigError
 from ..fsutil import atomic_write_bytes, atomic_write_text
+from .prediction_section import prediction_section
 from .study_section import StudySection
 from .sweep_data import Sweep, config_label, load_sweep, read_cell_series
 
@@ -85,18 +88,21 @@ def build_report(sweep_dir: Path, out: Path | None = None, *,
         drawn_ratios = ratio_figure(study.ratios)  # None: no ratio with a number
         if drawn_ratios is not None:
             study.figures.insert(0, drawn_ratios)
+    # Offered by profiler.predict (a layer above: report_section); None: nothing fitted.
+    predicted = prediction_section(sweep.records)
     page = render(title=f"edgeprof sweep {sweep.sweep_id}", environment=environment(sweep),
                   records=sweep.records, config_of=config_label, figures=drawn,
                   cell_figures=cell_figures, study=study, traces=_trace_links(sweep, out),
                   network_drawn=network, engine_sections=sections,
                   energy_section=energy.section(sweep.records, cloud, number, config_label),
-                  energy_figure=energy_fig)
+                  energy_figure=energy_fig, prediction=predicted)
     try:
         figures_dir.mkdir(parents=True, exist_ok=True)
         for figure in ([f for f in drawn if isinstance(f, figs.Figure)] + cell_figures
                        + [s.figure for s in sections if s.figure]
                        + ([energy_fig] if energy_fig else [])
-                       + (study.figures if study else [])):
+                       + (study.figures if study else [])
+                       + (predicted.figures if predicted else [])):
             # Replaced, not written through: a link planted under a figure's name (to
             # a file elsewhere) becomes the figure, the file it named is left alone.
             atomic_write_bytes(figures_dir / f"{figure.name}.png", figure.png, fsync=False)

@@ -26,6 +26,7 @@ from ..sweep.table import THIN_NOTE, status_counts
 from . import energy
 from .engines import MEASURES, side_by_side
 from .figures import Figure, Skipped
+from .prediction_section import PredictionSection
 from .ratios import MIN_WINDOW_S, Ratio, summary
 from .study_section import Match, StudySection
 
@@ -71,11 +72,13 @@ def render(*, title: str, environment: dict, records: list[dict], config_of,
            study: StudySection | None = None, traces: dict[str, str] | None = None,
            network_drawn: bool = True,
            engine_sections: list[ReportSection] = (), energy_section: dict | None = None,
-           energy_figure: Figure | None = None) -> str:
+           energy_figure: Figure | None = None,
+           prediction: PredictionSection | None = None) -> str:
     """The page. ``network_drawn`` False: the per-node figures have no network panels
     (no cell had two devices), which the page says in one line. ``engine_sections``:
     the engines' own (``Engine.report_sections``: a pipeline's stages). ``study``: the
-    section of the study that made the sweep (none without one)."""
+    section of the study that made the sweep (none without one). ``prediction``: the
+    step model's curve beyond the measured cells (none when nothing was fitted)."""
     config_of = _with_engine(config_of)
     columns = STATUS_COLUMNS + ([("speedup", "speedup")]
                                 if any((r.get("speedup") or 1) != 1 for r in records) else [])
@@ -92,7 +95,8 @@ def render(*, title: str, environment: dict, records: list[dict], config_of,
         engines=_engines(records, config_of),
         engine_sections=[_section(s, config_of) for s in engine_sections],
         energy=({**energy_section, "figure": energy_figure} if energy_section else None),
-        study=_study(study) if study else None, cluster=environment.get("cluster", ""),
+        study=_study(study) if study else None, prediction=prediction,
+        cluster=environment.get("cluster", ""),
         no_network="" if network_drawn else NO_NETWORK, cell_figures=cell_figures,
         thin_note=THIN_NOTE if any(r.get("sampled_figures_thin") for r in records) else "",
         stamp=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))

@@ -240,6 +240,7 @@ def run(study_plan: StudyPlan, *, progress: bool = True,
     sweep, then write its report with the study's section; returns (outcome, report
     path)."""
     from ..calibrate.check import check_sweep
+    from ..predict import report_section  # noqa: F401  offers the report its prediction
     from ..report.build import build_report
     from ..sweep.preflight import preflight
     from ..sweep.sweep import run_sweep

@@ -1,11 +1,14 @@
 """``edgeprof predict`` on a small real sweep (local cluster, LeNet-MLP on torch-ddp at 1,
-2 and 3 devices, a few hundred samples): it prints the table, and each bad input is one
-line and exit 2."""
+2 and 3 devices, a few hundred samples): it prints the table, each bad input is one
+line and exit 2, and the sweep's report draws the prediction beyond its cells."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -76,3 +79,23 @@ def test_bad_inputs_are_one_line_and_exit_2(sweep_dir, tmp_path):
         r for r in records if json.loads(r)["devices"] != 3) + "\n")
     _one_line_exit_2(_predict(few, "--devices", "8"),
                      "needs cells at >= 2 device counts above 1 for lenet-mlp b32 torch-ddp sync")
+
+
+def test_the_report_draws_the_prediction_through_and_beyond_the_cells(sweep_dir, tmp_path):
+    page_file = tmp_path / "report.html"
+    result = CliRunner().invoke(cli, ["report", str(sweep_dir), "--out", str(page_file)])
+    assert result.exit_code == 0, result.output
+    page = page_file.read_text()
+    assert "<h2 id='prediction'>Predicted beyond the measured cells</h2>" in page
+    figure = re.search(r'<figure id="fig-predict-1"><img alt="[^"]*" '
+                       r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert figure, "no prediction figure in the page"
+    import matplotlib.image as mpimg
+    pixels = mpimg.imread(io.BytesIO(base64.b64decode(figure.group(1))), format="png")
+    assert pixels.shape[0] > 50 and pixels.shape[1] > 50 and float(pixels.std()) > 0.01
+    # The table: the measured largest count beside its prediction, then past it.
+    section = page.split("<h2 id='prediction'>")[1].split("<h2")[0]
+    rows = re.findall(r"<tr><td class='l'>lenet-mlp b32 torch-ddp sync</td><td>(\d+)</td>",
+                      section)
+    assert rows == ["3", "6", "20", "50", "100"], section[-2000:]
+    assert (tmp_path / "report-figures" / "fig-predict-1.png").exists()
