@@ -87,7 +87,8 @@ def compute_scale(catalog: Catalog, fitted: Profile | None, target: Profile,
 @dataclass(frozen=True)
 class PriceOf:
     """Each node profile's price: ``--price`` when given, else the packaged price of the
-    profile's own name or its board's (``pi3b-park2019`` is a ``pi3b``)."""
+    profile's own name or its board's (``pi3b-park2019`` is a ``pi3b``), or a cloud
+    profile's VM's (``cloud-c6g-xlarge`` is ``c6g.xlarge``)."""
 
     table: PriceTable
     spec: PriceSpec | None = None
@@ -99,7 +100,9 @@ class PriceOf:
     def of(self, profile: Profile) -> Price | None:
         if self.spec is not None:
             return self.spec.price_of(profile.name)
-        for name in (profile.name, profile.name.split("-")[0]):
+        # A cloud VM's profile is priced as its VM: cloud-c6g-xlarge is c6g.xlarge.
+        vm = profile.name.removeprefix("cloud-").replace("-", ".", 1)
+        for name in (profile.name, profile.name.split("-")[0], vm):
             if name in self.table.prices:
                 return self.table.prices[name]
         return None

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
 
 from ..cli_errors import reports_errors
+from ..errors import ConfigError
 
 
 @click.command()
@@ -27,11 +29,15 @@ from ..cli_errors import reports_errors
 @click.option("--samples", type=int, default=None,
               help="The training set an epoch passes over (before a sharded one is split "
                    "among workers) [default: the sweep's].")
+@click.option("--compare", "compare", default=None,
+              help="Which cluster: boards to set side by side (pi3b,pi4,pi5, "
+                   "cloud-c6g-xlarge), each at every --devices count: samples/s, J per "
+                   "sample, USD per epoch, and where adding a board stops paying.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
 @reports_errors
 def predict(sweep_dir: Path, devices: str, profiles: str | None, links: str | None,
             engines: str | None, syncs: str | None, price: str | None,
-            samples: int | None, as_json: bool) -> None:
+            samples: int | None, compare: str | None, as_json: bool) -> None:
     """Predict step, epoch, samples/s, bytes, energy and cost at device counts, boards
     and links a finished sweep did not measure, from a step model fitted on its cells
     (one device and at least two more device counts; docs/predict.md).
@@ -41,10 +47,21 @@ def predict(sweep_dir: Path, devices: str, profiles: str | None, links: str | No
     \b
         edgeprof predict runs/20261128-101500 --devices 16,32,64,100
         edgeprof predict runs/S --devices 20,50 --profile pi4,mix-2pi4-8pi3b --link 1gbit
+        edgeprof predict runs/S --compare pi3b,pi4,pi5,cloud-c6g-xlarge --devices 4,8,16,32
     """
     from . import table
     from .run import PredictSettings, run_predict
 
+    if compare is not None:
+        if profiles is not None:
+            raise ConfigError("--compare names the boards itself: give --compare "
+                              "pi3b,pi4,pi5 or --profile, not both")
+        from . import which
+        found = which.run_which(PredictSettings(
+            sweep_dir, devices, compare, links, engines, syncs, price, samples))
+        click.echo(json.dumps(which.as_json(*found), indent=1) if as_json
+                   else which.text(*found))
+        return
     predictions, models, skipped = run_predict(PredictSettings(
         sweep_dir, devices, profiles, links, engines, syncs, price, samples))
     show = table.as_json if as_json else table.text

@@ -49,12 +49,17 @@ def run_predict(s: PredictSettings) -> tuple[list[Prediction], list[StepModel], 
     if not models:
         more = f" (and {len(skipped) - 1} more configurations)" if len(skipped) > 1 else ""
         raise ConfigError(f"{s.sweep_dir}: cannot fit: {skipped[0]}{more}")
-    prices = PriceOf(load_prices(), price_spec(s.price) if s.price else None)
+    prices = prices_of(s)
     if s.samples is not None:
         models = [replace(m, train_samples=s.samples) for m in models]
     predictions = [predict(m, n, Target(name, link), catalog, prices)
                    for m in models for name in names for link in links for n in devices]
     return predictions, models, skipped
+
+
+def prices_of(s: PredictSettings) -> PriceOf:
+    """Each node's price: ``--price``, else the packaged price of its board."""
+    return PriceOf(load_prices(), price_spec(s.price) if s.price else None)
 
 
 def fit_groups(groups: list[Group], catalog: Catalog | None

@@ -14,7 +14,7 @@ def _link(mbit: float) -> str:
     return f"{mbit / 1000:g}G" if mbit >= 1000 else f"{mbit:g}M"
 
 
-def _interval(p: Prediction) -> str:
+def interval(p: Prediction) -> str:
     if p.low_ms is None:
         return "n/a"
     return f"{p.low_ms:,.0f}-{p.high_ms:,.0f}"
@@ -26,7 +26,7 @@ def _or_dash(value: float | None, fmt: str) -> str:
 
 def rows(predictions: list[Prediction]) -> list[tuple[str, ...]]:
     return [(p.label, str(p.devices), p.profile, _link(p.link_mbit), f"{p.step_ms:,.1f}",
-             _interval(p), f"{p.epoch_s:,.1f}", f"{p.samples_per_s:,.1f}",
+             interval(p), f"{p.epoch_s:,.1f}", f"{p.samples_per_s:,.1f}",
              f"{p.mb_per_step:.2f}", _or_dash(p.energy_j, ",.0f"),
              _or_dash(p.cost_usd, ".2g")) for p in predictions]
 

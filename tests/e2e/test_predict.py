@@ -71,6 +71,12 @@ def test_bad_inputs_are_one_line_and_exit_2(sweep_dir, tmp_path):
     _one_line_exit_2(_predict(sweep_dir, "--devices", "8", "--link", "fast"), "--link 'fast'")
     # A local sweep's workers talked over loopback: no link or board to scale from.
     _one_line_exit_2(_predict(sweep_dir, "--devices", "8", "--link", "1gbit"), "loopback")
+    _one_line_exit_2(_predict(sweep_dir, "--devices", "8", "--compare", "pi4"),
+                     "a local sweep has no board to scale from")
+    _one_line_exit_2(_predict(sweep_dir, "--devices", "8", "--compare", "pi4",
+                              "--profile", "pi5"), "--compare", "not both")
+    _one_line_exit_2(_predict(sweep_dir, "--devices", "8", "--compare", "pi9"),
+                     "unknown profile 'pi9'")
     # The same sweep without its 3-device cell: two device counts are not enough.
     few = tmp_path / "few"
     shutil.copytree(sweep_dir, few)
