@@ -63,8 +63,8 @@ def section(records: list[dict]) -> PredictionSection | None:
                "docs/predict.md) on its own board and link, and asked about the device "
                "counts nobody measured. The interval is the fit's 90% prediction "
                "interval: it widens past the fitted counts, and leaves out any error of "
-               "the model itself. `edgeprof predict SWEEP --devices ...` asks it about "
-               "other counts, boards and links."),
+               "the model itself. edgeprof predict SWEEP --devices N asks it about "
+               "other counts, boards and links; --compare sets boards side by side."),
         figures=figures, headings=[*table.HEADER, "measured ms"], rows=rows,
         fits=[f"{m.group.label}: fitted on {len(m.group.cells) + len(m.group.base)} cells "
               f"at {','.join(map(str, m.devices_fitted))} devices: {table.fit_said(m)}"

@@ -63,6 +63,8 @@ def build_report(sweep_dir: Path, out: Path | None = None, *,
                           "pip install 'edgeprof[controller]'") from None
     network = figs.network_drawn(sweep.records)
     jobs = [(sweep.cell_dir(r) / "metrics", r, network) for r in sweep.records]
+    # The prediction's section (offered by profiler.predict, a layer above: its
+    # report_section; None: nothing fitted) is drawn here too, beside the pool's work.
     if workers is None:
         workers = min(_cpus(), len(jobs) // CELLS_PER_WORKER_MIN)
     if workers > 1:
@@ -73,9 +75,11 @@ def build_report(sweep_dir: Path, out: Path | None = None, *,
             pending = pool.map(_cell_figure, jobs,
                                chunksize=max(1, len(jobs) // (4 * workers)))
             drawn = [build(sweep.records) for build in figs.SWEEP_FIGURES]  # meanwhile
+            predicted = prediction_section(sweep.records)
             cell_figures = [f for f in pending if f is not None]
     else:
         drawn = [build(sweep.records) for build in figs.SWEEP_FIGURES]
+        predicted = prediction_section(sweep.records)
         cell_figures = [f for f in map(_cell_figure, jobs) if f is not None]
     from ..engines import report_sections
     sections = report_sections(sweep.records)  # each engine's own (a pipeline's stages)
@@ -88,8 +92,6 @@ def build_report(sweep_dir: Path, out: Path | None = None, *,
         drawn_ratios = ratio_figure(study.ratios)  # None: no ratio with a number
         if drawn_ratios is not None:
             study.figures.insert(0, drawn_ratios)
-    # Offered by profiler.predict (a layer above: report_section); None: nothing fitted.
-    predicted = prediction_section(sweep.records)
     page = render(title=f"edgeprof sweep {sweep.sweep_id}", environment=environment(sweep),
                   records=sweep.records, config_of=config_label, figures=drawn,
                   cell_figures=cell_figures, study=study, traces=_trace_links(sweep, out),
