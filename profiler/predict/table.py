@@ -31,13 +31,16 @@ def rows(predictions: list[Prediction]) -> list[tuple[str, ...]]:
              _or_dash(p.cost_usd, ".2g")) for p in predictions]
 
 
+def aligned(body: list[tuple[str, ...]], left: tuple[int, ...]) -> list[str]:
+    """Rows of strings as columns: the ``left`` ones left-aligned, numbers right."""
+    widths = [max(len(r[i]) for r in body) for i in range(len(body[0]))]
+    return ["  ".join(c.ljust(w) if i in left else c.rjust(w)
+                      for i, (c, w) in enumerate(zip(r, widths))) for r in body]
+
+
 def text(predictions: list[Prediction], models: list[StepModel], skipped: list[str]) -> str:
     """The table, then one line per fit (its terms and residuals) and the notes."""
-    body = [HEADER, *rows(predictions)]
-    widths = [max(len(r[i]) for r in body) for i in range(len(HEADER))]
-    lines = ["  ".join(c.ljust(w) if i in (0, 2) else c.rjust(w)
-                       for i, (c, w) in enumerate(zip(r, widths))) for r in body]
-    lines.append("")
+    lines = [*aligned([HEADER, *rows(predictions)], left=(0, 2)), ""]
     for m in models:
         lines.append(f"{m.group.label}: fitted on {len(m.group.cells) + len(m.group.base)} "
                      f"cells at {','.join(map(str, m.devices_fitted))} devices "

@@ -90,10 +90,7 @@ def text(predictions: list[Prediction], models: list[StepModel], skipped: list[s
                      "-" if jps is None else f"{jps:.3g}",
                      "-" if p.cost_usd is None else f"{p.cost_usd:.2g}",
                      f"{p.step_ms:,.1f}", table.interval(p)))
-    widths = [max(len(r[i]) for r in body) for i in range(len(HEADER))]
-    lines = ["  ".join(c.ljust(w) if i in (0, 1) else c.rjust(w)
-                       for i, (c, w) in enumerate(zip(r, widths))) for r in body]
-    lines.append("")
+    lines = [*table.aligned(body, left=(0, 1)), ""]
     for c in crossovers:
         if c.devices is None:
             said = (f"every board up to {SCAN_MAX_DEVICES} still adds >= "

@@ -76,6 +76,9 @@ def test_the_table_sets_the_boards_side_by_side(model):
     for r in rows:  # samples/s, J per sample and USD per epoch all priced
         assert float(r[6].replace(",", "")) > 0 and float(r[7]) > 0 and float(r[8]) > 0
     assert "on pi3b: adding a board stops paying at 11 boards" in out
+    data = which.as_json(predictions, [model], [], crossovers)
+    assert [c["devices"] for c in data["crossovers"]] == [11, 11]
+    assert data["predictions"][0]["j_per_sample"] > 0
     jps = which.j_per_sample(predictions[0])
     watts = sum([catalog.profiles["pi3b"].power.watts(0.9)] * 4)
     assert jps == pytest.approx(watts / predictions[0].samples_per_s, rel=1e-6)
