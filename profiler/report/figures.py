@@ -88,6 +88,8 @@ def _legend(fig, ax, inside_at_most: int = 6) -> None:
     """The legend in the first panel, or below the figure when it has more entries than
     fit beside the lines (a study has 15 or more series)."""
     handles, labels = ax.get_legend_handles_labels()
+    if not labels:
+        return  # nothing labelled: matplotlib would warn "No artists with labels"
     if len(labels) <= inside_at_most:
         ax.legend(fontsize=7)
         return
