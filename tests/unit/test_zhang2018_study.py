@@ -29,6 +29,10 @@ def test_the_parts_are_hier_cells_each_once():
                                       for k in range(4)])
     assert {p["tiers"] for p in table5} == {"end=4,cloud=1"}
     assert {c.devices for c in _grid("table5").cells} == {5}
+    fewer = [dict(c.engine_params) for c in _grid("table5", failed="2").cells]
+    assert sorted((p["recovery"], p["fail_devices"]) for p in fewer) == [
+        ("monitor", 0), ("monitor", 2), ("none", 0), ("none", 2), ("reassign", 0),
+        ("reassign", 2)]
     figure3 = _grid("figure3", end_devices="1,3").cells
     assert sorted({c.devices for c in figure3}) == [4, 6] and len(figure3) == 8
     table2 = [dict(c.engine_params) for c in _grid("table2").cells]
@@ -52,10 +56,17 @@ def test_scale_and_its_floor():
 @pytest.mark.parametrize("bad, words", [
     ({"parts": "table9"}, "--parts 'table9'"),
     ({"parts": "table2", "thresholds": "1.5"}, "--exit-threshold 1.5 is outside 0-1"),
+    ({"parts": "table5", "failed": "4"}, "--failed 4: table5 has 4 end devices"),
 ])
 def test_bad_options_are_one_line(bad, words):
     with pytest.raises(ConfigError, match=words.replace("(", r"\(")):
         STUDY.parse(bad)
+
+
+def test_threshold_zero_is_kept():
+    # The ddnn part's threshold 0 (nothing exits) once ran as the engine's default 0.5.
+    from profiler.engines.hier.settings import threshold
+    assert threshold(0.0) == 0.0 and threshold("0") == 0.0 and threshold(None) == 0.5
 
 
 def test_another_engine_is_refused():

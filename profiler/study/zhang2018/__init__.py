@@ -27,6 +27,8 @@ class Zhang2018(Study):
                     + " (comma-separated) or all."),
         StudyOption("end_devices", ",".join(map(str, g.END_DEVICES)),
                     "Figure 3's end device counts (2 edge nodes and a cloud beside them)."),
+        StudyOption("failed", ",".join(map(str, g.FAILED)),
+                    f"Table 5's failed end devices (of {g.TABLE5_END}; 0 always runs)."),
         StudyOption("thresholds", ",".join(f"{t:g}" for t in g.THRESHOLDS),
                     "The ddnn part's early-exit thresholds (normalized entropy, 0-1)."),
     )
@@ -40,6 +42,8 @@ class Zhang2018(Study):
         if isinstance(given.get("end_devices"), str):
             parsed["end_devices"] = tuple(parse_int_list(given["end_devices"],
                                                          "--end-devices"))
+        if isinstance(given.get("failed"), str):
+            parsed["failed"] = g.parse_failed(given["failed"])
         if isinstance(given.get("thresholds"), str):
             parsed["thresholds"] = tuple(parse_thresholds(given["thresholds"]))
         return parsed
@@ -50,7 +54,8 @@ class Zhang2018(Study):
     def grid(self, scale: float, options: dict, engine: str, available: set[str]) -> Grid:
         found = g.settings(options.get("parts", g.PARTS),
                            options.get("end_devices", g.END_DEVICES),
-                           options.get("thresholds", g.THRESHOLDS))
+                           options.get("thresholds", g.THRESHOLDS),
+                           options.get("failed", g.FAILED))
         val, floored = g.val_samples(scale, found)
         notes = [f"Zhang's 10,000 CIFAR-100 test images, 8 end and 4 edge devices scaled "
                  f"to {val:,} Fashion-MNIST test images in batches of {g.BATCH} on a few "

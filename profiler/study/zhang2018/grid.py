@@ -11,9 +11,9 @@ nodes, each a process of one thread:
   cloud 1 s.
 - ``table5``: completion time against failed end devices: 4 end devices and a cloud,
   End-Cloud with the cloud's delay at 0.5 s (a batch then takes about as long as his
-  did); ``reassign`` and ``monitor`` at 0..3 failed devices, ``none`` at 0 and 1 (a
-  cell of ``none`` with a failure cannot finish: it runs to its time limit, so one is
-  enough to show it).
+  did); ``reassign`` and ``monitor`` at 0..3 failed devices (``--failed``), ``none``
+  at 0 and the fewest failures (a cell of ``none`` with a failure cannot finish: it
+  runs to its time limit, so one is enough to show it).
 - ``figure3``: completion time against the number of end devices (``--end-devices``,
   default 1, 2, 4), 2 edge nodes and a cloud, the four schemes at Zhang's delays.
 - ``ddnn``: DDNN's early exit at thresholds swept (``--thresholds``), 2 end devices,
@@ -52,7 +52,7 @@ TABLE2_TIERS = "end=2,edge=1,cloud=1"
 TABLE5_END = 4
 TABLE5_TIERS = f"end={TABLE5_END},cloud=1"
 TABLE5_DELAY = "cloud=0.5"
-TABLE5_NONE_FAILED = (0, 1)
+FAILED = tuple(range(TABLE5_END))  # failed end devices: 0 to all but device 0
 RECOVERIES = ("none", "reassign", "monitor")
 FIGURE3_EDGE = 2
 END_DEVICES = (1, 2, 4)
@@ -89,8 +89,24 @@ def end_count(tiers: str) -> int:
     return int(dict(pair.split("=") for pair in tiers.split(","))["end"])
 
 
+def parse_failed(text: str) -> tuple[int, ...]:
+    from ...option_lists import parse_int_list
+    counts = parse_int_list(text, "--failed")
+    if any(not 0 <= k < TABLE5_END for k in counts):
+        raise ConfigError(f"--failed {text}: table5 has {TABLE5_END} end devices and device "
+                          f"0 stays; give counts of 0-{TABLE5_END - 1}, e.g. 0,1,2,3")
+    return tuple(sorted({0, *counts}))  # 0: the baseline of every ratio
+
+
+def none_failed(failed: tuple[int, ...]) -> tuple[int, ...]:
+    """none's failure counts: 0 and the fewest failures (every other cannot finish
+    either, each at its time limit)."""
+    return tuple(sorted({0, *[k for k in failed if k][:1]}))
+
+
 def settings(parts: tuple[str, ...], end_devices: tuple[int, ...] = END_DEVICES,
-             thresholds: tuple[float, ...] = THRESHOLDS) -> list[dict]:
+             thresholds: tuple[float, ...] = THRESHOLDS,
+             failed: tuple[int, ...] = FAILED) -> list[dict]:
     """Every cell's engine settings, part by part, each once (in the parts' order)."""
     found: list[dict] = []
     if "table2" in parts:
@@ -100,8 +116,7 @@ def settings(parts: tuple[str, ...], end_devices: tuple[int, ...] = END_DEVICES,
                 found.append(_params(TABLE2_TIERS, scheme, delay))
     if "table5" in parts:
         for recovery in RECOVERIES:
-            failed = TABLE5_NONE_FAILED if recovery == "none" else range(TABLE5_END)
-            for fail in failed:
+            for fail in (none_failed(failed) if recovery == "none" else failed):
                 found.append(_params(TABLE5_TIERS, "end-cloud", TABLE5_DELAY, fail=fail,
                                      recovery=recovery))
     if "figure3" in parts:

@@ -137,6 +137,8 @@ def _table5(found: _Found, ref: dict) -> list[Ratio]:
         times = {}
         for fail in range(1, g.TABLE5_END):
             r = at(recovery, fail)
+            if r is None and at(recovery, fail, ok=False) is None:
+                continue  # not in the grid (--failed)
             times[fail] = _value(r, "hier_completion_s")
             if not (r or zero):
                 continue
@@ -147,7 +149,7 @@ def _table5(found: _Found, ref: dict) -> list[Ratio]:
                 theirs[his] / theirs[0],
                 _div(times[fail], _value(zero, "hier_completion_s")), SHAPE, cells=(r, zero),
                 note=f"moved {r.get('hier_batches_moved')} batches" if r else ""))
-        if recovery == "reassign" and zero and all(times.values()):
+        if recovery == "reassign" and zero and len(times) > 1 and all(times.values()):
             series = [_value(zero, "hier_completion_s"), *times.values()]
             rows.append(Ratio("Table 5", "reassign: time grows with every failure",
                               f"0-{g.TABLE5_END - 1} of {g.TABLE5_END} failed", True,
@@ -157,12 +159,12 @@ def _table5(found: _Found, ref: dict) -> list[Ratio]:
     if finished is not None or at("none", 0, ok=False) is not None:
         rows.append(Ratio("Table 5", "none: finishes with no failure", "end-cloud", True,
                           finished is not None, 1.0))
-    for fail in g.TABLE5_NONE_FAILED[1:]:
+    for fail in range(1, g.TABLE5_END):
         r = at("none", fail, ok=False)
         if r is None:
             continue
         rows.append(Ratio("Table 5", f"none: cannot finish with {fail} failed", "end-cloud",
-                          True, r.get("status") == Status.TIMEOUT, 1.0,
+                          True, r.get("status") == Status.TIMEOUT, 1.0, cells=(r,),
                           note=f"{r.get('status')}; his 'Inf'"))
     return rows
 
