@@ -39,6 +39,9 @@ def test_the_parts_are_hier_cells_each_once():
     assert sorted((p["scheme"], p["tier_delay"]) for p in table2) == [
         ("end", "0"), ("end-cloud", "0"), ("end-cloud", "edge=0.5,cloud=1.0"),
         ("end-edge", "0"), ("end-edge", "edge=0.5,cloud=1.0")]
+    table4 = [dict(c.engine_params) for c in _grid("table4").cells]
+    assert sorted((p["tier_delay"], p["privacy"]) for p in table4) == [
+        (f"cloud={s}", on) for s in ("0.5", "1.0", "1.5", "2.0") for on in ("off", "on")]
     ddnn = [dict(c.engine_params)["exit_threshold"]
             for c in _grid("ddnn", thresholds="0,0.6").cells]
     assert ddnn == [0.0, 0.6]
@@ -158,3 +161,25 @@ def test_table2_figure3_and_ddnn_are_judged():
     section = STUDY.section(records)
     assert [m.study for m in section.matches] == [10.4, 8.4, 18.3, 10.8, 31.0]
     assert section.matches[2].ours == pytest.approx(10.1)
+
+
+def test_table4_overhead_against_the_delay_is_judged():
+    records = []
+    for seconds, added_ms in ((0.5, 300.0), (1.0, 330.0), (1.5, 300.0), (2.0, 310.0)):
+        base_ms = seconds * 1000 + 20
+        delay = g.table4_delay(seconds)
+        records += [_rec(g.TABLE4_TIERS, "end-cloud", delay, privacy="off",
+                         hier_latency_p50_ms=base_ms),
+                    _rec(g.TABLE4_TIERS, "end-cloud", delay, privacy="on",
+                         hier_latency_p50_ms=base_ms + added_ms)]
+    for r in records:
+        r["cell_id"] += r["privacy"]
+    v = _verdicts(records)
+    config = "end-cloud, module on the end device, end=2,cloud=1"
+    # A constant 0.3 s a batch: its share falls with the delay as his (0.332 / 0.571).
+    verdict, ours = v[("Table 4", "privacy overhead at 1 / 0.5 s delay", config)]
+    assert verdict == "within" and ours == pytest.approx((330 / 1020) / (300 / 520))
+    assert v[("Table 4", "privacy overhead falls as the delay grows", "0.5, 1, 1.5, 2 s")] \
+        == ("within", True)
+    assert [m.study for m in STUDY.section(records).matches] == [0.571, 0.332, 0.247, 0.179]
+    assert STUDY.section(records).matches[0].ours == pytest.approx(300 / 520)

@@ -9,6 +9,10 @@ nodes, each a process of one thread:
 - ``table2``: processing time with and without the delays: 2 end devices, an edge node,
   a cloud; End, and End-Edge and End-Cloud at no delay and at Zhang's edge 0.5 s and
   cloud 1 s.
+- ``table4``: the privacy module's overhead against the cloud's delay: 2 end devices
+  and a cloud, End-Cloud with the module off and on (the first convolution of the
+  cloud's network on the device) at his 0.5, 1, 1.5 and 2 s. His second row, the data
+  encrypted on an edge device, is not run (the engine runs the module on end devices).
 - ``table5``: completion time against failed end devices: 4 end devices and a cloud,
   End-Cloud with the cloud's delay at 0.5 s (a batch then takes about as long as his
   did); ``reassign`` and ``monitor`` at 0..3 failed devices (``--failed``), ``none``
@@ -32,7 +36,7 @@ from ...cell import DEFAULT_ENGINE, CellConfig
 from ...errors import ConfigError
 from ...sweep.grid import validate
 
-PARTS = ("table2", "table5", "figure3", "ddnn")
+PARTS = ("table2", "table4", "table5", "figure3", "ddnn")
 ENGINE = "hier"
 MODEL = "lenet-mlp"  # the end devices' network; the upper tiers' are TIER_MODELS
 TIER_MODELS = "edge=lenet-cnn,cloud=lenet-example"
@@ -49,6 +53,8 @@ ZHANG_DELAY_S = {"edge": 0.5, "cloud": 1.0}  # his round trips' delays
 ZHANG_DELAYS = ",".join(f"{tier}={s:.1f}" for tier, s in ZHANG_DELAY_S.items())
 NO_DELAY = "0"
 TABLE2_TIERS = "end=2,edge=1,cloud=1"
+TABLE4_TIERS = "end=2,cloud=1"
+TABLE4_DELAYS_S = (0.5, 1.0, 1.5, 2.0)  # his
 TABLE5_END = 4
 TABLE5_TIERS = f"end={TABLE5_END},cloud=1"
 TABLE5_DELAY = "cloud=0.5"
@@ -72,9 +78,14 @@ def parse_parts(text: str) -> tuple[str, ...]:
     return parts
 
 
+def table4_delay(seconds: float) -> str:
+    return f"cloud={seconds:.1f}"
+
+
 def _params(tiers: str, scheme: str, delay: str = NO_DELAY, threshold: float = 0.5,
-            fail: int | None = None, recovery: str | None = None) -> dict:
-    params = {"scheme": scheme, "exit_threshold": threshold, "privacy": "off",
+            fail: int | None = None, recovery: str | None = None,
+            privacy: str = "off") -> dict:
+    params = {"scheme": scheme, "exit_threshold": threshold, "privacy": privacy,
               "tiers": tiers, "tier_models": TIER_MODELS, "tier_delay": delay}
     if recovery is not None:  # off (the engine's default) stays out of the cell's id
         params.update(fail_devices=fail or 0, recovery=recovery)
@@ -114,6 +125,11 @@ def settings(parts: tuple[str, ...], end_devices: tuple[int, ...] = END_DEVICES,
         for scheme in ("end-edge", "end-cloud"):
             for delay in (NO_DELAY, ZHANG_DELAYS):
                 found.append(_params(TABLE2_TIERS, scheme, delay))
+    if "table4" in parts:
+        for seconds in TABLE4_DELAYS_S:
+            for privacy in ("off", "on"):
+                found.append(_params(TABLE4_TIERS, "end-cloud", table4_delay(seconds),
+                                     privacy=privacy))
     if "table5" in parts:
         for recovery in RECOVERIES:
             for fail in (none_failed(failed) if recovery == "none" else failed):
