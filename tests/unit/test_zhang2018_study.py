@@ -183,3 +183,12 @@ def test_table4_overhead_against_the_delay_is_judged():
         == ("within", True)
     assert [m.study for m in STUDY.section(records).matches] == [0.571, 0.332, 0.247, 0.179]
     assert STUDY.section(records).matches[0].ours == pytest.approx(300 / 520)
+
+
+def test_missing_cells_leave_rows_out_or_unjudged():
+    assert STUDY.section([]).ratios == [] and STUDY.section([]).matches == []
+    # Table 2 with its delayed cell failed: the rows say "no cell", nothing raises.
+    only = [_rec(g.TABLE2_TIERS, "end-edge", hier_latency_p50_ms=5.0),
+            _rec(g.TABLE2_TIERS, "end-edge", g.ZHANG_DELAYS, status="failed")]
+    rows = [r for r in reproduce(only) if r.source == "Table 2"]
+    assert rows and {r.verdict for r in rows} == {"no cell"}
