@@ -17,9 +17,11 @@ from ..report.study_section import offer_studies
 from .base import Grid, Study, StudyOption
 from .park2019 import Park2019
 from .plan import StudyPlan, StudySettings, plan, run
+from .zhang2018 import Zhang2018
 
 STUDIES: Registry[Study] = Registry("edgeprof.studies", Study, {study.name: study for study in (
     Park2019(),
+    Zhang2018(),
 )}, kind="study", instances=True)
 
 # Read when a report asks, so that a study added to STUDIES later is offered too.

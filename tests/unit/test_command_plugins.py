@@ -60,4 +60,4 @@ def test_a_registered_check_gets_its_options_and_the_built_settings(monkeypatch,
 def test_report_knows_the_registered_studies(tmp_path):
     (tmp_path / "sweep.json").write_text(json.dumps({"extra": {}}))
     done = CliRunner().invoke(cli, ["report", str(tmp_path), "--study", "nosuch"])
-    assert _one_line(done) == "edgeprof: error: unknown study 'nosuch': use park2019"
+    assert _one_line(done) == "edgeprof: error: unknown study 'nosuch': use park2019, zhang2018"

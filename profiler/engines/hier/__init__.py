@@ -173,7 +173,7 @@ class HierEngine(_TorchEngine):
                                                 or settings.DEFAULT_MODELS, cell.model),
                     addresses=addresses(by_tier, ports, options, schemes.USES[scheme]),
                     delays=settings.delays(str(cell.param("tier_delay") or "0")),
-                    threshold=float(cell.param("exit_threshold") or 0.5),
+                    threshold=settings.threshold(cell.param("exit_threshold")),
                     privacy=cell.param("privacy") == "on",
                     train_samples=cell.max_samples or TRAIN_SAMPLES, seed=options.seed)
         recovery = cell.param("recovery") or settings.RECOVERY_OFF

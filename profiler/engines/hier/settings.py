@@ -130,6 +130,12 @@ def parse_thresholds(text: str) -> list[float]:
     return values
 
 
+def threshold(value) -> float:
+    """A cell's exit threshold: 0 is one (nothing exits), not "unset" (an ``or`` here
+    once ran threshold 0 at 0.5)."""
+    return 0.5 if value is None else float(value)
+
+
 def parse_privacy(text: str) -> list[str]:
     return parse_choice_list(text, "--privacy", PRIVACY)
 
