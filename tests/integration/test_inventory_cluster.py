@@ -109,7 +109,7 @@ def test_status_shows_every_host(hosts, monkeypatch):
         assert engines["mxnet"] == {"ok": True, "dist_kvstore": True}, engines
         assert engines["horovod"]["ok"] and engines["torch"]["ok"], engines
         assert engines["torch-ddp"]["ok"] and engines["torch-pipe"]["ok"], engines
-        assert engines["script"]["ok"], engines
+        assert engines["script"]["ok"] and engines["hier"]["ok"], engines
         # PID 1 here is not systemd: the agent service's state cannot be known.
         assert row["agent"] == "unknown"
     # The table, from the same answers (a second probe of every host took 9 s).
@@ -121,9 +121,9 @@ def test_status_shows_every_host(hosts, monkeypatch):
     assert table.exit_code == 0 and hosts["sshd"].nodes[2].address in table.stdout, table.output
     header, first = table.stdout.splitlines()[:2]
     # A column per engine the hosts answered for (the cluster package imports no engine).
-    assert header.split()[7:14] == ["horovod", "mxnet", "script", "torch", "torch-ddp",
-                                    "torch-pipe", "agent"], header
-    assert first.split()[6:12] == ["yes"] * 6, table.stdout
+    assert header.split()[7:15] == ["hier", "horovod", "mxnet", "script", "torch",
+                                    "torch-ddp", "torch-pipe", "agent"], header
+    assert first.split()[6:13] == ["yes"] * 7, table.stdout
 
 
 def test_mxnet_and_horovod_cells_over_ssh(hosts, tmp_path):
