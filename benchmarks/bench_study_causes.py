@@ -16,8 +16,9 @@ candidate causes, each measured here in one run:
    every node's ``cpu.stat`` (periods, throttled periods) beside each cell, and gives
    each cell's step in the board's time split into compute, exchange (comm), waiting for
    the other workers and data, with the share of periods the nodes were throttled.
-3. **The network stack outside the cgroups.** The kernel's per-packet work (softirq) is
-   charged to no node: part B prints the host's softirq CPU-seconds per step.
+3. **The network stack outside the cgroups.** Part of the kernel's per-packet work
+   (softirq) is charged to no node (what a send does inline is charged to the sending
+   node's quota: docs/study.md): part B prints the host's softirq CPU-seconds per step.
 4. **Dilation.** Part B runs at each of ``--speedups``: a cause that grows with k shows
    as a ratio that moves with k while the denominator stays.
 5. **A busy host.** Part B runs beside each of ``--hogs`` busy processes (a core each, at
