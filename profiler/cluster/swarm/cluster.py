@@ -51,7 +51,7 @@ from ...errors import ClusterError
 from ..base import (SECRET_ENV_VARS, Cluster, Node, NodeEntry, NodeScope, kill_groups,
                     popen_in_group)
 from .boards import shaped_command
-from .engine import NAME_LABEL, SwarmNode, connect
+from .engine import SwarmNode, connect, node_name
 from .mpi_entry import entry_command, via_prefix, write_ticket
 from .task import STOP_WAIT_S as TASK_STOP_WAIT_S
 
@@ -443,12 +443,6 @@ def nodes_down(client, node_ids: set[str]) -> dict[str, str]:
             found[node["ID"]] = (f"node {node_name(node)} ({status.get('State', '?')}: "
                                  f"{status.get('Message') or 'its daemon does not answer'})")
     return found
-
-
-def node_name(node: dict) -> str:
-    """A Swarm node's name: its ``edgeprof.node`` label, else its hostname."""
-    return ((node.get("Spec", {}).get("Labels") or {}).get(NAME_LABEL)
-            or node.get("Description", {}).get("Hostname", node.get("ID", "?")[:12]))
 
 
 def remove_left_behind(host: str | None, hostname: str) -> None:

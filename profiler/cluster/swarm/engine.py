@@ -24,6 +24,13 @@ CONNECT_TIMEOUT_S = 10
 API_TIMEOUT_S = 60
 
 
+def node_name(node: dict) -> str:
+    """A Swarm node's name (the Engine API's node): its ``edgeprof.node`` label, else its
+    hostname."""
+    return ((node.get("Spec", {}).get("Labels") or {}).get(NAME_LABEL)
+            or node.get("Description", {}).get("Hostname", node.get("ID", "?")[:12]))
+
+
 @dataclass(frozen=True)
 class SwarmNode:
     """One ready node of the Swarm: its id, name, profile and address on the underlay."""

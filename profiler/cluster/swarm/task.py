@@ -41,6 +41,8 @@ import sys
 import threading
 import time
 
+from .engine import node_name
+
 POLL_S = 0.2
 NODE_CHECK_S = 1.0
 CELL_LABEL = "edgeprof.cell"  # the cluster's label of a cell's services
@@ -185,9 +187,7 @@ class _Task:
                 node = self.client.api.inspect_node(node_id)
                 gone = _out_of_service(node)
                 if gone:
-                    name = (node.get("Spec", {}).get("Labels") or {}).get(
-                        "edgeprof.node") or node.get("Description", {}).get("Hostname", "?")
-                    return f"node {name} is {gone}"
+                    return f"node {node_name(node)} is {gone}"
         except DockerException:
             return ""  # the task's own ending is said instead
         return ""
