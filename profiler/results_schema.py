@@ -185,7 +185,8 @@ _SUMMARY = _group("summary", "profiler.metrics.summary", [
      "their own reported VmHWM (the last two upper bounds)"),
     ("net_sent_kb", "float", "KB", "sent through the counted interfaces in the window"),
     ("net_recv_kb", "float", "KB", "received through the counted interfaces in the window"),
-    ("net_sent_packets", "int", "packets", "packets sent in the window"),
+    ("net_sent_packets", "int", "packets", "packets sent in the window (on the emulated "
+     "cluster, frames of 9000 bytes: docs/emulated.md)"),
     ("net_recv_packets", "int", "packets", "packets received in the window"),
     ("net_sent_kb_per_s", "float", "KB/s", "net_sent_kb over the window's length"),
     ("net_recv_kb_per_s", "float", "KB/s", "net_recv_kb over the window's length"),

@@ -5,8 +5,20 @@ pair; the other end (``edgeprof-<node>h``) is a port of the bridge ``edgeprof-br
 a Pi's cable into a switch. The link is shaped with ``tbf`` on both ends' egress (the
 node's upload on its ``eth0``, its download on the bridge port), since this kernel has no
 ``netem`` and tbf only shapes what leaves a device. Segmentation offloads are switched
-off on both ends: with them a veth hands the kernel ~35 KB "packets", so packet counts
-and the shaping of bursts would not be those of a real 1500-byte Ethernet.
+off on both ends: with them a veth hands the kernel ~35 KB "packets" that tbf would pass
+in bursts no wire allows.
+
+The links carry 9000-byte frames (``LINK_MTU``), not a Pi's 1500, and their rate is set
+so that TCP's payload goes at a 1500-byte Ethernet's pace (``tbf_rate_mbit``). Why: the
+host's kernel does each packet's work (the TCP/IP path, the veth, the bridge, tbf) inline
+in the sending node's system calls, charged to that node's CPU quota, which is calibrated
+on compute. On a fast host a Pi's quota is a few hundredths of a core, and at 1500-byte
+frames the packet work alone outgrew it: a 0.44 MB exchange over 100 Mbit took 1.43 x its
+wire time at 0.02 cores and 1.90 x at 0.015 (1.02 at 0.06, this host's quota), so the
+same board's exchange depended on the host's speed (issue 47). At 9000 bytes, six times
+fewer packets, it took 0.98 x at both (docs/study.md, "The exchange on any host"). What
+this changes: a node's packet counters count 9000-byte frames, and the headers' share of
+its byte counters is 0.7% instead of a 1500-byte Ethernet's 4.4%.
 
 Addresses: the private subnet ``10.213.0.0/24`` lives only on the bridge; node ``i`` is
 ``10.213.0.(i+1)`` and the host's end of the bridge is ``10.213.0.254`` (what a node uses
@@ -40,6 +52,10 @@ COMMAND_TIMEOUT_S = 30
 # tbf queues at most this long before dropping, about what a small switch port buffers.
 TBF_LATENCY_MS = 50
 ETHERNET_FRAME_BYTES = 1514
+ETHERNET_HEADER_BYTES = 14
+ETHERNET_MTU = 1500
+LINK_MTU = 9000  # the emulated links' frames (module doc)
+TCP_IP_HEADER_BYTES = 52  # IPv4 20, TCP 20, Linux's timestamps option 12
 IPV6_CONF = Path("/proc/sys/net/ipv6/conf")
 
 
@@ -98,6 +114,9 @@ def create_node_network(node_name: str, index: int, link_mbit: float) -> str:
     run(["ip", "-n", ns, "link", "set", NODE_IFACE, "up"])
     _offloads_off(host_end)
     _offloads_off(NODE_IFACE, ns)
+    # Both ends; the bridge takes the smallest MTU of its ports, so all at LINK_MTU.
+    run(["ip", "link", "set", host_end, "mtu", str(LINK_MTU)])
+    run(["ip", "-n", ns, "link", "set", NODE_IFACE, "mtu", str(LINK_MTU)])
     shape(host_end, link_mbit)
     shape(NODE_IFACE, link_mbit, ns)
     return address
@@ -122,14 +141,27 @@ def shape_link(node_name: str, link_mbit: float, latency_ms: float = None) -> No
     shape(NODE_IFACE, link_mbit, netns_name(node_name), latency_ms=latency_ms)
 
 
-def tbf_argv(device: str, link_mbit: float, latency_ms: float | None = None) -> list[str]:
+def tbf_rate_mbit(link_mbit: float, mtu: int) -> float:
+    """The rate at which frames of ``mtu`` bytes carry TCP's payload as fast as a
+    ``link_mbit`` Ethernet of 1500-byte frames does (bytes on the wire as tbf counts
+    them: from the Ethernet header on)."""
+    def payload_share(frame_mtu: int) -> float:
+        return (frame_mtu - TCP_IP_HEADER_BYTES) / (frame_mtu + ETHERNET_HEADER_BYTES)
+    return link_mbit * payload_share(ETHERNET_MTU) / payload_share(mtu)
+
+
+def tbf_argv(device: str, link_mbit: float, latency_ms: float | None = None, *,
+             mtu: int = ETHERNET_MTU) -> list[str]:
     """``tc`` limiting ``device``'s egress to ``link_mbit`` with a token bucket that queues
-    at most ``latency_ms`` of traffic (default ``TBF_LATENCY_MS``). Also what an emulated
-    board's container runs on its own link (``cluster.swarm.boards``)."""
+    at most ``latency_ms`` of traffic (default ``TBF_LATENCY_MS``), for frames of at most
+    ``mtu`` bytes. Also what an emulated board's container runs on its own link
+    (``cluster.swarm.boards``)."""
     rate_bytes_per_s = link_mbit * 1e6 / 8
-    # One millisecond of traffic per burst (never less than a few frames) keeps the
-    # rate smooth at the timer resolution without letting bursts exceed the wire.
-    burst_bytes = max(4 * ETHERNET_FRAME_BYTES, int(rate_bytes_per_s / 1000))
+    # One millisecond of traffic per burst (never less than a few 1500-byte frames, nor
+    # than two of the largest: tbf drops a frame larger than its bucket) keeps the rate
+    # smooth at the timer resolution without letting bursts exceed the wire.
+    burst_bytes = max(4 * ETHERNET_FRAME_BYTES, 2 * (mtu + ETHERNET_HEADER_BYTES),
+                      int(rate_bytes_per_s / 1000))
     return ["tc", "qdisc", "replace", "dev", device, "root", "tbf",
             "rate", f"{int(link_mbit * 1000)}kbit", "burst", str(burst_bytes),
             "latency", f"{latency_ms or TBF_LATENCY_MS:g}ms"]
@@ -137,8 +169,9 @@ def tbf_argv(device: str, link_mbit: float, latency_ms: float | None = None) -> 
 
 def shape(device: str, link_mbit: float, netns: str | None = None, *,
           latency_ms: float | None = None) -> None:
-    """Limit ``device``'s egress to ``link_mbit`` (``tbf_argv``)."""
-    argv = tbf_argv(device, link_mbit, latency_ms)
+    """Limit ``device``'s egress to ``link_mbit``, a 1500-byte Ethernet's pace, in frames of
+    ``LINK_MTU`` (``tbf_argv``, ``tbf_rate_mbit``)."""
+    argv = tbf_argv(device, tbf_rate_mbit(link_mbit, LINK_MTU), latency_ms, mtu=LINK_MTU)
     if netns:
         argv[1:1] = ["-n", netns]
     try:
