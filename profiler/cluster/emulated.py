@@ -58,7 +58,7 @@ from ..errors import ClusterError, ConfigError
 from ..fsutil import atomic_write_text
 from . import cgroups, instance, netns
 from .base import (Cluster, ClusterSettings, GridNeeds, MemoryPressure, Node, NodeEntry,
-                   NodeScope, ProviderOption, TierLink, link_key, popen_in_group)
+                   NodeScope, ProviderOption, TierLink, link_between, popen_in_group)
 from .netns import TBF_LATENCY_MS
 
 if TYPE_CHECKING:
@@ -111,9 +111,7 @@ class EmulatedCluster(Cluster):
         come from the host's address); else ``target`` itself."""
         from . import links
 
-        if not (source.tier and target.tier and source.tier != target.tier):
-            return target.address, port
-        link = self.tier_links().get(link_key(source.tier, target.tier))
+        link = link_between(self.tier_links(), source, target)
         if link is None:
             return target.address, port
         return (self._state["host_address"],
