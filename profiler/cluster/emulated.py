@@ -530,10 +530,10 @@ def status_lines(info: dict) -> list[str]:
             f"{n['rx_bytes'] / 1024:>9.1f} {n['tx_bytes'] / 1024:>9.1f}"
             + (f"  straggler: x{n['straggler']['factor']:g}, "
                f"{n['straggler']['cpu_cores']:g} cores" if n.get("straggler") else ""))
-    for key, link in sorted(info.get("links", {}).items()):
-        lines.append(f"link {key}: {link['delay_ms']:g} ms one way"
-                     + (f", {link['mbit']:g} Mbit" if link.get("mbit") else "")
-                     + " (through the links relay on the host)")
+    from .link_spec import link_line
+
+    lines += [link_line(key, link, "through the links relay on the host")
+              for key, link in sorted(info.get("links", {}).items())]
     return lines
 
 

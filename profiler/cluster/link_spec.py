@@ -61,3 +61,10 @@ def missing_tier(links: dict[str, TierLink], tiers: set) -> tuple[str, str] | No
             if tier not in tiers:
                 return key, tier
     return None
+
+
+def link_line(key: str, spec: dict, where: str) -> str:
+    """A status line of one link (``TierLink.as_spec``'s form): its delay, rate, and
+    ``where`` its relay runs."""
+    return (f"link {key}: {spec['delay_ms']:g} ms one way"
+            + (f", {spec['mbit']:g} Mbit" if spec.get("mbit") else "") + f" ({where})")

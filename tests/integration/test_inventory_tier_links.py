@@ -101,6 +101,16 @@ def test_a_probe_through_link_address_pays_the_delay_both_ways(hosts, tmp_path):
     assert set(glob.glob(SOCKETS)) == sockets_before  # the relay removed its socket
 
 
+def test_cluster_status_shows_the_tiers_and_the_link(hosts):
+    """Through Ansible's INI parser and the CLI, as a user checks the inventory."""
+    done = subprocess.run([sys.executable, "-m", "profiler.cli", "cluster", "status",
+                           "--inventory", str(hosts["inventory"])], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "tiers: n0=end n1=cloud" in done.stdout, done.stdout
+    assert f"link end-cloud: {DELAY_MS} ms one way (through a relay" in done.stdout
+
+
 _CONTROLLER = """
 import sys, time
 from profiler.cluster.inventory.cluster import InventoryCluster

@@ -96,3 +96,21 @@ def test_a_bad_link_in_an_ini_inventory_is_exit_2_from_the_cli(tmp_path):
                           timeout=120)
     assert_one_line(done, str(path), "edgeprof_links: link end-cloud: delay_ms and mbit "
                                      "must be numbers")
+
+
+def test_status_lines_show_the_tiers_and_the_links():
+    from profiler.cluster.inventory.status import lines
+
+    links = {"end-cloud": {"delay_ms": 200.0, "mbit": 20.0}, "end-edge": {"delay_ms": 5.0}}
+    rows = [{"name": "m", "address": "10.0.0.1", "reachable": False, "problem": "down",
+             "tier": "end", "links": links},
+            {"name": "w1", "address": "10.0.0.2", "reachable": False, "problem": "down",
+             "tier": "cloud", "links": links}]
+    out = lines(rows)
+    assert out[-3] == "tiers: m=end w1=cloud"
+    assert out[-2] == ("link end-cloud: 200 ms one way, 20 Mbit (through a relay on the "
+                       "target host, started by the sweep)")
+    assert out[-1].startswith("link end-edge: 5 ms one way (")
+    # Without tiers or links: no such lines.
+    plain = [{**row, "tier": None, "links": {}} for row in rows]
+    assert not [line for line in lines(plain) if line.startswith(("tiers:", "link "))]
