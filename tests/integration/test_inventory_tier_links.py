@@ -101,6 +101,26 @@ def test_a_probe_through_link_address_pays_the_delay_both_ways(hosts, tmp_path):
     assert set(glob.glob(SOCKETS)) == sockets_before  # the relay removed its socket
 
 
+def test_a_relay_that_stopped_mid_sweep_is_named_with_the_fix(hosts):
+    from profiler.cluster.inventory.cluster import InventoryCluster
+    from profiler.cluster.inventory.hosts import read_inventory
+    from profiler.errors import ClusterError
+
+    cluster = InventoryCluster(read_inventory(hosts["inventory"]))
+    try:
+        end, cloud = cluster.nodes()
+        cluster.link_address(end, cloud, 7302)
+        # The relay itself, not remote_exec above it (whose command names it too).
+        (line,) = [line for line in _relays_left(hosts) if "remote_exec" not in line]
+        os.kill(int(line.split()[1].rstrip(":")), signal.SIGKILL)  # the relay we started
+        with pytest.raises(ClusterError, match="node n1: .* run the sweep again"):
+            # Its ssh ends a moment later; before, its socket does not answer.
+            cluster.link_address(end, cloud, 7303)
+    finally:
+        cluster.close()
+    assert _wait_gone(hosts) == []
+
+
 def test_cluster_status_shows_the_tiers_and_the_link(hosts):
     """Through Ansible's INI parser and the CLI, as a user checks the inventory."""
     done = subprocess.run([sys.executable, "-m", "profiler.cli", "cluster", "status",

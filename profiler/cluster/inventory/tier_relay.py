@@ -83,7 +83,18 @@ class TierRelays:
     def address(self, target: Node, port: int, link: TierLink) -> tuple[str, int]:
         """What a source dials to reach ``port`` on ``target`` over ``link``."""
         relay = self._relay(target)
-        return target.address, links.route(relay.state_dir, (target.address, port), link)
+        log = relay.state_dir / "relay.log"
+        if relay.process.poll() is not None:
+            text = log.read_text(errors="replace") if log.exists() else ""
+            raise ClusterError(f"node {target.name}: the links relay stopped mid-sweep "
+                               f"(exit {relay.process.returncode}: {last_line(text)}): "
+                               "check that the node is up, and run the sweep again")
+        try:
+            return target.address, links.route(
+                relay.state_dir, (target.address, port), link,
+                fix="check that the node is up, and run the sweep again")
+        except ClusterError as exc:
+            raise ClusterError(f"node {target.name}: {exc}") from None
 
     def _relay(self, target: Node) -> _Relay:
         with self._lock:
