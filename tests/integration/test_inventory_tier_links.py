@@ -106,6 +106,7 @@ def test_a_relay_that_stopped_mid_sweep_is_named_with_the_fix(hosts):
     from profiler.cluster.inventory.hosts import read_inventory
     from profiler.errors import ClusterError
 
+    sockets_before = set(glob.glob(SOCKETS))
     cluster = InventoryCluster(read_inventory(hosts["inventory"]))
     try:
         end, cloud = cluster.nodes()
@@ -119,6 +120,8 @@ def test_a_relay_that_stopped_mid_sweep_is_named_with_the_fix(hosts):
     finally:
         cluster.close()
     assert _wait_gone(hosts) == []
+    # The killed relay could not remove its socket: closing the cluster did.
+    assert set(glob.glob(SOCKETS)) == sockets_before
 
 
 def test_cluster_status_shows_the_tiers_and_the_link(hosts):

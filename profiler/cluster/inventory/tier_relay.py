@@ -169,6 +169,16 @@ class TierRelays:
             relay.process.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             kill_group(relay.process)  # the node is unreachable: its sshd ends it later
+        else:
+            # A relay stopped by SIGTERM removed its socket; one killed (or crashed)
+            # could not: removed here, as long as the node answers.
+            try:
+                subprocess.run(self._cluster.ssh_argv(self._cluster.host(relay.node),
+                                                      ["rm", "-f", "--", relay.remote_socket]),
+                               capture_output=True, stdin=subprocess.DEVNULL,
+                               env=plain_env(), timeout=SSH_CONNECT_TIMEOUT_S)
+            except (OSError, subprocess.TimeoutExpired):
+                pass  # an unreachable node keeps a dead socket file in /tmp
         shutil.rmtree(relay.state_dir, ignore_errors=True)
 
     def close(self) -> None:
