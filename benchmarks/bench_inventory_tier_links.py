@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -128,6 +129,7 @@ def main() -> None:
             finally:
                 cluster.close()
     finally:
+        shutil.rmtree(work, ignore_errors=True)  # keys, sshd's files, the probes' logs
         if brought_up:
             emulated.down()
 
