@@ -130,6 +130,16 @@ def nodes_by_tier(nodes: Sequence[Node]) -> dict[str | None, list[Node]]:
     return groups
 
 
+def link_between(links: Mapping[str, TierLink], source: Node, target: Node
+                 ) -> TierLink | None:
+    """The link of ``links`` that ``source`` reaches ``target`` over: None when they are
+    of one tier (nodes of a tier talk directly), either is untiered, or their tiers are
+    not linked."""
+    if not (source.tier and target.tier and source.tier != target.tier):
+        return None
+    return links.get(link_key(source.tier, target.tier))
+
+
 @dataclass(frozen=True)
 class NodeEntry:
     """How a process the cluster started on one of its nodes (``mpirun`` on node 0)

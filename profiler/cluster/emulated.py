@@ -58,7 +58,7 @@ from ..errors import ClusterError, ConfigError
 from ..fsutil import atomic_write_text
 from . import cgroups, instance, netns
 from .base import (Cluster, ClusterSettings, GridNeeds, MemoryPressure, Node, NodeEntry,
-                   NodeScope, ProviderOption, TierLink, link_key, popen_in_group)
+                   NodeScope, ProviderOption, TierLink, link_between, popen_in_group)
 from .netns import TBF_LATENCY_MS
 
 if TYPE_CHECKING:
@@ -111,9 +111,7 @@ class EmulatedCluster(Cluster):
         come from the host's address); else ``target`` itself."""
         from . import links
 
-        if not (source.tier and target.tier and source.tier != target.tier):
-            return target.address, port
-        link = self.tier_links().get(link_key(source.tier, target.tier))
+        link = link_between(self.tier_links(), source, target)
         if link is None:
             return target.address, port
         return (self._state["host_address"],
@@ -532,10 +530,10 @@ def status_lines(info: dict) -> list[str]:
             f"{n['rx_bytes'] / 1024:>9.1f} {n['tx_bytes'] / 1024:>9.1f}"
             + (f"  straggler: x{n['straggler']['factor']:g}, "
                f"{n['straggler']['cpu_cores']:g} cores" if n.get("straggler") else ""))
-    for key, link in sorted(info.get("links", {}).items()):
-        lines.append(f"link {key}: {link['delay_ms']:g} ms one way"
-                     + (f", {link['mbit']:g} Mbit" if link.get("mbit") else "")
-                     + " (through the links relay on the host)")
+    from .link_spec import link_line
+
+    lines += [link_line(key, link, "through the links relay on the host")
+              for key, link in sorted(info.get("links", {}).items())]
     return lines
 
 

@@ -115,18 +115,25 @@ def relay_running(state_dir: Path) -> bool:
         return False
 
 
-def route(state_dir: Path, to: tuple[str, int], link: TierLink) -> int:
-    """The relay's port that reaches ``to`` (address, port) over ``link``."""
+DOWN_AND_UP = "`edgeprof cluster down` and up again"
+
+
+def route(state_dir: Path, to: tuple[str, int], link: TierLink,
+          fix: str = DOWN_AND_UP) -> int:
+    """The relay's port that reaches ``to`` (address, port) over ``link``; ``fix``: what
+    the refusal of a relay that does not answer tells the user to do."""
     request = {"to": [to[0], int(to[1])], "delay_ms": link.delay_ms, "mbit": link.mbit}
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(CONTROL_TIMEOUT_S)
             sock.connect(str(control_path(state_dir)))
             sock.sendall((json.dumps(request) + "\n").encode())
-            answer = json.loads(sock.makefile().readline() or "{}")
+            line = sock.makefile().readline()
+            if not line:  # closed unanswered: over an SSH forward, a relay that is gone
+                raise ConnectionError("closed without an answer")
+            answer = json.loads(line)
     except (OSError, ValueError) as exc:
-        raise ClusterError(f"the links relay does not answer ({exc}): `edgeprof cluster "
-                           "down` and up again") from None
+        raise ClusterError(f"the links relay does not answer ({exc}): {fix}") from None
     if "port" not in answer:
         raise ClusterError(f"the links relay refused a route to {to[0]}:{to[1]}: "
                            f"{answer.get('error', 'no answer')}")

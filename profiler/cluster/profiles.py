@@ -41,7 +41,8 @@ import yaml
 from workloads import models as model_registry
 
 from ..errors import ConfigError
-from .base import TIERS, TierLink, link_key
+from .base import TIERS, TierLink
+from .link_spec import missing_tier, parse_links
 
 PACKAGED_PROFILES = Path(__file__).with_name("profiles.yaml")
 # The user's own profiles (``edgeprof cluster calibrate`` and the profile check write
@@ -431,52 +432,18 @@ _LINK_FIX = "give links: {end-edge: {delay_ms: 250, mbit: 20}} (mbit optional)"
 def _parse_links(path: Path, name: str, spec) -> dict[str, TierLink]:
     """A mix's ``links:`` (``{}`` when absent): link_key -> ``TierLink``."""
     value = spec.get("links") if isinstance(spec, dict) else None
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigError(f"{path}: mix {name}: links must be a mapping: {_LINK_FIX}")
-    links: dict[str, TierLink] = {}
-    for key, entry in value.items():
-        tiers = str(key).split("-")
-        if len(tiers) != 2 or not set(tiers) <= set(TIERS) or tiers[0] == tiers[1]:
-            raise ConfigError(f"{path}: mix {name}: link {key!r} is not two tiers of "
-                              f"{', '.join(TIERS)} joined by '-' (end-edge): {_LINK_FIX}")
-        if not isinstance(entry, dict) or "delay_ms" not in entry or not set(entry) <= {
-                "delay_ms", "mbit"}:
-            raise ConfigError(f"{path}: mix {name}: link {key} needs delay_ms (and may "
-                              f"give mbit), nothing else: {_LINK_FIX}")
-        try:
-            link = TierLink(float(entry["delay_ms"]),
-                            None if entry.get("mbit") is None else float(entry["mbit"]))
-        except (TypeError, ValueError, OverflowError):  # Overflow: float(10**400)
-            raise ConfigError(f"{path}: mix {name}: link {key}: delay_ms and mbit must be "
-                              f"numbers: {_LINK_FIX}") from None
-        # Written as ``not (...)`` so that .nan is refused.
-        if not (0 <= link.delay_ms <= MAX_LINK_DELAY_MS) or (
-                link.mbit is not None and not 0 < link.mbit < math.inf):
-            raise ConfigError(f"{path}: mix {name}: link {key}: need 0 <= delay_ms <= "
-                              f"{MAX_LINK_DELAY_MS:g} and mbit > 0, got delay_ms "
-                              f"{entry['delay_ms']}, mbit {entry.get('mbit')}")
-        canonical = link_key(*tiers)
-        if canonical in links:
-            raise ConfigError(f"{path}: mix {name}: links {canonical} given twice: keep one")
-        links[canonical] = link
-    return links
-
-
-# A minute one way: more is a link that is down, not a slow one.
-MAX_LINK_DELAY_MS = 60_000.0
+    return parse_links(value, f"{path}: mix {name}", _LINK_FIX)
 
 
 def _check_link_tiers(path: Path, name: str, links: dict[str, TierLink],
                       tiers: set[str | None]) -> None:
     """Refuse a link naming a tier none of the mix's nodes is in (a typo, most likely)."""
-    for key in links:
-        missing = [t for t in key.split("-") if t not in tiers]
-        if missing:
-            raise ConfigError(f"{path}: mix {name}: link {key} joins tier {missing[0]}, "
-                              "which no node of the mix is in: give a profile of that "
-                              f"tier (tier: {missing[0]}) or drop the link")
+    missing = missing_tier(links, tiers)
+    if missing:
+        key, tier = missing
+        raise ConfigError(f"{path}: mix {name}: link {key} joins tier {tier}, "
+                          "which no node of the mix is in: give a profile of that "
+                          f"tier (tier: {tier}) or drop the link")
 
 
 def cpu_scale(requested_cores: list[float], host_cores: float) -> float:

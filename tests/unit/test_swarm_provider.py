@@ -127,3 +127,48 @@ def test_an_mpi_launcher_s_rank_command_gets_the_image_s_python(tmp_path, monkey
         {}, cell_dir / "logs" / "l.log", cell_dir, "net", "n0", "launcher", True)
     command = spec["task_template"]["ContainerSpec"]["Command"]
     assert sys.executable not in command and command.count("/opt/py") == 2
+
+
+def _api_node(node_id: str, name: str, **labels: str) -> dict:
+    """A ready, active node as the Engine API lists it (``GET /nodes``)."""
+    return {"ID": node_id, "Spec": {"Labels": {"edgeprof.node": name, **labels},
+                                    "Availability": "active", "Role": "worker"},
+            "Status": {"State": "ready", "Addr": "10.0.0.9"},
+            "Description": {"Hostname": "h"}}
+
+
+class _Api:
+    """The node listing of a Swarm manager (the rest of the SDK client is not used)."""
+
+    def __init__(self, nodes: list[dict]):
+        self.api = self
+        self._nodes = nodes
+
+    def nodes(self) -> list[dict]:
+        return self._nodes
+
+
+def test_a_node_s_tier_is_its_label_else_its_profile_s_and_a_bad_one_is_refused(monkeypatch):
+    need("the Docker SDK for Python", importlib.util.find_spec("docker") is not None)
+    from profiler.cluster.swarm.cluster import SwarmCluster, TaskSettings
+    from profiler.cluster.swarm.engine import TIER_LABEL, swarm_nodes
+
+    monkeypatch.setattr("profiler.cluster.swarm.cluster.remove_left_behind",
+                        lambda *_: None)
+    listing = [_api_node("id0", "n0", **{"edgeprof.profile": "pi4", TIER_LABEL: "end"}),
+               _api_node("id1", "n1", **{"edgeprof.profile": "pi5"}),   # pi5: tier edge
+               _api_node("id2", "n2", **{"edgeprof.profile": "pi4"})]   # untiered
+    nodes = swarm_nodes(_Api(listing), None)
+    assert [n.tier for n in nodes] == ["end", None, None]
+    settings = TaskSettings(None, "edgeprof:dev", "/opt/py", 1400, 64, "profile", ())
+    cluster = SwarmCluster(settings, nodes)
+    assert [n.tier for n in cluster.nodes()] == ["end", "edge", None]
+    end, edge, _ = cluster.nodes()
+    # No links on the Swarm: its overlay is the real network.
+    assert cluster.link_address(end, edge, 7000) == (edge.address, 7000)
+    bad = [_api_node("id3", "n3", **{"edgeprof.profile": "pi4", TIER_LABEL: "fog"})]
+    with pytest.raises(ConfigError, match=r"Swarm node n3 \(id3\) has edgeprof.tier=fog, not "
+                                          "a tier: `docker node update --label-add "
+                                          "edgeprof.tier=end id3`") as raised:
+        swarm_nodes(_Api(bad), None)
+    assert "\n" not in str(raised.value)

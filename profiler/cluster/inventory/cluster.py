@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Mapping, Sequence
 
 from ...errors import ClusterError
-from ..base import Cluster, Node, NodeEntry, popen_in_group
+from ..base import Cluster, Node, NodeEntry, TierLink, link_between, popen_in_group
 from .connections import Connections
 from .hosts import SSH_CONNECT_TIMEOUT_S, Host, last_line, plain_env
 from .probe import CHECK_TIMEOUT_S
@@ -68,6 +68,10 @@ class InventoryCluster(Cluster):
         self._inputs_lock = threading.Lock()
         self._relay = None  # the MPI relay (``mpi_relay``), made by the first MPI cell
         self._relay_lock = threading.Lock()
+        # The inventory's edgeprof_links (the same on every host) and their relays on
+        # the target hosts (``tier_relay``), started by the first link_address needing one.
+        self._links: dict[str, TierLink] = dict(hosts[0].links) if hosts else {}
+        self._tier_relays = None
 
     def nodes(self) -> list[Node]:
         return list(self._nodes)
@@ -81,9 +85,26 @@ class InventoryCluster(Cluster):
         self._connections.open([host])
         return self._connections.argv(host, remote)
 
-    def control_argv(self, node: Node, operation: str, remote_forward: str) -> list[str]:
-        """``ssh -O OPERATION -R REMOTE_FORWARD`` on ``node``'s shared connection."""
-        return self._connections.control(self.host(node), operation, remote_forward)
+    def control_argv(self, node: Node, operation: str, forward: str, kind: str = "-R"
+                     ) -> list[str]:
+        """``ssh -O OPERATION -R|-L FORWARD`` on ``node``'s shared connection."""
+        return self._connections.control(self.host(node), operation, forward, kind)
+
+    def tier_links(self) -> dict[str, TierLink]:
+        """The inventory's ``edgeprof_links``, by ``link_key``."""
+        return dict(self._links)
+
+    def link_address(self, source: Node, target: Node, port: int) -> tuple[str, int]:
+        """Through the links relay on ``target``'s host when the inventory links the two
+        nodes' tiers (``tier_relay``: started over SSH once a sweep); else ``target``."""
+        link = link_between(self._links, source, target)
+        if link is None:
+            return target.address, port
+        with self._relay_lock:
+            if self._tier_relays is None:
+                from .tier_relay import TierRelays
+                self._tier_relays = TierRelays(self, self._connections.control_dir)
+        return self._tier_relays.address(target, port, link)
 
     def entry(self, node: Node, *, role: str | None = None, origin: Node | None = None,
               cell_dir: Path | None = None) -> NodeEntry:
@@ -319,8 +340,11 @@ class InventoryCluster(Cluster):
         connections (``ssh -O exit``)."""
         with self._relay_lock:
             relay, self._relay = self._relay, None
+            tier_relays, self._tier_relays = self._tier_relays, None
         if relay is not None:
             relay.close()
+        if tier_relays is not None:
+            tier_relays.close()
         self._remove_inputs()
         with self._clocks_lock:
             clocks, self._clocks = list(self._clocks.values()), {}

@@ -60,12 +60,14 @@ class Connections:
         """The ``ssh`` argv running ``remote`` on ``host`` over the shared connection."""
         return host.ssh(remote, self._options)
 
-    def control(self, host: Host, operation: str, remote_forward: str) -> list[str]:
+    def control(self, host: Host, operation: str, forward: str, kind: str = "-R"
+                ) -> list[str]:
         """The ``ssh -O forward|cancel -R REMOTE:LOCAL`` argv asking ``host``'s master to
-        add or remove a remote forwarding (the MPI relay's socket)."""
+        add or remove a remote forwarding (the MPI relay's socket); ``kind="-L"``:
+        ``LOCAL:REMOTE``, a local one (the links relay's control socket)."""
         self.open([host])
         argv = host.ssh([], self._options)[:-2]  # no command: ``-O ... HOST``
-        argv[1:1] = ["-O", operation, "-R", remote_forward]
+        argv[1:1] = ["-O", operation, kind, forward]
         return argv
 
     def open(self, hosts: Sequence[Host]) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import Mapping, Sequence
 
 from ...errors import ClusterError, ConfigError
-from ..base import TIERS, Node, NodeScope, child_env
+from ..base import TIERS, Node, NodeScope, TierLink, child_env
 
 DEFAULT_PYTHON = "/opt/edgeprof/venv/bin/python"
 DEFAULT_WORKDIR = "/var/lib/edgeprof/runs"
@@ -48,6 +48,9 @@ class Host:
     profile: str = "host"
     # The node's tier in a hierarchy (``edgeprof_tier``; None: untiered).
     tier: str | None = None
+    # The inventory's links between tiers (``edgeprof_links``, the same on every host:
+    # an inventory-wide setting that Ansible hands each host), sorted by link_key.
+    links: tuple[tuple[str, TierLink], ...] = ()
 
     def ssh(self, remote: Sequence[str], options: Sequence[str] = ()) -> list[str]:
         """The local ``ssh`` argv running ``remote`` (an argv) on this host.
@@ -137,7 +140,49 @@ def hosts_from_inventory(data: Mapping, label: str) -> list[Host]:
             raise ConfigError(f"--inventory {label}: hosts {seen[key]} and {host.name} are "
                               f"the same machine ({host.address}): list each node once")
         seen[key] = host.name
+    _check_links(hosts, label)
     return hosts
+
+
+LINKS_VAR = "edgeprof_links"
+_LINKS_FIX = (f"set it once for all hosts, e.g. in [all:vars]: {LINKS_VAR}='{{\"end-cloud\": "
+              '{"delay_ms": 200, "mbit": 20}}\' (mbit optional)')
+
+
+def _links(name: str, hv: Mapping, label: str) -> tuple[tuple[str, TierLink], ...]:
+    """``edgeprof_links`` of one host: a mapping (a YAML inventory, or an INI value
+    Ansible read as a literal) or its text (JSON or YAML flow style), checked."""
+    from ..link_spec import parse_links
+
+    value = hv.get(LINKS_VAR)
+    if isinstance(value, str):
+        import yaml
+
+        try:
+            value = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError:
+            raise ConfigError(f"--inventory {label}: host {name}: {LINKS_VAR} cannot be "
+                              f"read as a mapping: {_LINKS_FIX}") from None
+    links = parse_links(value, f"--inventory {label}: host {name}: {LINKS_VAR}", _LINKS_FIX)
+    return tuple(sorted(links.items()))
+
+
+def _check_links(hosts: list[Host], label: str) -> None:
+    """One set of links for the inventory, between tiers its hosts are in."""
+    from ..link_spec import missing_tier
+
+    first = hosts[0]
+    for host in hosts[1:]:
+        if host.links != first.links:
+            raise ConfigError(f"--inventory {label}: hosts {first.name} and {host.name} have "
+                              f"different {LINKS_VAR}: the links are the inventory's, "
+                              f"{_LINKS_FIX}")
+    missing = missing_tier(dict(first.links), {host.tier for host in hosts})
+    if missing:
+        key, tier = missing
+        raise ConfigError(f"--inventory {label}: {LINKS_VAR} link {key} joins tier {tier}, "
+                          f"which no host is in: give a host edgeprof_tier={tier} or drop "
+                          "the link")
 
 
 def _group_hosts(data: Mapping, group: str) -> list[str]:
@@ -202,7 +247,8 @@ def _host(name: str, hv: Mapping, label: str) -> Host:
         workdir=str(hv.get("edgeprof_workdir") or DEFAULT_WORKDIR),
         data_dir=str(hv["edgeprof_data_dir"]) if hv.get("edgeprof_data_dir") else None,
         interface=str(hv.get("edgeprof_interface") or DEFAULT_INTERFACE),
-        profile=str(hv.get("edgeprof_profile") or "host"), tier=tier)
+        profile=str(hv.get("edgeprof_profile") or "host"), tier=tier,
+        links=_links(name, hv, label))
 
 
 def _python(hv: Mapping) -> str:

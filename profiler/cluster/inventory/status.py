@@ -1,5 +1,6 @@
 """``edgeprof cluster status --inventory``: each host, reachable or not, and what it runs
-(``status``), and the same for people (``lines``)."""
+(``status``), and the same for people (``lines``), with the hosts' tiers and the
+inventory's links between them (``edgeprof_links``)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ def status(path: Path) -> list[dict]:
     hosts = read_inventory(path)
 
     def one(host: Host) -> dict:
-        row: dict = {"name": host.name, "address": host.address}
+        row: dict = {"name": host.name, "address": host.address, "tier": host.tier,
+                     # The inventory's (the same on every host, as Ansible gives it).
+                     "links": {key: link.as_spec() for key, link in host.links}}
         try:
             info = probe(host)
         except ClusterError as exc:
@@ -67,6 +70,13 @@ def lines(hosts: list[dict]) -> list[str]:
         for name, answer in (h.get("engines") or {}).items():
             if not answer.get("ok"):
                 out.append(f"{h['name']}: {name}: {answer.get('problem')}")
+    from ..link_spec import link_line
+
+    tiers = [f"{h['name']}={h['tier']}" for h in hosts if h.get("tier")]
+    if tiers:
+        out.append(f"tiers: {' '.join(tiers)}")
+    out += [link_line(key, spec, "through a relay on the target host, started by the sweep")
+            for key, spec in sorted((hosts[0].get("links") or {}).items() if hosts else [])]
     return out
 
 

@@ -116,7 +116,7 @@ class SwarmCluster(Cluster):
             profile = catalog.node_profiles(n.profile, 1)[0]
             self._link_mbit[n.name] = profile.link_mbit
             self._nodes.append(Node(
-                name=n.name, address=n.name, profile=n.profile,
+                name=n.name, address=n.name, profile=n.profile, tier=n.tier or profile.tier,
                 **task_limits(n.profile, limits[n.name]),
                 # A task limited to a profile's quota is a board emulated on a machine
                 # that is not it: the machine's power meters are not the board's.

@@ -6,7 +6,9 @@ or paused node is left out, as Swarm itself leaves it out of scheduling). Its na
 ``edgeprof.node`` label, else its hostname (several daemons on one host share one); its
 profile is its ``edgeprof.profile`` label, a profile of the catalogue
 (``profiler/cluster/profiles.yaml``). A node labelled ``edgeprof.boards=N`` hosts N
-emulated boards of its profile, each a node of its own here (``boards.py``).
+emulated boards of its profile, each a node of its own here (``boards.py``). Its tier in a
+hierarchy (``Node.tier``) is its ``edgeprof.tier`` label (``end``, ``edge`` or ``cloud``),
+else its profile's ``tier``.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ...errors import ClusterError, ConfigError
+from ..base import TIERS
 from .boards import board_count, board_names
 
 PROFILE_LABEL = "edgeprof.profile"
 NAME_LABEL = "edgeprof.node"
+TIER_LABEL = "edgeprof.tier"
 CONNECT_TIMEOUT_S = 10
 API_TIMEOUT_S = 60
 
@@ -41,6 +45,7 @@ class SwarmNode:
     address: str
     role: str
     host: str = ""  # the Swarm node hosting this emulated board (boards.py), else ""
+    tier: str | None = None  # its edgeprof.tier label (None: its profile's tier, if any)
 
 
 def _where(host: str | None) -> str:
@@ -101,9 +106,15 @@ def swarm_nodes(client, host: str | None) -> list[SwarmNode]:
         if profile not in known:
             raise ConfigError(f"Swarm node {name} ({node['ID'][:12]}) has {PROFILE_LABEL}="
                               f"{profile}, not a node profile: use one of {', '.join(known)}")
+        tier = labels.get(TIER_LABEL) or None
+        if tier is not None and tier not in TIERS:
+            raise ConfigError(f"Swarm node {name} ({node['ID'][:12]}) has {TIER_LABEL}="
+                              f"{tier}, not a tier: `docker node update --label-add "
+                              f"{TIER_LABEL}=end {node['ID'][:12]}` (one of "
+                              f"{', '.join(TIERS)}), or --label-rm it")
         boards = board_count(labels, name, node["ID"])
         nodes += [SwarmNode(node["ID"], board, profile, status.get("Addr", ""),
-                            spec.get("Role", ""), host=name if boards else "")
+                            spec.get("Role", ""), host=name if boards else "", tier=tier)
                   for board in (board_names(name, boards) if boards else [name])]
     names = [n.name for n in nodes]
     twice = sorted({n for n in names if names.count(n) > 1})
