@@ -60,7 +60,7 @@ class Group:
 
     @property
     def fields(self) -> dict:
-        return dict(zip(GROUP_FIELDS, self.key))
+        return {**dict.fromkeys(GROUP_FIELDS), **dict(zip(GROUP_FIELDS, self.key))}
 
     @property
     def label(self) -> str:
