@@ -59,6 +59,14 @@ class StepModel:
     devices_fitted: tuple[int, ...]
     pipe: PipeShape | None = None  # a pipeline's layers (its scheme is ``pipeline``)
 
+    @property
+    def max_devices(self) -> int | None:
+        """The most devices it can be asked about: a pipeline's stages, one a layer."""
+        return len(self.pipe.layer_ms) if self.pipe is not None else None
+
+    def can_run(self, n: int) -> bool:
+        return self.max_devices is None or n <= self.max_devices
+
     def exchange_ms(self, n: int, link_mbit: float,
                     cpu_scale: float = 1.0) -> tuple[float, float | None]:
         """The exchange's ms at ``n`` workers on ``link_mbit``, and its interval's half."""
