@@ -74,7 +74,7 @@ class StepModel:
         return self.terms_ms(x, cpu_scale), self.fit.half_width(x) if n > 1 else 0.0
 
     def terms_ms(self, x: list[float], cpu_scale: float) -> float:
-        """The fitted terms at ``x``. Per-round, per-peer and per-slot costs are the
+        """The fitted terms at ``x``. Per-round (a pipeline's per-step) and per-peer costs are the
         boards' CPU work (the framework's handling of each message): they scale with
         ``cpu_scale``; the wire's does not."""
         return self.fit.predict([v * (cpu_scale if name != "wire" else 1.0)
@@ -123,8 +123,8 @@ def fit_group(group: Group, catalog: Catalog | None) -> StepModel:
 def _fit_pipeline(group: Group, catalog: Catalog | None) -> StepModel:
     """A pipeline's model (``pipeline.py``): its layers from the cells' profiles and
     stage times; on each cell's own cut, ``y = step - (M + S - 1) x the slowest stage's
-    compute`` fitted on a cost per slot and the slowest boundary's wire. No wait term:
-    the stages' times are measured, their spread inside the slot cost."""
+    compute`` fitted on a cost per step and the slowest boundary's wire. No wait term:
+    the stages' times are measured, their spread inside the step's cost."""
     label, f = group.label, group.fields
     if (f["task"] or "train") != "train":
         raise ConfigError(f"{label}: an inference stream is not modelled: predict from "

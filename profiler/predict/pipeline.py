@@ -21,9 +21,9 @@ slowest stage waits). This module asks that same model about other stage counts:
 - **the boundaries**: each cut's output bytes per micro-batch (``pipe_layer_out_bytes``),
   forward and its gradient back.
 
-What ``model.py`` fits on top (the step's measured rest): a cost per slot of the
-schedule (``peer_ms`` x (M + S - 1): each slot's sends and receives, the schedule's own
-handling) and the wire's coefficient on the slowest stage's boundary time.
+What ``model.py`` fits on top (the step's measured rest): a cost per step
+(``round_ms``: the optimizer, the data, the schedule's own handling and its messages'
+latency) and the wire's coefficient on the slowest stage's boundary time in every slot.
 """
 
 from __future__ import annotations
@@ -80,9 +80,9 @@ class Stages:
         return self.slots * self.compute_ms[self.bottleneck]
 
     def features(self) -> list[float]:
-        """The values of ``scheme.TERMS`` (round_ms, peer_ms, wire): no per-step term;
-        a cost per slot; the slowest stage's boundary on the wire in every slot."""
-        return [0.0, float(self.slots), self.slots * self.wire_ms[self.bottleneck]]
+        """The values of ``scheme.TERMS`` (round_ms, peer_ms, wire): a cost per step; no
+        per-peer term; the slowest stage's boundary on the wire in every slot."""
+        return [1.0, 0.0, self.slots * self.wire_ms[self.bottleneck]]
 
     def worker_bytes(self) -> float:
         """The busiest stage's bytes per step, sent and received: each boundary it

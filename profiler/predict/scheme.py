@@ -23,8 +23,8 @@ applies every push alone (a synchronous one sums N and updates once), so a worke
 behind the N-1 others' updates: its terms are ``peer_ms`` x (N-1) and the wire time of
 N x B on the master's link.
 - **pipeline** (``torch-pipe``): activations, not parameters, cross its links; its
-  terms come from its stages at each stage count (``pipeline.py``): a cost per slot of
-  the schedule (``peer_ms`` x (M + S - 1)) and the slowest stage's boundary on the wire.
+  terms come from its stages at each stage count (``pipeline.py``): a cost per step
+  (``round_ms``) and the slowest stage's boundary on the wire in each of M + S - 1 slots.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The pipeline in ``edgeprof predict``'s step model, on synthetic ``torch-pipe`` records
-made from known layer costs, boundary bytes, a cost per schedule slot and a link: the fit
+made from known layer costs, boundary bytes, a cost per step and a link: the fit
 recovers them, the bubble's (M + S - 1) slots are priced at S and M, another board scales
 the stages' compute and another link the boundaries' wire; and torch's parameter server
 (sync, async; master, colocated) fits and predicts as the other parameter servers do.
@@ -28,7 +28,7 @@ OUT_BYTES = (37_632, 37_632, 9_408, 12_800, 12_800, 3_200, 3_200, 1_920, 1_920, 
              160)
 PARAMS = (156, 0, 0, 2_416, 0, 0, 0, 48_120, 0, 10_164, 0, 850)
 PROFILE_SCALE = 1.25  # a step's stages compute 1.25 x what the profile timed alone
-SLOT_MS, WIRE = 4.0, 1.5  # the truth the fit must find
+ROUND_MS, WIRE = 40.0, 1.5  # the truth the fit must find
 M, BATCH = 4, 32
 
 
@@ -42,7 +42,7 @@ def _cut(stages: int) -> tuple[int, ...]:
 def _true_step_ms(counts: tuple[int, ...], link_mbit: float = LINK_MBIT,
                   scale: float = 1.0) -> float:
     """The step the truth makes: every slot of the schedule the slowest stage's compute
-    and boundary, plus the slot's cost."""
+    and boundary, plus the step's fixed cost."""
     bounds = list(itertools.accumulate(counts, initial=0))
     per_micro = []
     for s, (a, b) in enumerate(zip(bounds, bounds[1:])):
@@ -51,7 +51,7 @@ def _true_step_ms(counts: tuple[int, ...], link_mbit: float = LINK_MBIT,
         per_micro.append((compute, wire))
     slowest = max(per_micro, key=lambda cw: cw[0] + cw[1])
     slots = M + len(counts) - 1
-    return slots * (slowest[0] + WIRE * slowest[1]) + SLOT_MS * scale * slots
+    return slots * (slowest[0] + WIRE * slowest[1]) + ROUND_MS * scale
 
 
 def _record(stages: int, **kw) -> dict:
@@ -86,11 +86,11 @@ def test_a_pipelines_cell_is_its_batch_a_step():
     assert scheme_of(record).pipeline and scheme_of(record).sync
 
 
-def test_the_fit_recovers_the_layers_the_slot_cost_and_the_wire():
+def test_the_fit_recovers_the_layers_the_step_cost_and_the_wire():
     model = _model()
     assert model.pipe.profile_scale == pytest.approx(PROFILE_SCALE)
     assert model.pipe.layer_ms == pytest.approx([t * PROFILE_SCALE for t in LAYER_MS])
-    assert model.fit.term("peer_ms") == pytest.approx(SLOT_MS, rel=1e-6)
+    assert model.fit.term("round_ms") == pytest.approx(ROUND_MS, rel=1e-6)
     assert model.fit.term("wire") == pytest.approx(WIRE, rel=1e-6)
     assert model.fit.dof == 1 and model.devices_fitted == (2, 3, 4)
     # Asked about a stage count not run, it cuts as the engine would and prices it.
@@ -194,3 +194,18 @@ def test_labels_tell_apart_what_only_a_setting_separates():
     assert "lenet-mlp b32 torch sync colocated" in labels
     assert "lenet-mlp b32 torch async data_partition=replicate" in labels
     assert "microbatches" in GROUP_FIELDS
+
+
+def test_a_dilated_cells_stage_times_are_read_in_the_boards_time():
+    """``--speedup k`` runs k times faster: every time, the stages' and the layers' lists
+    too, is k times too short, and is read back x k (``sweep.board_time``)."""
+    k = 4.0
+    dilated = []
+    for stages in (2, 3, 4):
+        r = _record(stages)
+        dilated.append({**r, "speedup": k, "robust_s_per_sample": r["robust_s_per_sample"] / k,
+                        "stage_compute_ms": [t / k for t in r["stage_compute_ms"]],
+                        "pipe_layer_ms": [t / k for t in r["pipe_layer_ms"]]})
+    model = fit_group(groups_of(dilated)[0][0], CATALOG)
+    assert model.pipe.layer_ms == pytest.approx([t * PROFILE_SCALE for t in LAYER_MS])
+    assert model.fit.term("round_ms") == pytest.approx(ROUND_MS, rel=1e-6)
