@@ -122,8 +122,8 @@ def fit_group(group: Group, catalog: Catalog | None) -> StepModel:
 
 def _fit_pipeline(group: Group, catalog: Catalog | None) -> StepModel:
     """A pipeline's model (``pipeline.py``): its layers from the cells' profiles and
-    stage times; on each cell's own cut, ``y = step - (M + S - 1) x the slowest stage's
-    compute`` fitted on a cost per step and the slowest boundary's wire. No wait term:
+    stage times; on each cell's own cut, ``y = step - the stages' compute along the
+    critical path`` fitted on a cost per step and the slowest boundary's wire. No wait term:
     the stages' times are measured, their spread inside the step's cost."""
     label, f = group.label, group.fields
     if (f["task"] or "train") != "train":

@@ -24,7 +24,7 @@ behind the N-1 others' updates: its terms are ``peer_ms`` x (N-1) and the wire t
 N x B on the master's link.
 - **pipeline** (``torch-pipe``): activations, not parameters, cross its links; its
   terms come from its stages at each stage count (``pipeline.py``): a cost per step
-  (``round_ms``) and the slowest stage's boundary on the wire in each of M + S - 1 slots.
+  (``round_ms``) and the boundaries' wire time along the schedule's critical path.
 """
 
 from __future__ import annotations

@@ -41,17 +41,17 @@ def _cut(stages: int) -> tuple[int, ...]:
 
 def _true_step_ms(counts: tuple[int, ...], link_mbit: float = LINK_MBIT,
                   scale: float = 1.0) -> float:
-    """The step the truth makes: every slot of the schedule the slowest stage's compute
-    and boundary, plus the step's fixed cost."""
+    """The step the truth makes: the slowest stage's M micro-batches and the others' one
+    each (fill and drain), compute and boundary, plus the step's fixed cost."""
     bounds = list(itertools.accumulate(counts, initial=0))
     per_micro = []
     for s, (a, b) in enumerate(zip(bounds, bounds[1:])):
         compute = scale * PROFILE_SCALE * sum(LAYER_MS[a:b])
         wire = 2 * OUT_BYTES[b - 1] * 8 / (link_mbit * 1e6) * 1e3 if s < len(counts) - 1 else 0
         per_micro.append((compute, wire))
-    slowest = max(per_micro, key=lambda cw: cw[0] + cw[1])
-    slots = M + len(counts) - 1
-    return slots * (slowest[0] + WIRE * slowest[1]) + ROUND_MS * scale
+    slowest = max(range(len(counts)), key=lambda s: sum(per_micro[s]))  # ideal wire
+    times = [c + WIRE * w for c, w in per_micro]
+    return (M - 1) * times[slowest] + sum(times) + ROUND_MS * scale
 
 
 def _record(stages: int, **kw) -> dict:
@@ -101,18 +101,26 @@ def test_the_fit_recovers_the_layers_the_step_cost_and_the_wire():
         assert p.low_ms < p.step_ms < p.high_ms
 
 
-def test_the_bubble_is_the_slowest_stages_idle_slots():
-    """(M + S - 1) slots, the slowest stage busy in M: its idle share is GPipe's
-    (S - 1) / (M + S - 1), and more micro-batches shrink it."""
+def test_the_bubble_is_gpipes_on_equal_stages_and_the_others_fill_and_drain():
+    """On S equal stages the step is the engine's (M + S - 1) x t and the slowest stage
+    idles (S - 1) / (M + S - 1) of it (GPipe); on unequal ones, (M - 1) x the slowest's
+    t plus every stage's t once: more micro-batches shrink the bubble either way."""
     shape = _model().pipe
+    equal = shape.__class__(**{**shape.__dict__, "layer_ms": (2.0,) * 12,
+                               "out_bytes": (0,) * 12})
     for stages, micro in ((2, 4), (4, 4), (4, 8), (6, 2)):
-        cut = stages_at(shape.__class__(**{**shape.__dict__, "microbatches": micro}),
+        cut = stages_at(equal.__class__(**{**equal.__dict__, "microbatches": micro}),
                         [1.0] * stages, LINK_MBIT)
-        busy = micro * cut.compute_ms[cut.bottleneck]
-        assert cut.slots == micro + stages - 1
-        assert 1 - busy / cut.compute_step_ms() == pytest.approx((stages - 1) /
-                                                                 (micro + stages - 1))
-        assert cut.bubble == pytest.approx((stages - 1) / (micro + stages - 1))
+        t = cut.compute_ms[0]
+        assert set(cut.compute_ms) == {t}  # 12 layers cut evenly
+        assert cut.compute_step_ms() == pytest.approx(
+            pipeline_split.predicted_step_s([t] * stages, micro))
+        assert cut.bubble == pytest.approx(pipeline_split.gpipe_bubble(stages, micro))
+    uneven = stages_at(shape, [1.0] * 3, 1e9, counts=(3, 5, 4))
+    t = uneven.compute_ms
+    assert uneven.compute_step_ms() == pytest.approx((M - 1) * max(t) + sum(t))
+    assert uneven.bubble == pytest.approx(1 - M * max(t) / ((M - 1) * max(t) + sum(t)),
+                                          rel=1e-4)
 
 
 def test_the_boundaries_move_activations_both_ways():
