@@ -18,7 +18,9 @@ For N workers, in ms on the board:
   factor); the wire's term scales with the link only.
 
 Asynchronous workers each go at their own pace: step_i = base x c_i + the exchange, and
-the cluster's samples/s is the sum of the workers'.
+the cluster's samples/s is the sum of the workers'. A pipeline has no one-device base: its
+stages' compute along the schedule's critical path takes base's place (``pipeline.py``),
+then a cost per step and its boundaries' wire are fitted as above.
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ def fit_group(group: Group, catalog: Catalog | None) -> StepModel:
 def _fit_pipeline(group: Group, catalog: Catalog | None) -> StepModel:
     """A pipeline's model (``pipeline.py``): its layers from the cells' profiles and
     stage times; on each cell's own cut, ``y = step - the stages' compute along the
-    critical path`` fitted on a cost per step and the slowest boundary's wire. No wait term:
+    critical path`` fitted on a cost per step and the boundaries' wire. No wait term:
     the stages' times are measured, their spread inside the step's cost."""
     label, f = group.label, group.fields
     if (f["task"] or "train") != "train":
