@@ -59,8 +59,9 @@ def section(records: list[dict]) -> PredictionSection | None:
     return PredictionSection(
         title="Predicted beyond the measured cells",
         intro=("Each configuration with an ok cell at 1 device and cells at two or more "
-               "other device counts, fitted to edgeprof predict's step model (compute, the "
-               "slowest worker's wait, the exchange as its scheme moves bytes; "
+               "other device counts (a pipeline: two or more stage counts), fitted to "
+               "edgeprof predict's step model (compute, the slowest worker's wait, the "
+               "exchange as its scheme moves bytes, a pipeline's stages and bubble; "
                "docs/predict.md) on its own board and link, and asked about the device "
                "counts nobody measured. The interval is the fit's 90% prediction "
                "interval: it widens past the fitted counts, and leaves out any error of "
