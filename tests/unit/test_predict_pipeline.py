@@ -13,7 +13,7 @@ import pytest
 
 from profiler.cluster.profiles import load_catalog
 from profiler.errors import ConfigError
-from profiler.predict.boards import compute_scale
+from profiler.predict.boards import compute_scale, node_profiles
 from profiler.predict.cells import GROUP_FIELDS, groups_of, scheme_of, to_cell
 from profiler.predict.model import Target, fit_group, predict
 from profiler.predict.pipeline import shape_of, stages_at
@@ -217,3 +217,23 @@ def test_a_dilated_cells_stage_times_are_read_in_the_boards_time():
     model = fit_group(groups_of(dilated)[0][0], CATALOG)
     assert model.pipe.layer_ms == pytest.approx([t * PROFILE_SCALE for t in LAYER_MS])
     assert model.fit.term("round_ms") == pytest.approx(ROUND_MS, rel=1e-6)
+
+
+def test_a_mix_cuts_each_stage_on_its_own_board():
+    """Stage s runs on node s of the mix: the engine's balanced cut prices each stage on
+    its own board, so the step lies between the uniform boards' and the faster nodes'
+    stages hold more layers than on uniform boards."""
+    model = _model()
+    link = 1000.0
+    steps = {name: predict(model, 4, Target(name, link), CATALOG, None).step_ms
+             for name in ("pi3b", "pi4", "mix-2pi4-2pi3b")}
+    assert steps["pi4"] < steps["mix-2pi4-2pi3b"] < steps["pi3b"]
+    nodes = node_profiles(CATALOG, "mix-2pi4-2pi3b", 4)
+    scales = [compute_scale(CATALOG, CATALOG.profiles[BOARD], p, "lenet-cnn")[0]
+              for p in nodes]
+    mixed = stages_at(model.pipe, scales, link)
+    uniform = stages_at(model.pipe, [max(scales)] * 4, link)
+    assert max(mixed.compute_ms) <= max(uniform.compute_ms)
+    faster = [s for s, c in enumerate(scales) if c < max(scales)]  # the Pi 4s
+    assert faster and (sum(mixed.counts[s] for s in faster)
+                       > sum(uniform.counts[s] for s in faster))
