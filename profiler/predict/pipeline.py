@@ -10,8 +10,9 @@ sending its output forward and receiving that output's gradient back, and a step
 slowest stage waits). This module asks that model about other stage counts, with its
 critical path priced stage by stage: (M - 1) x the slowest stage's time plus every
 stage's once, which on equal stages is (M + S - 1) x t and on a cut with one slow stage
-(a convolution ahead of cheap layers) is what the step measured (the engine's bound
-predicted LeNet-CNN's 4-5 stage steps +28-41% on the emulated check, this 2-11%):
+(a convolution ahead of cheap layers) is what the step measured (with a fixed cost per
+slot, the engine's bound predicted LeNet-CNN's 4-5 stage steps +28-41% on the emulated
+check; this, with a cost per step, +2-11%; docs/predict.md):
 
 - **per layer**, its forward + backward ms on one micro-batch: the layer profile the
   engine split by (``pipe_layer_ms``, each layer timed before training) x one factor,
