@@ -130,6 +130,25 @@ def print_rows(rows: list[dict]) -> None:
               f"{sum(r['inside'] for r in rows)} inside their interval")
 
 
+# The pipeline (torch-pipe, GPipe, 4 micro-batches): fitted at 2-3 stages, predicting
+# 4-5, on the same board and dilation as LeNet-CNN's group above.
+PIPE_GROUP = ("lenet-cnn", 1920, 4, "2,3,4,5", [2, 3])
+
+
+def pipeline_part(out: Path, skip_run: bool) -> list[dict]:
+    """One torch-pipe sweep at 2-5 stages; predicted against measured beyond the fit."""
+    model, samples, speedup, devices, fit = PIPE_GROUP
+    folder = out / f"{model}-torch-pipe"
+    argv = [*EDGEPROF, "sweep", "--cluster", "emulated", "--no-agent", "--out", str(folder),
+            "--profile", "pi3b-park2019", "--model", model, "--engine", "torch-pipe",
+            "--microbatches", "4", "--devices", devices, "--batch", "64", "--epochs", "3",
+            "--max-samples", str(samples), "--val-samples", "64", "--speedup", str(speedup)]
+    if not skip_run:
+        print("+ edgeprof " + " ".join(argv[len(EDGEPROF):]), flush=True)
+        subprocess.run(argv + (["--resume"] if folder.exists() else []), cwd=ROOT)
+    return compare(folder, fit) if (folder / "results.jsonl").is_file() else []
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None)
@@ -137,9 +156,9 @@ def main() -> None:
     parser.add_argument("--fit", default="1,2,3,4", help="device counts fitted on")
     parser.add_argument("--groups", default="", help="e.g. lenet-mlp:mxnet (default: all)")
     parser.add_argument("--skip-run", action="store_true", help="only fit and compare")
-    parser.add_argument("--parts", default="devices,link,board",
+    parser.add_argument("--parts", default="devices,link,board,pipeline",
                         help="devices (fit 1-4, predict 5-8), link, board (held out; "
-                             "LeNet-MLP on MXNet)")
+                             "LeNet-MLP on MXNet), pipeline (fit 2-3 stages, predict 4-5)")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="edgeprof-predict-"))
     print(f"sweeps under {out}", flush=True)
@@ -157,6 +176,8 @@ def main() -> None:
             run_sweep(folder, model, engine, syncs, samples, speedup, devices)
         if (folder / "results.jsonl").is_file():
             rows += compare(folder, fit)
+    if "pipeline" in parts:
+        rows += pipeline_part(out, args.skip_run)
     print_rows(rows)
     for part in (p for p in parts if p in HELD_OUT):
         held_out_part(out, part, fit, args.skip_run)

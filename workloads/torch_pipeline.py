@@ -304,6 +304,7 @@ class PipelineWorker(TorchWorker):
                 # each layer's forward+backward seconds; each layer's output bytes.
                 "layer_s": [[round(t, 6) for t in p.seconds] for p in self.stage_profiles],
                 "layer_out_bytes": list(self.stage_profiles[0].out_bytes),
+                "layer_params": list(self.stage_profiles[0].params),
                 "counts_samples": self.is_first,
                 **({"pretrain_loss": self.pretrain_loss} if self.trains_first else {})}
 

@@ -11,18 +11,22 @@ placement (the engine trains alone): it is every such group's base.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from ..engines import cell_of_record, get_engine
 from ..errors import ConfigError
 from ..report.sweep_data import load_sweep
 from ..sweep import board_time
+from ..cell import CellConfig
 from .scheme import SCHEMES, Scheme
 
+# A pipeline's own settings (None in other engines' cells) keep its configurations apart.
+PIPE_FIELDS = ("microbatches", "schedule", "replicas", "split", "task", "weights")
 GROUP_FIELDS = ("model", "layers", "batch", "engine", "sync", "placement", "data_partition",
-                "dataset")
+                "dataset", *PIPE_FIELDS)
 BASE_FIELDS = ("model", "layers", "batch", "engine", "data_partition", "dataset")
+CELL_DEFAULTS = {f.name: f.default for f in fields(CellConfig)}
 # A percentile spread is a standard deviation only over enough timed steps.
 MIN_STEPS_FOR_SPREAD = 20
 Z95 = 1.645
@@ -51,16 +55,41 @@ class Group:
     scheme: Scheme | None  # None: an exchange the model does not know (a pipeline)
     cells: list[Cell]
     base: list[Cell]
+    # Fields its label names because another group of the sweep differs only there.
+    tell_apart: tuple[str, ...] = ()
 
     @property
     def fields(self) -> dict:
-        return dict(zip(GROUP_FIELDS, self.key))
+        return {**dict.fromkeys(GROUP_FIELDS), **dict(zip(GROUP_FIELDS, self.key))}
 
     @property
     def label(self) -> str:
+        """``lenet-mlp b64 mxnet sync``; a parameter server's placement when it is not
+        the default (``colocated``); a pipeline's micro-batches, schedule and split as
+        its engine labels them (``torch-pipe M4 gpipe``); and any other field another
+        configuration of the sweep differs in alone (``tell_apart``)."""
         f = self.fields
         depth = f"-{f['layers']}" if f["layers"] else ""
-        return f"{f['model']}{depth} b{f['batch']} {f['engine']} {f['sync']}"
+        engine, extra = f["engine"], []
+        if self.scheme is not None and self.scheme.pipeline:
+            engine = _engine_label(f)  # its placement is not its own: it has no servers
+        elif f["placement"] not in (None, CELL_DEFAULTS["placement"]):
+            extra.append(str(f["placement"]))
+        extra += [f"{name}={f[name]}" for name in self.tell_apart]
+        return " ".join([f"{f['model']}{depth} b{f['batch']} {engine} {f['sync']}", *extra])
+
+
+def _tell_apart(groups: list[Group]) -> None:
+    """Where two groups would print the same label, each names the fields they differ in."""
+    by_label: dict[str, list[Group]] = {}
+    for group in groups:
+        by_label.setdefault(group.label, []).append(group)
+    for same in by_label.values():
+        if len(same) > 1:
+            differ = tuple(name for i, name in enumerate(GROUP_FIELDS)
+                           if len({g.key[i] for g in same}) > 1)
+            for group in same:
+                group.tell_apart = differ
 
 
 def read_groups(sweep_dir: Path) -> tuple[list[Group], str]:
@@ -99,7 +128,16 @@ def groups_of(records: list[dict]) -> tuple[list[Group], str]:
                 tuple(r.get(f) for f in GROUP_FIELDS), scheme_of({**r, "devices": 2}), [],
                 cells)
     cluster = str(ok[0].get("cluster") or "") if ok else ""
+    _tell_apart(list(groups.values()))
     return sorted(groups.values(), key=lambda g: tuple(map(str, g.key))), cluster
+
+
+def _engine_label(fields: dict) -> str:
+    """The engine's own label of a series over the device count (no stage count)."""
+    try:
+        return get_engine(str(fields["engine"])).label(fields, stages=False)
+    except (KeyError, TypeError):
+        return str(fields["engine"])
 
 
 def scheme_of(record: dict) -> Scheme | None:
@@ -127,8 +165,12 @@ def step_ms(r: dict) -> float:
     per_sample = r.get("robust_s_per_sample")
     if isinstance(per_sample, (int, float)) and per_sample > 0:
         # The rate is per training-set sample: a sharded cell's N workers share each
-        # one, a replicated cell's each pass over the whole set.
+        # one, a replicated cell's each pass over the whole set; a pipeline's stages
+        # pass the same batches, its R pipelines share the set.
         shared = r["devices"] if r.get("data_partition") == "shard" else 1
+        scheme = scheme_of(r)
+        if scheme is not None and scheme.pipeline:
+            shared = r.get("replicas") or 1
         return per_sample * r["batch"] * shared * 1e3
     steady = r.get("steady_step_ms")
     if isinstance(steady, (int, float)) and steady > 0:

@@ -18,7 +18,9 @@ For N workers, in ms on the board:
   factor); the wire's term scales with the link only.
 
 Asynchronous workers each go at their own pace: step_i = base x c_i + the exchange, and
-the cluster's samples/s is the sum of the workers'.
+the cluster's samples/s is the sum of the workers'. A pipeline has no one-device base: its
+stages' compute along the schedule's critical path takes base's place (``pipeline.py``),
+then a cost per step and its boundaries' wire are fitted as above.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from ..cluster.profiles import Catalog, Profile
 from ..errors import ConfigError
 from .boards import PriceOf, compute_scale, node_profiles
 from .cells import Group
+from . import pipeline
 from .fit import LinearFit, expected_max_normal, fit_nonnegative
+from .pipeline import PipeShape
 from .scheme import FLOORS, TERMS
 
 # A local cluster's workers talk over loopback: a nominal rate, for the wire term only
@@ -55,16 +59,28 @@ class StepModel:
     link_mbit: float
     cpu_fraction: float | None  # the worker nodes' mean CPU share, measured
     devices_fitted: tuple[int, ...]
+    pipe: PipeShape | None = None  # a pipeline's layers (its scheme is ``pipeline``)
+
+    @property
+    def max_devices(self) -> int | None:
+        """The most devices it can be asked about: a pipeline's stages, one a layer."""
+        return len(self.pipe.layer_ms) if self.pipe is not None else None
+
+    def can_run(self, n: int) -> bool:
+        return self.max_devices is None or n <= self.max_devices
 
     def exchange_ms(self, n: int, link_mbit: float,
                     cpu_scale: float = 1.0) -> tuple[float, float | None]:
-        """The exchange's ms at ``n`` workers on ``link_mbit``, and its interval's half.
-        Its per-round and per-peer costs are the boards' CPU work (the framework's
-        handling of each message): they scale with ``cpu_scale``; the wire's does not."""
+        """The exchange's ms at ``n`` workers on ``link_mbit``, and its interval's half."""
         x = self.group.scheme.features(n, self.model_bytes, link_mbit)
-        scaled = [v * (cpu_scale if name != "wire" else 1.0)
-                  for name, v in zip(self.fit.names, x)]
-        return self.fit.predict(scaled), self.fit.half_width(x) if n > 1 else 0.0
+        return self.terms_ms(x, cpu_scale), self.fit.half_width(x) if n > 1 else 0.0
+
+    def terms_ms(self, x: list[float], cpu_scale: float) -> float:
+        """The fitted terms at ``x``. Per-round (a pipeline's per-step) and per-peer costs are the
+        boards' CPU work (the framework's handling of each message): they scale with
+        ``cpu_scale``; the wire's does not."""
+        return self.fit.predict([v * (cpu_scale if name != "wire" else 1.0)
+                                 for name, v in zip(self.fit.names, x)])
 
     def wait_ms(self, n: int, scale: float) -> float:
         return self.sigma_ms * scale * expected_max_normal(n) if self.group.scheme.sync else 0
@@ -74,28 +90,21 @@ def fit_group(group: Group, catalog: Catalog | None) -> StepModel:
     """The configuration's model; ``ConfigError`` naming what is missing to fit it."""
     label = group.label
     if group.scheme is None:
-        raise ConfigError(f"{label}: its exchange is not modelled (a pipeline: see its own "
-                          "model, docs/pipeline.md); leave it out with --engine")
+        raise ConfigError(f"{label}: its exchange is not modelled (the engine names none "
+                          "of ps-sync, ps-async, allreduce, pipeline); leave it out with "
+                          "--engine")
+    if group.scheme.pipeline:
+        return _fit_pipeline(group, catalog)
     if not group.base:
         raise ConfigError(f"needs an ok cell at 1 device for {label} (its base step): add "
                           "--devices 1 to the sweep")
-    counts = sorted({c.devices for c in group.cells})
-    if len(counts) < 2:
-        have = f" (has {counts[0]})" if counts else ""
-        raise ConfigError(f"needs cells at >= 2 device counts above 1 for {label}{have}: "
-                          "sweep e.g. --devices 1,2,3,4")
+    counts = _device_counts(group, "--devices 1,2,3,4")
     cells = group.cells
     parameters = next((c.parameters for c in [*group.base, *cells] if c.parameters), None)
     if not parameters:
         raise ConfigError(f"{label}: the cells do not record the model's parameters: rerun "
                           "them with this edgeprof")
-    boards = {c.board for c in [*group.base, *cells]}
-    if len(boards) > 1:
-        raise ConfigError(f"{label}: its cells ran on different boards "
-                          f"({', '.join(sorted(map(str, boards)))}): fit one board's sweep")
-    board_name = boards.pop()
-    board = _profile(catalog, board_name, label)
-    link = board.link_mbit if board else LOOPBACK_MBIT
+    board, link = _board_and_link(group, catalog)
     base_ms = statistics.fmean(c.step_ms for c in group.base)
     sigmas = [c.sigma_ms for c in [*group.base, *cells] if c.sigma_ms is not None]
     sigma = statistics.median(sigmas) if sigmas else 0.0
@@ -111,6 +120,57 @@ def fit_group(group: Group, catalog: Catalog | None) -> StepModel:
                      board=board, link_mbit=link,
                      cpu_fraction=statistics.fmean(cpu) / 100 if cpu else None,
                      devices_fitted=tuple([1, *counts]))
+
+
+def _fit_pipeline(group: Group, catalog: Catalog | None) -> StepModel:
+    """A pipeline's model (``pipeline.py``): its layers from the cells' profiles and
+    stage times; on each cell's own cut, ``y = step - the stages' compute along the
+    critical path`` fitted on a cost per step and the boundaries' wire. No wait term:
+    the stages' times are measured, their spread inside the step's cost."""
+    label, f = group.label, group.fields
+    if (f["task"] or "train") != "train":
+        raise ConfigError(f"{label}: an inference stream is not modelled: predict from "
+                          "--task train cells")
+    if (f["replicas"] or 1) > 1:
+        raise ConfigError(f"{label}: pipelines side by side (--replicas) are not modelled: "
+                          "fit a sweep of one pipeline (--replicas 1)")
+    counts = _device_counts(group, "--engine torch-pipe --devices 2,3,4")
+    board, link = _board_and_link(group, catalog)
+    shape = pipeline.shape_of([c.record for c in group.cells], label)
+    cuts = [pipeline.stages_at(shape, [1.0] * c.devices, link,
+                               pipeline.split_counts(c.record["pipe_split"]))
+            for c in group.cells]
+    y = [c.step_ms - cut.compute_step_ms() for c, cut in zip(group.cells, cuts)]
+    parameters = next((c.parameters for c in group.cells if c.parameters), 0)
+    cpu = [c.cpu_percent for c in group.cells if c.cpu_percent is not None]
+    return StepModel(group=group, base_ms=shape.microbatches * sum(shape.layer_ms),
+                     sigma_ms=0.0,
+                     fit=fit_nonnegative(TERMS, [cut.features() for cut in cuts], y, FLOORS),
+                     model_bytes=parameters * BYTES_PER_PARAMETER,
+                     train_samples=max(c.train_samples or 0 for c in group.cells),
+                     board=board, link_mbit=link,
+                     cpu_fraction=statistics.fmean(cpu) / 100 if cpu else None,
+                     devices_fitted=tuple(counts), pipe=shape)
+
+
+def _device_counts(group: Group, example: str) -> list[int]:
+    """The multi-device counts measured; ``ConfigError`` with fewer than two."""
+    counts = sorted({c.devices for c in group.cells})
+    if len(counts) < 2:
+        have = f" (has {counts[0]})" if counts else ""
+        raise ConfigError(f"needs cells at >= 2 device counts above 1 for {group.label}"
+                          f"{have}: sweep e.g. {example}")
+    return counts
+
+
+def _board_and_link(group: Group, catalog: Catalog | None) -> tuple[Profile | None, float]:
+    """The one board the cells ran on (None: local) and its link's Mbit/s."""
+    boards = {c.board for c in [*group.base, *group.cells]}
+    if len(boards) > 1:
+        raise ConfigError(f"{group.label}: its cells ran on different boards "
+                          f"({', '.join(sorted(map(str, boards)))}): fit one board's sweep")
+    board = _profile(catalog, boards.pop(), group.label)
+    return board, board.link_mbit if board else LOOPBACK_MBIT
 
 
 def _profile(catalog: Catalog | None, name: str | None, label: str) -> Profile | None:
@@ -168,6 +228,14 @@ def predict(model: StepModel, n: int, target: Target, catalog: Catalog | None,
                    for p in nodes]
     scales = node_scales[-n:]  # the workers' (a master, when there is one, is first)
     link = target.link_mbit or min((p.link_mbit for p in nodes if p), default=model.link_mbit)
+    if model.pipe is not None:  # stage s on node s: its own board's factor
+        cut = pipeline.stages_at(model.pipe, scales, link)
+        x = cut.features()
+        step = cut.compute_step_ms() + model.terms_ms(x, max(scales))
+        half = model.fit.half_width(x)
+        samples_per_s = fields["batch"] / step * 1e3  # one pipeline: a batch a step
+        return _prediction(model, n, target, nodes, link, step, half, samples_per_s,
+                           cut.worker_bytes(), prices)
     exchange, half = model.exchange_ms(n, link, max(node_scales))
     if group.scheme.sync:
         step = model.base_ms * max(scales) + model.wait_ms(n, max(scales)) + exchange
@@ -176,16 +244,23 @@ def predict(model: StepModel, n: int, target: Target, catalog: Catalog | None,
         steps = [model.base_ms * s + exchange for s in scales]
         samples_per_s = sum(fields["batch"] / s * 1e3 for s in steps)
         step = n * fields["batch"] / samples_per_s * 1e3
+    return _prediction(model, n, target, nodes, link, step, half, samples_per_s,
+                       group.scheme.worker_bytes(n, model.model_bytes), prices)
+
+
+def _prediction(model: StepModel, n: int, target: Target, nodes: list, link: float,
+                step: float, half: float | None, samples_per_s: float, worker_bytes: float,
+                prices: PriceOf | None) -> Prediction:
+    """The step's row: its interval, epoch, energy and cost."""
     epoch_s = _epoch_s(model, n, step)
     energy, said = _energy_j(model, nodes, epoch_s)
     return Prediction(
-        label=group.label, devices=n,
+        label=model.group.label, devices=n,
         profile=target.profile or (model.board.name if model.board else "host"),
         link_mbit=link, step_ms=step,
         low_ms=None if half is None else max(0.0, step - half),
         high_ms=None if half is None else step + half, epoch_s=epoch_s,
-        samples_per_s=samples_per_s,
-        mb_per_step=group.scheme.worker_bytes(n, model.model_bytes) / 1e6,
+        samples_per_s=samples_per_s, mb_per_step=worker_bytes / 1e6,
         energy_j=energy, energy_from=said,
         cost_usd=_cost_usd(nodes, epoch_s, energy, prices))
 
@@ -202,6 +277,8 @@ def _nodes(model: StepModel, n: int, target: Target, catalog: Catalog | None) ->
 def _epoch_s(model: StepModel, n: int, step_ms: float) -> float:
     """A worker's steps in an epoch x the step: a shard of S/N samples, or all S."""
     shared = n if model.group.fields["data_partition"] == "shard" else 1
+    if model.pipe is not None:
+        shared = 1  # one pipeline's stages pass every batch between them
     steps = math.ceil(model.train_samples / (shared * model.group.fields["batch"]))
     return steps * step_ms / 1e3
 

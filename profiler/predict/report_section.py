@@ -47,9 +47,10 @@ def section(records: list[dict]) -> PredictionSection | None:
     for i, model in enumerate(models):
         largest = max(model.devices_fitted)
         end = max(CURVE_MIN_DEVICES, 2 * largest)
+        end = min(end, model.max_devices or end)  # a pipeline: a stage a layer at most
         curve = [predict(model, n, OWN, catalog, prices) for n in range(1, end + 1)]
         figures.append(_figure(f"fig-predict-{i + 1}", model, curve, largest))
-        counts = sorted({largest, 2 * largest, *TABLE_DEVICES})
+        counts = sorted(n for n in {largest, 2 * largest, *TABLE_DEVICES} if model.can_run(n))
         asked = [curve[n - 1] if n <= end else predict(model, n, OWN, catalog, prices)
                  for n in counts]
         measured = _measured_ms(model)
@@ -58,8 +59,9 @@ def section(records: list[dict]) -> PredictionSection | None:
     return PredictionSection(
         title="Predicted beyond the measured cells",
         intro=("Each configuration with an ok cell at 1 device and cells at two or more "
-               "other device counts, fitted to edgeprof predict's step model (compute, the "
-               "slowest worker's wait, the exchange as its scheme moves bytes; "
+               "other device counts (a pipeline: two or more stage counts), fitted to "
+               "edgeprof predict's step model (compute, the slowest worker's wait, the "
+               "exchange as its scheme moves bytes, a pipeline's stages and bubble; "
                "docs/predict.md) on its own board and link, and asked about the device "
                "counts nobody measured. The interval is the fit's 90% prediction "
                "interval: it widens past the fitted counts, and leaves out any error of "
@@ -84,6 +86,11 @@ def _ms(value: float | None) -> str:
     return "" if value is None else f"{value:,.1f}"
 
 
+def _batches(model: StepModel, n: int) -> int:
+    """Batches a step trains at ``n`` devices: one a worker, one a pipeline."""
+    return 1 if model.pipe is not None else n
+
+
 def _figure(name: str, model: StepModel, curve: list[Prediction], largest: int) -> Figure:
     """Step (ms) and samples/s against devices: the measured cells as dots, the model's
     curve, its interval shaded, a dotted line where the measured counts end."""
@@ -99,19 +106,21 @@ def _figure(name: str, model: StepModel, curve: list[Prediction], largest: int) 
         bn = [p.devices for p in banded]
         step_ax.fill_between(bn, [p.low_ms for p in banded], [p.high_ms for p in banded],
                              color="tab:blue", alpha=0.2, linewidth=0, label="90% interval")
-        # samples/s = N x batch / step for every scheme (an async step is defined so).
-        rate_ax.fill_between(bn, [n * batch * 1e3 / p.high_ms for n, p in zip(bn, banded)],
-                             [n * batch * 1e3 / max(p.low_ms, 1e-9)
-                              for n, p in zip(bn, banded)],
+        # samples/s x step is constant at N (N x batch; a pipeline's one batch; an async
+        # step is defined so): the rate's band is the step's, inverted.
+        rate_ax.fill_between(bn, [p.samples_per_s * p.step_ms / p.high_ms for p in banded],
+                             [p.samples_per_s * p.step_ms / max(p.low_ms, 1e-9)
+                              for p in banded],
                              color="tab:blue", alpha=0.2, linewidth=0, label="90% interval")
     cells = [*model.group.base, *model.group.cells]
     # A low step near 0 (a wide interval far out) would put the band's top off the scale.
     rate_top = max([p.samples_per_s for p in curve]
-                   + [c.devices * batch * 1e3 / c.step_ms for c in cells])
+                   + [_batches(model, c.devices) * batch * 1e3 / c.step_ms for c in cells])
     step_ax.scatter([c.devices for c in cells], [c.step_ms for c in cells], color="black",
                     s=18, zorder=3, label="measured")
     rate_ax.scatter([c.devices for c in cells],
-                    [c.devices * batch * 1e3 / c.step_ms for c in cells], color="black",
+                    [_batches(model, c.devices) * batch * 1e3 / c.step_ms for c in cells],
+                    color="black",
                     s=18, zorder=3, label="measured")
     for ax, ylabel in ((step_ax, "step (ms, board time)"), (rate_ax, "samples/s, all workers")):
         ax.axvline(largest + 0.5, color="0.5", linestyle=":", linewidth=1)

@@ -53,7 +53,11 @@ def run_predict(s: PredictSettings) -> tuple[list[Prediction], list[StepModel], 
     if s.samples is not None:
         models = [replace(m, train_samples=s.samples) for m in models]
     predictions = [predict(m, n, Target(name, link), catalog, prices)
-                   for m in models for name in names for link in links for n in devices]
+                   for m in models for name in names for link in links for n in devices
+                   if m.can_run(n)]
+    skipped += [f"{m.group.label} at {n} devices: a pipeline of {m.max_devices} layers has "
+                f"at most {m.max_devices} stages" for m in models for n in devices
+                if not m.can_run(n)]
     return predictions, models, skipped
 
 

@@ -22,7 +22,9 @@ asynchronous workers go at their own pace: no wait term. An asynchronous master'
 applies every push alone (a synchronous one sums N and updates once), so a worker queues
 behind the N-1 others' updates: its terms are ``peer_ms`` x (N-1) and the wire time of
 N x B on the master's link.
-A pipeline is not modelled here (its own model is ``engines/pipeline``'s).
+- **pipeline** (``torch-pipe``): activations, not parameters, cross its links; its
+  terms come from its stages at each stage count (``pipeline.py``): a cost per step
+  (``round_ms``) and the boundaries' wire time along the schedule's critical path.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ TERMS = ("round_ms", "peer_ms", "wire")
 # A link moves no byte faster than its rate: the wire's coefficient is at least 1 (fitted
 # on a fast link, where the wire's share hides in the noise, it stays at the physics).
 FLOORS = (0.0, 0.0, 1.0)
-SCHEMES = ("ps-sync", "ps-async", "allreduce")
+SCHEMES = ("ps-sync", "ps-async", "allreduce", "pipeline")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,11 @@ class Scheme:
     @property
     def sync(self) -> bool:
         return self.comm != "ps-async"
+
+    @property
+    def pipeline(self) -> bool:
+        """Its terms depend on the stages' cut (``pipeline.py``), not on B and N alone."""
+        return self.comm == "pipeline"
 
     @property
     def through_master(self) -> bool:

@@ -56,13 +56,14 @@ def crossover(model: StepModel, target: Target, catalog: Catalog,
     board's rate. Not the first such board: the exchange starts at 2 boards, so the 2nd
     may add little and the 3rd more (a parameter server's round is paid once)."""
     node_profiles(catalog, target.profile, 1)  # an unknown board: one line
+    scan_max = min(SCAN_MAX_DEVICES, model.max_devices or SCAN_MAX_DEVICES)
     rates = [predict(model, n, target, catalog, prices).samples_per_s
-             for n in range(1, SCAN_MAX_DEVICES + 1)]
+             for n in range(1, scan_max + 1)]
     one = rates[0]
-    paying = [n for n in range(2, SCAN_MAX_DEVICES + 1)
+    paying = [n for n in range(2, scan_max + 1)
               if rates[n - 1] - rates[n - 2] >= CROSSOVER_SHARE * one]
     last = max(paying, default=1)
-    if last == SCAN_MAX_DEVICES:
+    if last == scan_max:
         return Crossover(model.group.label, target.profile, one, None, None)
     return Crossover(model.group.label, target.profile, one, last + 1, rates[last])
 

@@ -13,6 +13,8 @@ TIME_COLUMNS = ("train_s", "elapsed_s", "steady_s_per_sample", "robust_s_per_sam
                 "steady_step_ms", "step_ms_mean")
 # The step breakdown's ms per step (profiler.timeline.steps): per phase, and per worker.
 STEP_SUFFIXES = ("_ms_mean", "_ms_p50", "_ms_p95")
+# Lists of times: a pipeline's per-stage compute and per-layer profile.
+LIST_TIME_COLUMNS = ("stage_compute_ms", "pipe_layer_ms")
 BY_WORKER_SUFFIX = "_ms_by_worker"
 
 
@@ -47,6 +49,8 @@ def record(r: dict) -> dict:
                           if isinstance(ms, (int, float))}
                  for column in r
                  if column.endswith(BY_WORKER_SUFFIX) and isinstance(r[column], dict)}
-    return {**r, **by_worker, **{column: value(r, column) for column in r
+    lists = {column: [t * k for t in r[column]] for column in LIST_TIME_COLUMNS
+             if isinstance(r.get(column), list)}
+    return {**r, **by_worker, **lists, **{column: value(r, column) for column in r
                                  if (is_time(column) or column.endswith("_per_s"))
                                  and isinstance(r[column], (int, float))}}

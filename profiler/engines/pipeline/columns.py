@@ -20,7 +20,10 @@ time (``pipe_s``). Per stage, over the measured steps (the run's first left out)
   first stage to leaving the last, and the time between two batches leaving the last
   stage (in a stream, the last stage waits for the next batch as soon as it is done);
 - **stash**: the most bytes of activations a stage held for its backward passes at once
-  (autograd's saved tensors, weights left out), the largest over the steps.
+  (autograd's saved tensors, weights left out), the largest over the steps;
+- **layer profile**: the per-layer times, output bytes and parameters the split was
+  chosen from, kept so ``edgeprof predict`` can cut the model as the engine would at
+  another stage count (docs/predict.md).
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ COLUMNS = tuple(_column(*row) for row in [
     ("pipe_bytes_floor_per_step", "int", "bytes", "the least bytes a step must move"),
     ("link_mbit_s", "float", "Mbit/s", "the link rate measured before training"),
     ("stage_stash_mb", "list", "MB", "per stage, the most activations held for backward"),
+    ("pipe_layer_ms", "list", "ms", "per layer, forward + backward on one micro-batch as "
+     "profiled before the split (mean over the stages' nodes)"),
+    ("pipe_layer_out_bytes", "list", "bytes", "per layer, its output's bytes per micro-batch"),
+    ("pipe_layer_params", "list", "", "per layer, its trainable parameters"),
     ("infer_latency_ms", "float", "ms", "--task infer: a batch's time through the pipeline"),
     ("infer_period_ms", "float", "ms", "--task infer: time between two batches leaving it"),
 ])
@@ -124,6 +131,7 @@ def _stage_columns(workers: dict[int, list[dict]], starts: dict[int, dict], firs
         "pipe_bytes_floor_per_step": 2 * micro * sum(boundary) * replicas,
         "link_mbit_s": round(link * 8 / 1e6, 1) if link else None,
         "stage_stash_mb": [round(m, 2) for m in stash],
+        **_layer_profile(first),
         **(_inference(workers, starts, stages, pipe[-1]) if first.get("task") == "infer"
            else {}),
     }
@@ -150,6 +158,18 @@ def _inference(workers: dict[int, list[dict]], starts: dict[int, dict], stages: 
     return {"infer_latency_ms": (round(statistics.fmean(latencies) * 1e3, 3)
                                  if latencies else None),
             "infer_period_ms": round(last_pipe_s * 1e3, 3)}
+
+
+def _layer_profile(first: dict) -> dict:
+    """The layer profile the split was chosen from (``edgeprof predict`` re-splits the
+    model with it at other stage counts): each layer's ms, the mean over the stages'
+    nodes; its output's bytes and its parameters."""
+    layer_s = first.get("layer_s")
+    if not layer_s:
+        return {}
+    return {"pipe_layer_ms": [round(statistics.fmean(t) * 1e3, 4) for t in zip(*layer_s)],
+            "pipe_layer_out_bytes": first.get("layer_out_bytes"),
+            "pipe_layer_params": first.get("layer_params")}
 
 
 def _split_text(start: dict) -> str | None:
