@@ -21,7 +21,7 @@ from profiler.engines.hier.columns import columns
 from profiler.cluster.base import Node
 from profiler.errors import ConfigError
 from profiler.report.record_check import record_problem
-from workloads.hier import labels, schemes, wire
+from workloads.hier import labels, nets, schemes, wire
 
 
 def test_the_coarse_labels_group_fashion_mnist_as_the_issue_says():
@@ -174,9 +174,10 @@ def test_a_link_holds_its_delay_back_on_every_round_trip():
 
 
 def test_the_columns_add_up_from_the_devices_lines():
-    start = {"hier": {"counts": {"end": 2, "edge": 1, "cloud": 1}, "n_map": 1,
-                      "models": {"end": "lenet-mlp", "edge": "lenet-cnn",
-                                 "cloud": "lenet-example"}}}
+    models = {"end": "lenet-mlp", "edge": "lenet-cnn", "cloud": "lenet-example"}
+    counts = {"end": 2, "edge": 1, "cloud": 1}
+    start = {"hier": {"counts": counts, "n_map": 1, "models": models,
+                      "sizes": nets.tier_sizes(models, counts)}}
     line = {"t": 100.0, "step_s": 0.5, "compute_s": 0.01, "local_s": 0.01, "n": 50, "up": 20,
             "end_coarse_ok": 45, "ans_end": 30, "coarse_ok_end": 29, "ans_edge": 15,
             "coarse_ok_edge": 14, "fine_ok_edge": 12, "ans_cloud": 5, "coarse_ok_cloud": 5,
@@ -205,6 +206,11 @@ def test_the_columns_add_up_from_the_devices_lines():
     assert out["hier_n_map"] == 1 and out["hier_cloud_share_predicted"] == 0.5
     assert out["hier_cloud_share"] == pytest.approx(0.1)
     assert out["hier_round_trip_ms_by_link"] == {"end-edge": pytest.approx(460)}
+    # Table 1's sizes: each network built with its tier's classes (coarse 4, fine 10);
+    # lenet-example's 431,080 parameters in float32 are 1.72 MB plus the file's framing.
+    assert out["hier_params_by_tier"] == {"end": 108996, "edge": 61706, "cloud": 431080}
+    cloud_mb = out["hier_weights_mb_by_tier"]["cloud"]
+    assert 4 * 431080 / 1e6 < cloud_mb < 1.05 * 4 * 431080 / 1e6
 
 
 def test_only_the_tiers_a_scheme_sends_to_serve(tmp_path):

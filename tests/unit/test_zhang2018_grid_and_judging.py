@@ -42,6 +42,11 @@ def test_the_parts_are_hier_cells_each_once():
     table4 = [dict(c.engine_params) for c in _grid("table4").cells]
     assert sorted((p["tier_delay"], p["privacy"]) for p in table4) == [
         (f"cloud={s}", on) for s in ("0.5", "1.0", "1.5", "2.0") for on in ("off", "on")]
+    # Table 1 is table2's cells without delay: no cell of its own beside table2.
+    table1 = [dict(c.engine_params) for c in _grid("table1").cells]
+    assert sorted((p["scheme"], p["tier_delay"]) for p in table1) == [
+        ("end", "0"), ("end-cloud", "0"), ("end-edge", "0")]
+    assert len(_grid("table1,table2").cells) == len(table2)
     ddnn = [dict(c.engine_params)["exit_threshold"]
             for c in _grid("ddnn", thresholds="0,0.6").cells]
     assert ddnn == [0.0, 0.6]
@@ -161,6 +166,45 @@ def test_table2_figure3_and_ddnn_are_judged():
     section = STUDY.section(records)
     assert [m.study for m in section.matches] == [10.4, 8.4, 18.3, 10.8, 31.0]
     assert section.matches[2].ours == pytest.approx(10.1)
+
+
+def _t1(scheme, infer_ms, coarse, fine=None):
+    tier = {"end": "end", "end-edge": "edge", "end-cloud": "cloud"}[scheme]
+    sizes = {"end": (108996, 0.44), "edge": (61706, 0.25), "cloud": (431080, 1.73)}
+    return _rec(g.TABLE2_TIERS, scheme, hier_infer_ms_per_image={"end": 0.1, tier: infer_ms},
+                hier_end_accuracy=coarse if tier == "end" else 0.8,
+                hier_exit_coarse_accuracy={tier: coarse},
+                hier_exit_fine_accuracy={tier: fine} if fine else None,
+                hier_params_by_tier={t: n for t, (n, _) in sizes.items()},
+                hier_weights_mb_by_tier={t: mb for t, (_, mb) in sizes.items()},
+                hier_models={"end": "lenet-mlp", "edge": "lenet-cnn",
+                             "cloud": "lenet-example"})
+
+
+def test_table1_per_tier_is_judged_and_set_beside_his():
+    records = [_t1("end", 0.05, 0.80), _t1("end-edge", 0.2, 0.88, 0.70),
+               _t1("end-cloud", 0.4, 0.90, 0.84)]
+    v = _verdicts(records)
+    own = "each tier's network on its own tier"
+    assert v[("Table 1", "inference time per image: end < edge < cloud", own)] == \
+        ("within", True)
+    # The end tier's MLP has more parameters than the edge's CNN: the order is missed.
+    assert v[("Table 1", "parameters: end < edge < cloud", own)] == ("outside", False)
+    # His edge is 1.46 x his end on coarse labels; ours 1.1 x: outside x/÷1.1.
+    assert v[("Table 1", "coarse accuracy edge / end", "end and edge networks, no delay")] \
+        == ("outside", pytest.approx(1.1))
+    assert v[("Table 1", "fine accuracy cloud / edge", "edge and cloud networks, no delay")] \
+        == ("within", pytest.approx(1.2))  # his 0.73 / 0.61 = 1.197
+    matches = [m for m in STUDY.section(records).matches if m.source == "Table 1"]
+    by = {(m.config.split(":")[0], m.measure): m for m in matches}
+    assert by[("end", "inference ms/image")].study == 5.20
+    assert by[("end", "inference ms/image")].ours == pytest.approx(0.05)
+    assert by[("cloud", "parameters (M)")].ours == pytest.approx(0.43108)
+    assert by[("edge", "fine accuracy")].comparable is False
+    assert ("end", "fine accuracy") not in by  # MobileNet answers coarse labels only
+    # One tier's cell missing: its rows are unjudged, nothing raises.
+    v = _verdicts(records[:2])
+    assert v[("Table 1", "inference time per image: end < edge < cloud", own)][0] == "no cell"
 
 
 def test_table4_overhead_against_the_delay_is_judged():

@@ -139,6 +139,8 @@ class EndDevice(Worker):
                          "threshold": self.plan.threshold, "privacy": self.plan.privacy,
                          "upper": list(self.target) if self.target else None,
                          "train_s": round(self.train_s, 3),
+                         # Table 1's parameters and weights file of each tier's network
+                         "sizes": nets.tier_sizes(self.plan.models, self.plan.counts),
                          "samples": self.batches_total * self.args.batch, **self.calibration}}
 
     def _end_infer(self, images: np.ndarray) -> np.ndarray:

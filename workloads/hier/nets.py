@@ -127,3 +127,30 @@ def split_first_conv(net):
 
 def parameter_count(net) -> int:
     return sum(p.numel() for p in net.parameters())
+
+
+def weights_mb(net) -> float:
+    """The size of ``net``'s weights file (its ``state_dict`` as ``torch.save`` writes
+    it, in MB): Zhang's Table 1 "size of weights file"."""
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(net.state_dict(), buffer)
+    return len(buffer.getvalue()) / 1e6
+
+
+def tier_sizes(models: dict[str, str], counts: dict[str, int]) -> dict[str, dict]:
+    """Each tier with nodes: its network's parameters and weights file (MB), built with
+    the tier's classes (the count does not depend on training, so nothing is trained)."""
+    from .. import torch_models
+
+    out = {}
+    for tier, model in models.items():
+        if counts.get(tier):
+            net = torch_models.build(model, None,
+                                     label_sets.CLASSES[label_sets.TIER_LABELS[tier]])
+            out[tier] = {"params": parameter_count(net),
+                         "weights_mb": round(weights_mb(net), 4)}
+    return out

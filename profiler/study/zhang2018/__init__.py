@@ -17,7 +17,7 @@ from . import grid as g
 
 class Zhang2018(Study):
     name = "zhang2018"
-    description = ("Zhang's heterogeneous DDNN: Tables 2 and 5, Figure 3 and DDNN's early "
+    description = ("Zhang's heterogeneous DDNN: Tables 1, 2, 4 and 5, Figure 3 and DDNN's early "
                    "exits on the hier engine, then its report.")
     examples = ("edgeprof study zhang2018 --cluster local --timeout 60 --out runs/zhang2018",
                 "edgeprof study zhang2018 --cluster local --parts table5 --scale 0.04 "
@@ -89,4 +89,4 @@ class Zhang2018(Study):
                   "yes/no rows must agree (docs/hierarchy.md).",
             ratios=reproduce(records), matches=matches(records),
             hardware=load_reference()["hardware"],
-            no_match="No cell matches Table 2 (run --parts table2).")
+            no_match="No cell matches Tables 1, 2 or 4 (run --parts table1,table2,table4).")

@@ -6,6 +6,9 @@ in batches of 50. Here every cell is the ``hier`` engine on Fashion-MNIST (its c
 and fine labels, docs/hierarchy.md) with the engine's LeNets, batches of 50, and fewer
 nodes, each a process of one thread:
 
+- ``table1``: per tier and its network, the inference time per image, coarse and fine
+  accuracy, parameters and weights file: Table 2's cells without delay (End, End-Edge,
+  End-Cloud: each tier's network on its own tier), so it adds no cell beside table2.
 - ``table2``: processing time with and without the delays: 2 end devices, an edge node,
   a cloud; End, and End-Edge and End-Cloud at no delay and at Zhang's edge 0.5 s and
   cloud 1 s.
@@ -36,7 +39,7 @@ from ...cell import DEFAULT_ENGINE, CellConfig
 from ...errors import ConfigError
 from ...sweep.grid import validate
 
-PARTS = ("table2", "table4", "table5", "figure3", "ddnn")
+PARTS = ("table1", "table2", "table4", "table5", "figure3", "ddnn")
 ENGINE = "hier"
 MODEL = "lenet-mlp"  # the end devices' network; the upper tiers' are TIER_MODELS
 TIER_MODELS = "edge=lenet-cnn,cloud=lenet-example"
@@ -53,6 +56,8 @@ ZHANG_DELAY_S = {"edge": 0.5, "cloud": 1.0}  # his round trips' delays
 ZHANG_DELAYS = ",".join(f"{tier}={s:.1f}" for tier, s in ZHANG_DELAY_S.items())
 NO_DELAY = "0"
 TABLE2_TIERS = "end=2,edge=1,cloud=1"
+# Table 1: the cell whose scheme runs each tier's network (table2's, without delay).
+TABLE1_SCHEMES = {"end": "end", "edge": "end-edge", "cloud": "end-cloud"}
 TABLE4_TIERS = "end=2,cloud=1"
 TABLE4_DELAYS_S = (0.5, 1.0, 1.5, 2.0)  # his
 TABLE5_END = 4
@@ -120,6 +125,8 @@ def settings(parts: tuple[str, ...], end_devices: tuple[int, ...] = END_DEVICES,
              failed: tuple[int, ...] = FAILED) -> list[dict]:
     """Every cell's engine settings, part by part, each once (in the parts' order)."""
     found: list[dict] = []
+    if "table1" in parts:  # each tier's network on its own tier, no delay
+        found += [_params(TABLE2_TIERS, scheme) for scheme in TABLE1_SCHEMES.values()]
     if "table2" in parts:
         found.append(_params(TABLE2_TIERS, "end"))
         for scheme in ("end-edge", "end-cloud"):

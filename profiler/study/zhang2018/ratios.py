@@ -18,7 +18,11 @@ study`` within [1/band, band]):
   The brief's own yardstick for monitoring ("within x1.5 of no failure") is this band.
 - ``ACCURACY`` (1.1): early exit's overall coarse accuracy against sending everything
   up (DDNN's claim: the confident samples answered on the device lose little).
-- Yes/no rows (band 1: equal or not): a cell that cannot finish, schemes' order,
+- Table 1's accuracy of one tier over another's (edge over end on coarse labels, cloud
+  over edge on fine) are judged at ``ACCURACY`` too: his networks' gaps come from their
+  depth on CIFAR-100, ours from the LeNets on Fashion-MNIST (docs/tiers.md).
+- Yes/no rows (band 1: equal or not): Table 1's order of the tiers' inference times
+  and parameters, a cell that cannot finish, schemes' order,
   shares and bytes moving the way the threshold pushes them.
 
 Table 2's with-delay / without-delay ratio is shown and judged as well, and is expected
@@ -95,8 +99,94 @@ def reproduce(records: list[dict], reference: dict | None = None) -> list[Ratio]
 
 def _once(records: list[dict], ref: dict) -> list[Ratio]:
     found = _Found(records)
-    return [*_table2(found, ref), *_table4(found, ref), *_table5(found, ref),
+    return [*_table1(found, ref), *_table2(found, ref), *_table4(found, ref), *_table5(found, ref),
             *_figure3(found, ref), *_ddnn(found)]
+
+
+# Table 1's measures: (heading, results column, his key, scale of ours to his unit)
+TABLE1_MEASURES = (("inference ms/image", "hier_infer_ms_per_image", "infer_ms_per_image", 1.0),
+                   ("coarse accuracy", "hier_exit_coarse_accuracy", "coarse_accuracy", 1.0),
+                   ("fine accuracy", "hier_exit_fine_accuracy", "fine_accuracy", 1.0),
+                   ("parameters (M)", "hier_params_by_tier", "params_m", 1e-6),
+                   ("weights file (MB)", "hier_weights_mb_by_tier", "weights_mb", 1.0))
+
+
+def table1(found: _Found) -> dict[str, tuple[dict, dict[str, float | None]]]:
+    """Per tier, the cell that ran its network on it (no delay) and Table 1's measures
+    of it, by his key; the end tier's coarse accuracy is its network's on every sample
+    (``hier_end_accuracy``), an upper tier's its fine answers' coarse ones."""
+    out = {}
+    for tier, scheme in g.TABLE1_SCHEMES.items():
+        r = found.get(g.TABLE2_TIERS, scheme)
+        if r is None:
+            continue
+        values = {}
+        for _, column, key, scale in TABLE1_MEASURES:
+            value = (r.get(column) or {}).get(tier)
+            values[key] = None if value is None else float(value) * scale
+        if tier == "end":
+            values["coarse_accuracy"] = _value(r, "hier_end_accuracy")
+        out[tier] = (r, values)
+    return out
+
+
+def _increasing(values: list[float | None]) -> bool | None:
+    if None in values:
+        return None
+    return all(b > a for a, b in zip(values, values[1:]))
+
+
+def _table1(found: _Found, ref: dict) -> list[Ratio]:
+    his = ref["table1"]
+    ours = table1(found)
+    if not ours:
+        return []
+    tiers = ("end", "edge", "cloud")
+
+    def get(tier: str, key: str) -> float | None:
+        return ours[tier][1][key] if tier in ours else None
+
+    def cells(*names: str) -> tuple:
+        return tuple(ours[t][0] for t in names if t in ours)
+
+    rows = []
+    for measure, key in (("inference time per image", "infer_ms_per_image"),
+                         ("parameters", "params_m")):
+        series = [get(t, key) for t in tiers]
+        shown = " < ".join("-" if v is None else f"{v:.3g}" for v in series)
+        rows.append(Ratio("Table 1", f"{measure}: end < edge < cloud",
+                          "each tier's network on its own tier", True,
+                          _increasing(series), 1.0, cells=cells(*tiers),
+                          note=f"ours {shown}; his "
+                               + " < ".join(f"{his[t][key]:g}" for t in tiers)))
+    for measure, key, low, high in (("coarse accuracy edge / end", "coarse_accuracy",
+                                     "end", "edge"),
+                                    ("fine accuracy cloud / edge", "fine_accuracy",
+                                     "edge", "cloud")):
+        rows.append(Ratio("Table 1", measure, f"{low} and {high} networks, no delay",
+                          his[high][key] / his[low][key], _div(get(high, key), get(low, key)),
+                          ACCURACY, cells=cells(low, high),
+                          note=f"ours {_fraction(get(high, key))} against "
+                               f"{_fraction(get(low, key))}"))
+    return rows
+
+
+def _fraction(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _table1_matches(found: _Found, ref: dict) -> list[Match]:
+    out = []
+    for tier, (r, values) in table1(found).items():
+        theirs = ref["table1"][tier]
+        for measure, _, key, _ in TABLE1_MEASURES:
+            if values[key] is None or theirs[key] is None:
+                continue
+            out.append(Match("Table 1", r["cell_id"], f"{tier}: {theirs['network']} / "
+                             f"{(r.get('hier_models') or {}).get(tier, '?')}", measure,
+                             values[key], theirs[key], "accuracy" not in measure,
+                             "other networks and data"))
+    return out
 
 
 def _table2(found: _Found, ref: dict) -> list[Ratio]:
@@ -278,10 +368,10 @@ def _ddnn(found: _Found) -> list[Ratio]:
 
 
 def matches(records: list[dict], reference: dict | None = None) -> list[Match]:
-    """Table 2's processing time per image beside ours (other networks and data)."""
+    """Tables 1, 2 and 4's numbers beside ours (other networks and data)."""
     ref = reference or load_reference()
     found = _Found(records)
-    out = []
+    out = _table1_matches(found, ref)
     table = ref["table2"]
     r = found.get(g.TABLE2_TIERS, "end")
     if r:
