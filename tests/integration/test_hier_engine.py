@@ -127,7 +127,8 @@ def test_devices_that_fail_with_and_without_a_way_to_survive_it(tmp_path):
 
 @pytest.mark.parametrize("args, words", [
     (["--scheme", "end-edge", "--tiers", "end=3,cloud=1"], ["end-edge", "edge tier"]),
-    (["--scheme", "early-exit", "--exit-threshold", "1.5"], ["--exit-threshold", "0-1"]),
+    (["--scheme", "early-exit", "--exit-threshold", "1.5"],
+     ["--exit-threshold 1.5", "0-ln(4) = 1.386", "nats"]),
     (["--model", "resnet"], ["resnet", "hier"]),
     (["--scheme", "end", "--tiers", "end=2,cloud=2", "--fail-devices", "2", "--recovery",
       "monitor"], ["more failures", "--fail-devices 1"]),

@@ -50,6 +50,10 @@ def test_the_parts_are_hier_cells_each_once():
     ddnn = [dict(c.engine_params)["exit_threshold"]
             for c in _grid("ddnn", thresholds="0,0.6").cells]
     assert ddnn == [0.0, 0.6]
+    # Figure 3's Mapping at Zhang's N_map of 1; the other schemes leave it out (eq. 4).
+    mapping = {dict(c.engine_params)["scheme"]: dict(c.engine_params).get("map_devices")
+               for c in _grid("figure3", end_devices="4").cells}
+    assert mapping == {"end": None, "end-edge": None, "end-cloud": None, "mapping": 1}
 
 
 def test_scale_and_its_floor():
@@ -63,7 +67,7 @@ def test_scale_and_its_floor():
 
 @pytest.mark.parametrize("bad, words", [
     ({"parts": "table9"}, "--parts 'table9'"),
-    ({"parts": "table2", "thresholds": "1.5"}, "--exit-threshold 1.5 is outside 0-1"),
+    ({"parts": "table2", "thresholds": "1.5"}, "--exit-threshold 1.5 is outside 0-ln"),
     ({"parts": "table5", "failed": "4"}, "--failed 4: table5 has 4 end devices"),
 ])
 def test_bad_options_are_one_line(bad, words):

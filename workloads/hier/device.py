@@ -16,7 +16,8 @@ time and images, the bytes of each link and each sample's latency.
 
 Under ``mapping`` the device first measures its own time per batch and one batch's round
 trip to an edge node (equation 4's t_end and t_edge, with their delays), and so where
-its batches go (``schemes.mapped_upper``); the start event carries both.
+its batches go (``schemes.mapped_upper``) with N_map from eq. (4), or as given
+(``--map-devices``); the start event carries the times, eq. (4)'s N_map and the one used.
 """
 
 from __future__ import annotations
@@ -125,9 +126,11 @@ class EndDevice(Worker):
         probe.request({"op": "infer", "kind": "images"}, x)
         edge_s = time.perf_counter() - t0
         probe.close()
-        nmap = schemes.n_map(edge_s, end_s)
+        nmap_eq4 = schemes.n_map(edge_s, end_s)
+        # Measured and computed either way, so the record sets eq. (4) beside what was used.
+        nmap = plan.n_map or nmap_eq4
         self.calibration = {"t_end_batch_s": round(end_s, 6), "t_edge_batch_s": round(edge_s, 6),
-                            "n_map": nmap}
+                            "n_map_eq4": nmap_eq4, "n_map": nmap}
         return schemes.mapped_upper(self.rank, plan.counts["edge"], nmap)
 
     def parameter_count(self) -> int:

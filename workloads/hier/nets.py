@@ -18,6 +18,7 @@ upper node then runs the rest of its network on them.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import time
 from pathlib import Path
@@ -139,6 +140,37 @@ def weights_mb(net) -> float:
     buffer = io.BytesIO()
     torch.save(net.state_dict(), buffer)
     return len(buffer.getvalue()) / 1e6
+
+
+# A torch CPU process's own peak memory with a LeNet after one batch of 50 (242 MB
+# measured here, 2026-11: ``ru_maxrss`` of ``python -c "import torch; ..."``), rounded
+# down: what a node needs before the network's weights and activations.
+TORCH_PROCESS_MB = 200
+
+
+@functools.lru_cache(maxsize=None)
+def memory_needed_mb(model: str, labels: str, batch: int) -> tuple[float, float, float]:
+    """What a node needs to run ``model`` on batches of ``batch``: ``(total, weights,
+    activations)`` in MB. Weights: its parameters in float32; activations: every layer's
+    output for one batch (a forward pass on zeros, counted by hooks), float32; total:
+    those and ``TORCH_PROCESS_MB``. An estimate: the allocator's slack is not in it."""
+    import torch
+
+    from .. import torch_models
+    from ..datasets import loader
+
+    net = torch_models.build(model, None, label_sets.CLASSES[labels]).eval()
+    outputs = []
+    hooks = [m.register_forward_hook(lambda _m, _i, out: outputs.append(out.numel()))
+             for m in net.modules() if not list(m.children())]
+    images = np.zeros((batch, 1, 28, 28), dtype=np.uint8)
+    with torch.no_grad():
+        net(torch.from_numpy(loader.for_model(images, model, DATASET)))
+    for hook in hooks:
+        hook.remove()
+    weights_mb = parameter_count(net) * 4 / 1e6
+    activations_mb = (sum(outputs) + images.size) * 4 / 1e6
+    return TORCH_PROCESS_MB + weights_mb + activations_mb, weights_mb, activations_mb
 
 
 def tier_sizes(models: dict[str, str], counts: dict[str, int]) -> dict[str, dict]:

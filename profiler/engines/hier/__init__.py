@@ -10,7 +10,8 @@ shards and stream it in batches of ``--batch`` through their network (``--model`
 trained on the four coarse labels); edge and cloud nodes (``workloads.hier.serve``,
 servers) answer with the fine label, by the scheme (``--scheme
 end,end-edge,end-cloud,mapping,early-exit``; ``workloads.hier.schemes``).
-``--exit-threshold`` is early-exit's normalized entropy under which a device answers
+``--exit-threshold`` is early-exit's softmax entropy (nats, 0 to ln of the end network's
+classes: ln 4 = 1.386) under which a device answers
 itself; ``--privacy on`` runs the upper network's first convolution on the device so
 that only features leave it. ``--tier-models edge=M,cloud=M`` names the upper tiers'
 networks (trained on the ten fine labels), ``--tier-delay edge=0.5,cloud=1.0`` the
@@ -63,8 +64,9 @@ class HierEngine(_TorchEngine):
                      "a hierarchical cell's scheme"),
         EngineOption("exit_threshold", "0.5", settings.parse_thresholds,
                      "Early exit (hier --scheme early-exit): a device answers a sample "
-                     "when its softmax's entropy / ln(classes) is under this, 0-1; e.g. "
-                     "0.2,0.5.", "float", "early-exit's normalized entropy threshold"),
+                     "when its softmax's entropy is under this, in nats: 0 to ln(4) = "
+                     "1.386 (the end network's 4 coarse classes); e.g. 0.3,0.7.", "float",
+                     "early-exit's softmax entropy threshold, nats"),
         EngineOption("privacy", "off", settings.parse_privacy,
                      "on: the upper tier's first convolution runs on the end device and "
                      "only its features leave it (hier).", "str",
@@ -87,6 +89,11 @@ class HierEngine(_TorchEngine):
                      "End devices that fail, stopping after half their batches (hier; "
                      "needs --recovery), e.g. 0,2,4.", "int",
                      "end devices that fail after half their batches", omit_default=True),
+        EngineOption("map_devices", str(settings.MAP_EQ4), settings.parse_map_devices,
+                     "Mapping (hier --scheme mapping): the end devices each edge node takes "
+                     "(N_map; Zhang set 1), or 0: each device computes it from eq. (4) "
+                     "with its measured times.", "int",
+                     "Mapping's N_map as given (0: from eq. 4)", omit_default=True),
         EngineOption("recovery", settings.RECOVERY_OFF, settings.parse_recovery,
                      "How batches are handed out and failures survived (hier): off (each "
                      "device streams its own shard), or end device 0 assigns them: none, "
@@ -161,6 +168,36 @@ class HierEngine(_TorchEngine):
     def nodes_needed(self, cell: CellConfig) -> int:
         return cell.devices
 
+    def check_nodes(self, cell: CellConfig, nodes: list[Node]) -> None:
+        """Refuse a tier's network that its node's memory (the node profile's
+        ``memory_mb``) cannot hold, by ``nets.memory_needed_mb``'s estimate. Only nodes
+        with a limit are checked (local nodes have none), so torch is loaded here only
+        then."""
+        by_tier = assign_tiers(nodes[:self.nodes_needed(cell)],
+                               cell.param("tiers") or settings.AUTO)
+        scheme = cell.param("scheme") or "end-edge"
+        models = settings.tier_models(cell.param("tier_models") or settings.DEFAULT_MODELS,
+                                      cell.model)
+        for tier in ("end", *schemes.USES[scheme]):
+            limited = [n for n in by_tier[tier] if n.memory_mb]
+            if not limited:
+                continue
+            from workloads.hier.labels import TIER_LABELS
+            from workloads.hier.nets import memory_needed_mb
+
+            need, weights, activations = memory_needed_mb(models[tier], TIER_LABELS[tier],
+                                                          cell.batch)
+            node = min(limited, key=lambda n: n.memory_mb)
+            if need > node.memory_mb:
+                given = "--model " if tier == "end" else f"--tier-models {tier}="
+                raise ConfigError(
+                    f"{given}{models[tier]} does not fit the "
+                    f"{tier} tier's node {node.name} ({node.memory_mb} MB): it needs about "
+                    f"{need:.0f} MB (a torch process, {weights:.1f} MB of weights, "
+                    f"{activations:.1f} MB of activations for a batch of {cell.batch}): give "
+                    f"the {tier} tier a smaller network, a node profile with more memory, or "
+                    "a smaller --batch")
+
     def plan(self, cell: CellConfig, nodes: list[Node], cell_dir: Path,
              options: TrainOptions) -> list[ProcessSpec]:
         nodes = nodes[:self.nodes_needed(cell)]
@@ -175,7 +212,8 @@ class HierEngine(_TorchEngine):
                     delays=settings.delays(str(cell.param("tier_delay") or "0")),
                     threshold=settings.threshold(cell.param("exit_threshold")),
                     privacy=cell.param("privacy") == "on",
-                    train_samples=cell.max_samples or TRAIN_SAMPLES, seed=options.seed)
+                    train_samples=cell.max_samples or TRAIN_SAMPLES, seed=options.seed,
+                    n_map=cell.param("map_devices") or settings.MAP_EQ4)
         recovery = cell.param("recovery") or settings.RECOVERY_OFF
         check_failures(cell.param("fail_devices") or 0, recovery, len(by_tier["end"]))
         if recovery != settings.RECOVERY_OFF:  # end device 0 runs the task assigner

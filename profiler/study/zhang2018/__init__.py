@@ -30,7 +30,7 @@ class Zhang2018(Study):
         StudyOption("failed", ",".join(map(str, g.FAILED)),
                     f"Table 5's failed end devices (of {g.TABLE5_END}; 0 always runs)."),
         StudyOption("thresholds", ",".join(f"{t:g}" for t in g.THRESHOLDS),
-                    "The ddnn part's early-exit thresholds (normalized entropy, 0-1)."),
+                    "The ddnn part's early-exit thresholds (softmax entropy in nats, 0-ln 4)."),
     )
 
     def parse(self, given: dict) -> dict:
