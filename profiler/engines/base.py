@@ -241,8 +241,8 @@ class Engine:
 
     def check_nodes(self, cell: CellConfig, nodes: Sequence[Node]) -> None:
         """Refuse (``ConfigError``, one line) a cell its nodes cannot hold (a network
-        bigger than a node's memory), once the nodes are known, before anything starts;
-        the sweep then stops with that line (exit 2)."""
+        bigger than a node's memory): the sweep asks once its cluster is open, before
+        its first cell, and stops with that line (exit 2)."""
 
     @property
     def models(self) -> tuple[str, ...]:

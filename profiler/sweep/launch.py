@@ -50,7 +50,6 @@ def place(req: CellRequest) -> CellRun:
     if len(nodes) < needed:
         raise ClusterError(f"{cell_label(cell)} needs {needed} nodes, the {cluster.name} cluster "
                            f"has {len(nodes)}: bring up a larger cluster")
-    req.engine.check_nodes(cell, nodes)  # e.g. a network its node's memory cannot hold
     offsets_s = _clock_offsets(cluster, nodes)
     t_launch, t_launch_mono = time.time(), time.monotonic()
     # Providers that limit a node's memory can tell when it thrashes at the limit.

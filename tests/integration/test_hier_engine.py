@@ -138,3 +138,41 @@ def test_bad_hierarchies_are_one_line(tmp_path, args, words):
             "--cluster", "local", "--out", str(tmp_path / "out"), *args]
     done = subprocess.run(EDGEPROF + argv, capture_output=True, text=True, timeout=120)
     assert_one_line(done, *words)
+
+
+MEMORY_PROFILES = """\
+profiles:
+  hm-end: {link_mbit: 100, memory_mb: 512, cpu_cores: 0.5, tier: end}
+  hm-cloud: {link_mbit: 1000, memory_mb: 150, cpu_cores: 0.5, tier: cloud}
+mixes:
+  hm-mix:
+    nodes: [{profile: hm-end, count: 2}, {profile: hm-cloud}]
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_network_its_tier_s_node_cannot_hold_is_one_line(tmp_path, monkeypatch):
+    """An emulated cloud node of 150 MB (its profile's memory, the cgroup's limit) cannot
+    hold the cloud's network in a torch process (about 206 MB): the sweep says so in one
+    line once its cluster is open, before any cell or sweep folder (exit 2)."""
+    from profiler.cluster import emulated
+    from tests.conftest import need_binary, need_root
+
+    need_root()
+    for binary in emulated.REQUIRED_BINARIES:
+        need_binary(binary)
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(MEMORY_PROFILES)
+    monkeypatch.setenv("EDGEPROF_PROFILES", str(profiles))
+    emulated.down()  # this instance's own leftovers
+    emulated.up(3, "hm-mix")
+    try:
+        done = subprocess.run(
+            EDGEPROF + ["sweep", "--cluster", "emulated", "--engine", "hier", "--model",
+                        "lenet-mlp", "--devices", "3", "--scheme", "end-cloud", "--out",
+                        str(tmp_path / "out")], capture_output=True, text=True, timeout=90)
+    finally:
+        emulated.down()
+    assert_one_line(done, "--tier-models cloud=lenet-example does not fit the cloud tier's "
+                    "node n2 (150 MB)", "a batch of 32", "smaller network")
+    assert not (tmp_path / "out").exists()
