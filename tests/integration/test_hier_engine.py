@@ -70,6 +70,9 @@ def _consistent(rec) -> None:
     assert rec["hier_completion_s"] > 0
     assert 0 < rec["hier_latency_p50_ms"] <= rec["hier_latency_p95_ms"]
     assert rec["hier_infer_ms_per_image"]["end"] > 0
+    # Table 1's sizes, from the devices' own build of each tier's network.
+    assert rec["hier_params_by_tier"]["end"] == 108996  # lenet-mlp on 4 coarse labels
+    assert rec["hier_weights_mb_by_tier"]["end"] > 108996 * 4 / 1e6
     # The record's validation accuracy: device 0's final coarse answers (the report and
     # compare read it as any cell's).
     assert 0.5 < rec["val_accuracy"] <= 1 and rec["val_accuracy_per_epoch"] == [
@@ -108,6 +111,20 @@ def test_schemes_early_exit_and_end_cloud_and_the_delay(tmp_path):
     assert DELAY_S * 1e3 <= delayed["hier_round_trip_ms_by_link"]["end-cloud"] < 2 * DELAY_S * 1e3
     batches_per_device = TEST_SAMPLES // END_DEVICES // BATCH
     assert delayed["hier_completion_s"] >= batches_per_device * DELAY_S
+
+
+def test_the_privacy_module_on_an_edge_node_between_device_and_cloud(tmp_path):
+    """Zhang's Table 4, second row: the devices send raw images to the edge node, which
+    runs the cloud network's first convolution and sends only its features on; the
+    cloud answers every sample."""
+    rec = _run(tmp_path, privacy="edge")
+    _consistent(rec)
+    sent = rec["hier_bytes_per_sample"]
+    assert 28 * 28 <= sent["end-edge"] < 2 * 28 * 28  # the image and the framing
+    assert sent["edge-cloud"] >= 20 * 24 * 24 * 4  # 20 float32 maps of 24x24
+    assert "end-cloud" not in sent  # no image goes to the cloud
+    assert rec["hier_share"] == {"end": 0.0, "edge": 0.0, "cloud": 1.0}
+    assert rec["hier_fine_accuracy"] > 0.3 and rec["hier_privacy_ms_per_image"] > 0
 
 
 def test_devices_that_fail_with_and_without_a_way_to_survive_it(tmp_path):

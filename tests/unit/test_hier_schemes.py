@@ -113,6 +113,12 @@ def _cell(**params) -> CellConfig:
     ({"scheme": "early-exit", "tiers": "end=4"}, ["early-exit", "no edge or cloud"]),
     ({"tiers": "end=2,edge=1"}, ["--tiers end=2,edge=1", "--devices 4"]),
     ({"privacy": "on", "tier_models": "edge=lenet-mlp"}, ["--privacy on", "convolution"]),
+    ({"privacy": "edge", "scheme": "end-edge", "tiers": "end=2,edge=1,cloud=1"},
+     ["--privacy edge", "not with --scheme end-edge", "--scheme end-cloud"]),
+    ({"privacy": "edge", "scheme": "end-cloud", "tiers": "end=3,cloud=1"},
+     ["--privacy edge needs an edge node and a cloud node"]),
+    ({"privacy": "edge", "scheme": "end-cloud", "tiers": "end=2,edge=1,cloud=1",
+      "tier_models": "cloud=lenet-mlp"}, ["--privacy edge", "convolution"]),
 ])
 def test_a_cell_the_hierarchy_cannot_run_is_refused_in_one_line(params, words):
     with pytest.raises(ConfigError) as caught:
@@ -277,11 +283,15 @@ def test_only_the_tiers_a_scheme_sends_to_serve(tmp_path):
     engine = get_engine("hier")
     nodes = [Node(f"n{i}", address=f"10.0.0.{i}") for i in range(4)]
     tiers = "end=2,edge=1,cloud=1"
-    for scheme, roles in (("end", ["worker", "worker"]),
-                          ("end-edge", ["server", "worker", "worker"]),
-                          ("early-exit", ["server", "server", "worker", "worker"])):
-        specs = engine.plan(_cell(scheme=scheme, tiers=tiers), nodes, tmp_path,
-                            TrainOptions())
+    for scheme, privacy, roles in (("end", "off", ["worker", "worker"]),
+                                   ("end-edge", "off", ["server", "worker", "worker"]),
+                                   ("early-exit", "off", ["server", "server", "worker",
+                                                          "worker"]),
+                                   # the module on the edge node, on the way to the cloud
+                                   ("end-cloud", "edge", ["server", "server", "worker",
+                                                          "worker"])):
+        specs = engine.plan(_cell(scheme=scheme, tiers=tiers, privacy=privacy), nodes,
+                            tmp_path, TrainOptions())
         assert [s.role for s in specs] == roles, scheme
         workers = [s for s in specs if s.role == "worker"]
         assert [(s.node.name, s.env["RANK"], s.decisive) for s in workers] == [
@@ -294,6 +304,9 @@ def test_only_the_tiers_a_scheme_sends_to_serve(tmp_path):
             tier = server.argv[server.argv.index("--tier") + 1]
             assert host == server.node.address
             assert plan["addresses"][f"end-{tier}"] == [f"{host}:{port}"]
+        assert plan["privacy_edge"] == (privacy == "edge")
+        if privacy == "edge":  # the edge node dials the cloud to forward the features
+            assert len(plan["addresses"]["edge-cloud"]) == 1
 
 
 def test_devices_dial_what_the_cluster_gives_for_a_link(tmp_path):

@@ -40,8 +40,12 @@ def test_the_parts_are_hier_cells_each_once():
         ("end", "0"), ("end-cloud", "0"), ("end-cloud", "edge=0.5,cloud=1.0"),
         ("end-edge", "0"), ("end-edge", "edge=0.5,cloud=1.0")]
     table4 = [dict(c.engine_params) for c in _grid("table4").cells]
-    assert sorted((p["tier_delay"], p["privacy"]) for p in table4) == [
-        (f"cloud={s}", on) for s in ("0.5", "1.0", "1.5", "2.0") for on in ("off", "on")]
+    # His two rows, the module on the device (on) and on an edge node (edge), each against
+    # the same cell with it off, straight to the cloud.
+    assert sorted((p["tier_delay"], p["privacy"], p["tiers"]) for p in table4) == [
+        (f"cloud={s}", on, tiers) for s in ("0.5", "1.0", "1.5", "2.0")
+        for on, tiers in (("edge", "end=2,edge=1,cloud=1"), ("off", "end=2,cloud=1"),
+                          ("on", "end=2,cloud=1"))]
     # Table 1 is table2's cells without delay: no cell of its own beside table2.
     table1 = [dict(c.engine_params) for c in _grid("table1").cells]
     assert sorted((p["scheme"], p["tier_delay"]) for p in table1) == [
@@ -219,7 +223,10 @@ def test_table4_overhead_against_the_delay_is_judged():
         records += [_rec(g.TABLE4_TIERS, "end-cloud", delay, privacy="off",
                          hier_latency_p50_ms=base_ms),
                     _rec(g.TABLE4_TIERS, "end-cloud", delay, privacy="on",
-                         hier_latency_p50_ms=base_ms + added_ms)]
+                         hier_latency_p50_ms=base_ms + added_ms),
+                    # on an edge node: a constant 0.2 s, but at 2 s more than at 1.5 s
+                    _rec(g.TABLE4_EDGE_TIERS, "end-cloud", delay, privacy="edge",
+                         hier_latency_p50_ms=base_ms + (400 if seconds == 2.0 else 200))]
     for r in records:
         r["cell_id"] += r["privacy"]
     v = _verdicts(records)
@@ -227,10 +234,21 @@ def test_table4_overhead_against_the_delay_is_judged():
     # A constant 0.3 s a batch: its share falls with the delay as his (0.332 / 0.571).
     verdict, ours = v[("Table 4", "privacy overhead at 1 / 0.5 s delay", config)]
     assert verdict == "within" and ours == pytest.approx((330 / 1020) / (300 / 520))
-    assert v[("Table 4", "privacy overhead falls as the delay grows", "0.5, 1, 1.5, 2 s")] \
-        == ("within", True)
-    assert [m.study for m in STUDY.section(records).matches] == [0.571, 0.332, 0.247, 0.179]
-    assert STUDY.section(records).matches[0].ours == pytest.approx(300 / 520)
+    assert v[("Table 4", "privacy overhead falls as the delay grows",
+              "module on the end device, 0.5, 1, 1.5, 2 s")] == ("within", True)
+    edge = "end-cloud, module on an edge node, end=2,edge=1,cloud=1"
+    verdict, ours = v[("Table 4", "privacy overhead at 1 / 0.5 s delay", edge)]
+    assert verdict == "within" and ours == pytest.approx((200 / 1020) / (200 / 520))  # his 0.62
+    assert v[("Table 4", "privacy overhead falls as the delay grows",
+              "module on an edge node, 0.5, 1, 1.5, 2 s")] == ("outside", False)
+    # at 2 s, 400 ms against the device's 310: his finding missed
+    assert v[("Table 4", "the module costs less on an edge node than on the device",
+              "every delay")] == ("outside", False)
+    matches = STUDY.section(records).matches
+    assert [m.study for m in matches] == [0.571, 0.332, 0.247, 0.179,
+                                          0.440, 0.272, 0.206, 0.159]
+    assert matches[0].ours == pytest.approx(300 / 520)
+    assert matches[4].ours == pytest.approx(200 / 520)
 
 
 def test_missing_cells_leave_rows_out_or_unjudged():

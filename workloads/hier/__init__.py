@@ -36,6 +36,10 @@ class Plan:
     delays: dict[str, float] = field(default_factory=dict)  # tier -> round trip held back, s
     threshold: float = 0.5  # early-exit's softmax entropy (nats) under which a sample exits
     privacy: bool = False
+    # ``--privacy edge`` (Zhang's Table 4, second row): the end device sends its images to
+    # an edge node, which runs the cloud network's first convolution and sends only its
+    # features on to the cloud (the scheme's end-cloud, by way of the edge).
+    privacy_edge: bool = False
     train_samples: int = 2000
     seed: int = 42
     # Failures (``assign``): the last ``fail`` end devices stop after half their batches;

@@ -92,6 +92,8 @@ class EndDevice(Worker):
         self.calibration: dict = {}
         if plan.scheme == "mapping":
             self.target = self._map()
+        if plan.privacy_edge:  # by way of an edge node, which runs the module
+            self.target = ("edge", self.rank % plan.counts["edge"])
         self.link = self._link(self.target) if self.target else None
         if self.link is not None:  # wait here for the upper node (it trains first) and
             # warm its network up, so the stream's first batch does not pay for either
@@ -139,7 +141,10 @@ class EndDevice(Worker):
     def start_fields(self) -> dict:
         return {"hier": {"scheme": self.plan.scheme, "counts": self.plan.counts,
                          "models": self.plan.models, "delays": self.plan.delays,
-                         "threshold": self.plan.threshold, "privacy": self.plan.privacy,
+                         "threshold": self.plan.threshold,
+                         "privacy": self.plan.privacy or self.plan.privacy_edge,
+                         "privacy_at": ("edge" if self.plan.privacy_edge
+                                        else "end" if self.plan.privacy else None),
                          "upper": list(self.target) if self.target else None,
                          "train_s": round(self.train_s, 3),
                          # Table 1's parameters and weights file of each tier's network
@@ -160,6 +165,7 @@ class EndDevice(Worker):
 
         if self.first_conv is None:
             reply, _ = self.link.request({"op": "infer", "kind": "images"}, images)
+            self.privacy_s = reply.get("privacy_s", 0.0)  # --privacy edge: the edge's
             return reply
         upper_model = self.plan.models[self.target[0]]
         t0 = time.perf_counter()

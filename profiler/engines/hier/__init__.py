@@ -11,15 +11,17 @@ trained on the four coarse labels); edge and cloud nodes (``workloads.hier.serve
 servers) answer with the fine label, by the scheme (``--scheme
 end,end-edge,end-cloud,mapping,early-exit``; ``workloads.hier.schemes``).
 ``--exit-threshold`` is early-exit's softmax entropy (nats, 0 to ln of the end network's
-classes: ln 4 = 1.386) under which a device answers
-itself; ``--privacy on`` runs the upper network's first convolution on the device so
-that only features leave it. ``--tier-models edge=M,cloud=M`` names the upper tiers'
-networks (trained on the ten fine labels), ``--tier-delay edge=0.5,cloud=1.0`` the
-seconds each round trip to that tier is held back in the application (as the work set
-its delays; it works on every cluster). Each network is trained before the cell streams
-on ``--max-samples`` training samples (default ``TRAIN_SAMPLES``), cached per (model,
-labels, samples) so a sweep trains it once. The test samples streamed are
-``--val-samples`` (default the whole 10,000).
+classes: ln 4 = 1.386) under which a device answers itself; ``--privacy on`` runs the
+upper network's first convolution on the device so that only features leave it;
+``--privacy edge`` (with ``end-cloud``) runs the cloud network's first convolution on an
+edge node, which the devices send their images to and which sends only features on to
+the cloud (Zhang's Table 4, second row). ``--tier-models edge=M,cloud=M`` names the
+upper tiers' networks (trained on the ten fine labels), ``--tier-delay
+edge=0.5,cloud=1.0`` the seconds each round trip to that tier is held back in the
+application (as the work set its delays; it works on every cluster). Each network is
+trained before the cell streams on ``--max-samples`` training samples (default
+``TRAIN_SAMPLES``), cached per (model, labels, samples) so a sweep trains it once. The
+test samples streamed are ``--val-samples`` (default the whole 10,000).
 
 Links between tiers: a device dials what the cluster's ``link_address`` gives for the
 upper node (``TrainOptions.link_address``, set by the launcher): on a cluster whose links
@@ -69,8 +71,9 @@ class HierEngine(_TorchEngine):
                      "early-exit's softmax entropy threshold, nats"),
         EngineOption("privacy", "off", settings.parse_privacy,
                      "on: the upper tier's first convolution runs on the end device and "
-                     "only its features leave it (hier).", "str",
-                     "the privacy module: off or on"),
+                     "only its features leave it; edge (with --scheme end-cloud): the "
+                     "cloud's first convolution runs on an edge node, between (hier).", "str",
+                     "the privacy module: off, on (the end device) or edge"),
         EngineOption("tiers", settings.AUTO, settings.parse_tiers,
                      "Nodes per tier laid over the cell's nodes in order when they have "
                      "no tier of their own (hier): auto, or e.g. end=4,edge=2,cloud=1; "
@@ -121,6 +124,8 @@ class HierEngine(_TorchEngine):
             parts.append(f"thr={rec.get('exit_threshold')}")
         if rec.get("privacy") == "on":
             parts.append("privacy")
+        elif rec.get("privacy") == "edge":
+            parts.append("privacy at edge")
         if stages and (rec.get("tiers") or settings.AUTO) != settings.AUTO:
             parts.append(str(rec["tiers"]))
         if str(rec.get("tier_delay") or "0") != "0":
@@ -157,13 +162,16 @@ class HierEngine(_TorchEngine):
                 raise ConfigError(f"--tier-models {tier}={models[tier]} takes colour images, "
                                   "Fashion-MNIST is grey: give one of "
                                   f"{', '.join(DIGIT_MODELS)}")
-        if cell.param("privacy") == "on":
+        privacy = cell.param("privacy") or "off"
+        if privacy == "edge":
+            check_privacy_edge(counts, cell.param("scheme") or "end-edge")
+        if privacy != "off":
             from workloads.hier.nets import first_conv_problem
 
-            for tier in ("edge", "cloud"):
+            for tier in ("edge", "cloud") if privacy == "on" else ("cloud",):
                 problem = counts[tier] and first_conv_problem(models[tier])
                 if problem:
-                    raise ConfigError(f"--privacy on: {problem}")
+                    raise ConfigError(f"--privacy {privacy}: {problem}")
 
     def nodes_needed(self, cell: CellConfig) -> int:
         return cell.devices
@@ -204,14 +212,16 @@ class HierEngine(_TorchEngine):
         by_tier = assign_tiers(nodes, cell.param("tiers") or settings.AUTO)
         scheme = cell.param("scheme") or "end-edge"
         check_tiers({t: len(n) for t, n in by_tier.items()}, scheme)
-        ports = {node.name: free_port() for tier in schemes.USES[scheme] for node in by_tier[tier]}
+        privacy_edge = cell.param("privacy") == "edge"
+        used = ("edge", "cloud") if privacy_edge else schemes.USES[scheme]
+        ports = {node.name: free_port() for tier in used for node in by_tier[tier]}
         plan = Plan(scheme=scheme, counts={t: len(n) for t, n in by_tier.items()},
                     models=settings.tier_models(cell.param("tier_models")
                                                 or settings.DEFAULT_MODELS, cell.model),
-                    addresses=addresses(by_tier, ports, options, schemes.USES[scheme]),
+                    addresses=addresses(by_tier, ports, options, used),
                     delays=settings.delays(str(cell.param("tier_delay") or "0")),
                     threshold=settings.threshold(cell.param("exit_threshold")),
-                    privacy=cell.param("privacy") == "on",
+                    privacy=cell.param("privacy") == "on", privacy_edge=privacy_edge,
                     train_samples=cell.max_samples or TRAIN_SAMPLES, seed=options.seed,
                     n_map=cell.param("map_devices") or settings.MAP_EQ4)
         recovery = cell.param("recovery") or settings.RECOVERY_OFF
@@ -225,7 +235,7 @@ class HierEngine(_TorchEngine):
                   "PYTHONUNBUFFERED": "1"}
         specs = []
         # Only the tiers the scheme sends to serve (an idle node trains no network).
-        for tier in schemes.USES[scheme]:
+        for tier in used:
             for index, node in enumerate(by_tier[tier]):
                 argv = [sys.executable, "-m", "workloads.hier.serve", "--tier", tier,
                         "--index", str(index), "--host", node.address,
@@ -288,6 +298,18 @@ def check_failures(fail: int, recovery: str, end_devices: int) -> None:
                           f"{end_devices} end devices can have (end device 0 assigns the "
                           f"batches and stays): give --fail-devices {end_devices - 1} or "
                           "fewer, or more end devices")
+
+
+def check_privacy_edge(counts: dict[str, int], scheme: str) -> None:
+    """Refuse (one line) ``--privacy edge`` where the edge cannot stand between the end
+    devices and the cloud."""
+    if scheme != settings.PRIVACY_EDGE_SCHEME:
+        raise ConfigError(f"--privacy edge runs the cloud's first convolution on an edge node "
+                          f"on the way to the cloud, not with --scheme {scheme}: give --scheme "
+                          f"{settings.PRIVACY_EDGE_SCHEME} (or --privacy on)")
+    if not (counts.get("edge") and counts.get("cloud")):
+        raise ConfigError("--privacy edge needs an edge node and a cloud node: give --tiers "
+                          "with edge=1 and cloud=1 or more (e.g. end=2,edge=1,cloud=1)")
 
 
 def check_tiers(counts: dict[str, int], scheme: str) -> None:

@@ -18,7 +18,8 @@ from ...option_lists import parse_choice_list, parse_float_list
 UPPER = ("edge", "cloud")
 DEFAULT_MODELS = "edge=lenet-cnn,cloud=lenet-example"
 AUTO = "auto"
-PRIVACY = ("off", "on")
+PRIVACY = ("off", "on", "edge")  # edge: the module on an edge node (Plan.privacy_edge)
+PRIVACY_EDGE_SCHEME = "end-cloud"  # the only scheme --privacy edge goes with
 
 
 def pairs(text: str, option: str, tiers: tuple[str, ...], example: str) -> dict[str, str]:

@@ -14,8 +14,9 @@ nodes, each a process of one thread:
   cloud 1 s.
 - ``table4``: the privacy module's overhead against the cloud's delay: 2 end devices
   and a cloud, End-Cloud with the module off and on (the first convolution of the
-  cloud's network on the device) at his 0.5, 1, 1.5 and 2 s. His second row, the data
-  encrypted on an edge device, is not run (the engine runs the module on end devices).
+  cloud's network on the device) at his 0.5, 1, 1.5 and 2 s; his second row, the module
+  on an edge device: an edge node between them (``--privacy edge``: the devices send
+  it their images, it sends the features on), against the same cells with it off.
 - ``table5``: completion time against failed end devices: 4 end devices and a cloud,
   End-Cloud with the cloud's delay at 0.5 s (a batch then takes about as long as his
   did); ``reassign`` and ``monitor`` at 0..3 failed devices (``--failed``), ``none``
@@ -61,6 +62,10 @@ TABLE2_TIERS = "end=2,edge=1,cloud=1"
 TABLE1_SCHEMES = {"end": "end", "edge": "end-edge", "cloud": "end-cloud"}
 TABLE4_TIERS = "end=2,cloud=1"
 TABLE4_DELAYS_S = (0.5, 1.0, 1.5, 2.0)  # his
+# His second row: the module on an edge node, on the way to the cloud (no delay to it).
+TABLE4_EDGE_TIERS = "end=2,edge=1,cloud=1"
+# Where the module runs -> (its cells' tiers, its --privacy)
+TABLE4_ROWS = {"end": (TABLE4_TIERS, "on"), "edge": (TABLE4_EDGE_TIERS, "edge")}
 TABLE5_END = 4
 TABLE5_TIERS = f"end={TABLE5_END},cloud=1"
 TABLE5_DELAY = "cloud=0.5"
@@ -140,8 +145,9 @@ def settings(parts: tuple[str, ...], end_devices: tuple[int, ...] = END_DEVICES,
                 found.append(_params(TABLE2_TIERS, scheme, delay))
     if "table4" in parts:
         for seconds in TABLE4_DELAYS_S:
-            for privacy in ("off", "on"):
-                found.append(_params(TABLE4_TIERS, "end-cloud", table4_delay(seconds),
+            found.append(_params(TABLE4_TIERS, "end-cloud", table4_delay(seconds)))
+            for tiers, privacy in TABLE4_ROWS.values():
+                found.append(_params(tiers, "end-cloud", table4_delay(seconds),
                                      privacy=privacy))
     if "table5" in parts:
         for recovery in RECOVERIES:

@@ -216,14 +216,16 @@ def _table2(found: _Found, ref: dict) -> list[Ratio]:
     return rows
 
 
-def overheads(found: _Found) -> dict[float, tuple[float | None, tuple]]:
+def overheads(found: _Found, at: str = "end") -> dict[float, tuple[float | None, tuple]]:
     """Table 4: per cloud delay, the share of a batch's processing time the privacy
-    module adds (its cells on over off, each the median sample's latency), and the
+    module adds when it runs ``at`` the end device or an edge node (its cells over the
+    cell with it off, straight to the cloud; each the median sample's latency), and the
     cells."""
     out = {}
+    tiers, privacy = g.TABLE4_ROWS[at]
     for seconds in g.TABLE4_DELAYS_S:
         delay = g.table4_delay(seconds)
-        on = found.get(g.TABLE4_TIERS, "end-cloud", delay, privacy="on")
+        on = found.get(tiers, "end-cloud", delay, privacy=privacy)
         off = found.get(g.TABLE4_TIERS, "end-cloud", delay)
         if on or off:
             ratio = _div(_per_image_ms(on), _per_image_ms(off))
@@ -233,28 +235,36 @@ def overheads(found: _Found) -> dict[float, tuple[float | None, tuple]]:
 
 def _table4(found: _Found, ref: dict) -> list[Ratio]:
     table = ref["table4"]
-    his = dict(zip(table["delay_s"], table["end_overhead"]))
-    ours = overheads(found)
-    base = g.TABLE4_DELAYS_S[0]
     rows = []
-    if base not in ours:
-        return rows
-    for seconds, (overhead, cells) in ours.items():
-        if seconds == base:
+    for at, where in (("end", "the end device"), ("edge", "an edge node")):
+        his = dict(zip(table["delay_s"], table[f"{at}_overhead"]))
+        ours = overheads(found, at)
+        base = g.TABLE4_DELAYS_S[0]
+        if base not in ours:
             continue
-        rows.append(Ratio("Table 4", f"privacy overhead at {seconds:g} / {base:g} s delay",
-                          f"end-cloud, module on the end device, {g.TABLE4_TIERS}",
-                          his[seconds] / his[base], _div(overhead, ours[base][0]), SHAPE,
-                          cells=(*cells, *ours[base][1]),
-                          note=f"ours {_percent(overhead)} against "
-                               f"{_percent(ours[base][0])}; his {his[seconds]:.1%} "
-                               f"against {his[base]:.1%}"))
-    series = [ours[s][0] for s in g.TABLE4_DELAYS_S if s in ours]
-    if len(series) > 1 and None not in series:
-        rows.append(Ratio("Table 4", "privacy overhead falls as the delay grows",
-                          f"{', '.join(f'{s:g}' for s in ours)} s", True,
-                          all(b < a for a, b in zip(series, series[1:])), 1.0,
-                          note=" -> ".join(_percent(v) for v in series)))
+        config = f"end-cloud, module on {where}, {g.TABLE4_ROWS[at][0]}"
+        for seconds, (overhead, cells) in ours.items():
+            if seconds == base:
+                continue
+            rows.append(Ratio("Table 4", f"privacy overhead at {seconds:g} / {base:g} s delay",
+                              config, his[seconds] / his[base], _div(overhead, ours[base][0]),
+                              SHAPE, cells=(*cells, *ours[base][1]),
+                              note=f"ours {_percent(overhead)} against "
+                                   f"{_percent(ours[base][0])}; his {his[seconds]:.1%} "
+                                   f"against {his[base]:.1%}"))
+        series = [ours[s][0] for s in g.TABLE4_DELAYS_S if s in ours]
+        if len(series) > 1 and None not in series:
+            rows.append(Ratio("Table 4", "privacy overhead falls as the delay grows",
+                              f"module on {where}, {', '.join(f'{s:g}' for s in ours)} s", True,
+                              all(b < a for a, b in zip(series, series[1:])), 1.0,
+                              note=" -> ".join(_percent(v) for v in series)))
+    end, edge = overheads(found, "end"), overheads(found, "edge")
+    pairs = [(end[s][0], edge[s][0]) for s in g.TABLE4_DELAYS_S if s in end and s in edge]
+    if pairs and all(None not in pair for pair in pairs):
+        rows.append(Ratio("Table 4", "the module costs less on an edge node than on the device",
+                          "every delay", True, all(e < d for d, e in pairs), 1.0,
+                          note="edge " + ", ".join(_percent(e) for _, e in pairs) + "; device "
+                               + ", ".join(_percent(d) for d, _ in pairs)))
     return rows
 
 
@@ -388,10 +398,12 @@ def matches(records: list[dict], reference: dict | None = None) -> list[Match]:
                                  _per_image_ms(r), table[scheme][key], True,
                                  "other networks and data"))
     table4 = ref["table4"]
-    for seconds, (overhead, (on, off)) in overheads(found).items():
-        if on:
-            his = table4["end_overhead"][table4["delay_s"].index(seconds)]
-            out.append(Match("Table 4", on["cell_id"], f"end-cloud, cloud delay {seconds:g} s",
-                             "privacy overhead", overhead, his, True,
-                             "module on the end device; other networks and data"))
+    for at, where in (("end", "the end device"), ("edge", "an edge node")):
+        for seconds, (overhead, (on, off)) in overheads(found, at).items():
+            if on:
+                his = table4[f"{at}_overhead"][table4["delay_s"].index(seconds)]
+                out.append(Match("Table 4", on["cell_id"],
+                                 f"end-cloud, cloud delay {seconds:g} s", "privacy overhead",
+                                 overhead, his, True,
+                                 f"module on {where}; other networks and data"))
     return out
