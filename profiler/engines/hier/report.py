@@ -34,7 +34,7 @@ TABLE = [("completion s", "hier_completion_s", None),
          ("N_map eq. 4", "hier_n_map_eq4", None),
          ("cloud share eq. 5", "hier_cloud_share_predicted", None),
          ("cloud share", "hier_cloud_share", None)]
-NOTE = ("Each finished hierarchical cell (hier; docs/hierarchy.md): the whole test set's "
+NOTE = ("Each finished hierarchical cell (hier; docs/tiers.md): the whole test set's "
         "completion, a sample's latency, each tier's time in its network per image, the "
         "share of samples each tier answered, coarse and fine accuracy at each exit and "
         "overall, the bytes per sample on each link, each device link's round trip with "

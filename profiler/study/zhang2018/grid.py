@@ -3,7 +3,7 @@ table or figure (``PARTS``), scaled to a 2-core host.
 
 Zhang ran 8 end devices, 4 edge devices and a cloud over CIFAR-100's 10,000 test images
 in batches of 50. Here every cell is the ``hier`` engine on Fashion-MNIST (its coarse
-and fine labels, docs/hierarchy.md) with the engine's LeNets, batches of 50, and fewer
+and fine labels, docs/tiers.md) with the engine's LeNets, batches of 50, and fewer
 nodes, each a process of one thread:
 
 - ``table1``: per tier and its network, the inference time per image, coarse and fine

@@ -9,7 +9,7 @@ study`` within [1/band, band]):
 - ``TABLE`` (1.25): Table 2's delay added per image over the delay per image (his 0.99
   and 1.01: the delay is paid once a batch, whatever the network), and Figure 3's
   "minor difference" of Mapping from End-Edge. One run of each; the delay itself is
-  held to 1-2% (docs/hierarchy.md), the rest is the host's noise on a few seconds.
+  held to 1-2% (docs/tiers.md), the rest is the host's noise on a few seconds.
 - ``SHAPE`` (1.5): Table 4's privacy overhead at a delay over at 0.5 s (his single
   runs; ours a difference of two medians of a few batches), and Table 5's completion
   at k failed devices over none failed. His are averages of five runs on 8 devices;
@@ -27,7 +27,7 @@ study`` within [1/band, band]):
 
 Table 2's with-delay / without-delay ratio is shown and judged as well, and is expected
 outside: his networks took 6-7 ms an image, ours about 0.1-0.6, so the same delay
-multiplies our time far more than his (docs/hierarchy.md, "The zhang2018 study").
+multiplies our time far more than his (docs/tiers.md, "The zhang2018 study").
 """
 
 from __future__ import annotations
