@@ -403,7 +403,7 @@ def matches(records: list[dict], reference: dict | None = None) -> list[Match]:
             if on:
                 his = table4[f"{at}_overhead"][table4["delay_s"].index(seconds)]
                 out.append(Match("Table 4", on["cell_id"],
-                                 f"end-cloud, cloud delay {seconds:g} s", "privacy overhead",
-                                 overhead, his, True,
-                                 f"module on {where}; other networks and data"))
+                                 f"end-cloud, module on {where}, cloud delay {seconds:g} s",
+                                 "privacy overhead", overhead, his, True,
+                                 "other networks and data"))
     return out
