@@ -84,9 +84,10 @@ class Zhang2018(Study):
                   "over another of the same part) and yes/no findings, where the networks' "
                   "speed and the data cancel",
             bands="Bands: x/÷1.25 for Table 2's delay per image and Figure 3's Mapping "
-                  "against End-Edge, x/÷1.5 for Table 5's times against no failure (his "
-                  "five runs, our one, 4 end devices for his 8), x/÷1.1 for accuracy; "
-                  "yes/no rows must agree (docs/tiers.md).",
+                  "against End-Edge, x/÷1.5 for Table 4's overhead against the delay and "
+                  "Table 5's times against no failure (his five runs, our one, 4 end "
+                  "devices for his 8), x/÷1.1 for accuracy (Table 1's tiers, DDNN's "
+                  "exits); yes/no rows must agree (docs/tiers.md).",
             ratios=reproduce(records), matches=matches(records),
             hardware=load_reference()["hardware"],
             no_match="No cell matches Tables 1, 2 or 4 (run --parts table1,table2,table4).")
