@@ -155,6 +155,12 @@ def test_a_network_its_node_cannot_hold_is_refused_in_one_line():
         engine.check_nodes(cell, [Node("n0", memory_mb=100)] + roomy[1:])
     # a tier the scheme does not send to runs no network: its node is not checked
     engine.check_nodes(_cell(scheme="end", tiers="end=3,cloud=1"), small)
+    # --privacy edge: the edge node holds the cloud's network (its first convolution)
+    edge_cell = _cell(scheme="end-cloud", tiers="end=2,edge=1,cloud=1", privacy="edge")
+    tight_edge = roomy[:2] + [Node("n2", memory_mb=int(need) - 1), roomy[3]]
+    with pytest.raises(ConfigError, match=r"--tier-models cloud=lenet-example \(--privacy "
+                       r"edge runs it on the edge\) does not fit the edge tier"):
+        engine.check_nodes(edge_cell, tight_edge)
 
 
 def test_mapping_n_map_is_given_or_eq_4_and_both_are_recorded(tmp_path):

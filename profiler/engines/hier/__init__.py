@@ -183,10 +183,15 @@ class HierEngine(_TorchEngine):
         then."""
         by_tier = assign_tiers(nodes[:self.nodes_needed(cell)],
                                cell.param("tiers") or settings.AUTO)
-        scheme = cell.param("scheme") or "end-edge"
         models = settings.tier_models(cell.param("tier_models") or settings.DEFAULT_MODELS,
                                       cell.model)
-        for tier in ("end", *schemes.USES[scheme]):
+        # The option that names each tier's network, as the line will say it.
+        given = {tier: f"--tier-models {tier}={model}" for tier, model in models.items()}
+        given["end"] = f"--model {models['end']}"
+        if cell.param("privacy") == "edge":  # the edge node holds the cloud's network
+            models["edge"] = models["cloud"]
+            given["edge"] = f"{given['cloud']} (--privacy edge runs it on the edge)"
+        for tier in ("end", *served(cell)):
             limited = [n for n in by_tier[tier] if n.memory_mb]
             if not limited:
                 continue
@@ -197,14 +202,12 @@ class HierEngine(_TorchEngine):
                                                           cell.batch)
             node = min(limited, key=lambda n: n.memory_mb)
             if need > node.memory_mb:
-                given = "--model " if tier == "end" else f"--tier-models {tier}="
                 raise ConfigError(
-                    f"{given}{models[tier]} does not fit the "
-                    f"{tier} tier's node {node.name} ({node.memory_mb} MB): it needs about "
-                    f"{need:.0f} MB (a torch process, {weights:.1f} MB of weights, "
-                    f"{activations:.1f} MB of activations for a batch of {cell.batch}): give "
-                    f"the {tier} tier a smaller network, a node profile with more memory, or "
-                    "a smaller --batch")
+                    f"{given[tier]} does not fit the {tier} tier's node {node.name} "
+                    f"({node.memory_mb} MB): it needs about {need:.0f} MB (a torch process, "
+                    f"{weights:.1f} MB of weights, {activations:.1f} MB of activations for a "
+                    f"batch of {cell.batch}): give the {tier} tier a smaller network, a node "
+                    "profile with more memory, or a smaller --batch")
 
     def plan(self, cell: CellConfig, nodes: list[Node], cell_dir: Path,
              options: TrainOptions) -> list[ProcessSpec]:
@@ -213,7 +216,7 @@ class HierEngine(_TorchEngine):
         scheme = cell.param("scheme") or "end-edge"
         check_tiers({t: len(n) for t, n in by_tier.items()}, scheme)
         privacy_edge = cell.param("privacy") == "edge"
-        used = ("edge", "cloud") if privacy_edge else schemes.USES[scheme]
+        used = served(cell)
         ports = {node.name: free_port() for tier in used for node in by_tier[tier]}
         plan = Plan(scheme=scheme, counts={t: len(n) for t, n in by_tier.items()},
                     models=settings.tier_models(cell.param("tier_models")
@@ -298,6 +301,14 @@ def check_failures(fail: int, recovery: str, end_devices: int) -> None:
                           f"{end_devices} end devices can have (end device 0 assigns the "
                           f"batches and stays): give --fail-devices {end_devices - 1} or "
                           "fewer, or more end devices")
+
+
+def served(cell: CellConfig) -> tuple[str, ...]:
+    """The upper tiers whose nodes run a server in ``cell``: those its scheme sends to,
+    and under ``--privacy edge`` the edge node on the way to the cloud as well."""
+    if cell.param("privacy") == "edge":
+        return ("edge", "cloud")
+    return schemes.USES[cell.param("scheme") or "end-edge"]
 
 
 def check_privacy_edge(counts: dict[str, int], scheme: str) -> None:
