@@ -5,7 +5,7 @@ delay and a rate). ``tc`` cannot delay here (no ``netem``), so the emulated clus
 one delaying relay (``relay.py``) on the host while it is up: ``start_relay`` when the
 cluster comes up, ``stop_relay`` when it goes down (also after a crash: the pid file is
 found on disk). ``route`` asks the relay for the port that reaches an address over a
-link; ``EmulatedCluster.link_address`` is what engines call (docs/hierarchy.md, "Links").
+link; ``EmulatedCluster.link_address`` is what engines call (docs/tiers.md, "Links").
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ Tiers: a profile may say which tier of a hierarchy its board is (``tier: end``, 
 or ``cloud``, as in Teerapittayanon et al.'s DDNN and Zhang's heterogeneous DDNN); a mix
 of tiered profiles may say what links its tiers (``links: {end-edge: {mbit: 20,
 delay_ms: 250}}``: ``TierLink``), which the emulated cluster applies with a delaying
-relay (``profiler.cluster.links``, docs/hierarchy.md).
+relay (``profiler.cluster.links``, docs/tiers.md).
 """
 
 from __future__ import annotations

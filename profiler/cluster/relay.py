@@ -46,7 +46,7 @@ QUEUE_S = 0.05
 MIN_QUEUE_BYTES = 64 * 1024
 # Without a rate the nodes' own links limit what arrives, and this what is held: a
 # connection then carries at most 16 MB per one-way delay (537 Mbit at 250 ms), more
-# than a real TCP window would let through such a link (docs/hierarchy.md).
+# than a real TCP window would let through such a link (docs/tiers.md).
 UNLIMITED_HOLD_BYTES = 16 << 20
 
 

@@ -239,6 +239,11 @@ class Engine:
     def check_cell(self, cell: CellConfig) -> None:
         """Refuse (``ConfigError``, one line) a cell this engine cannot run."""
 
+    def check_nodes(self, cell: CellConfig, nodes: Sequence[Node]) -> None:
+        """Refuse (``ConfigError``, one line) a cell its nodes cannot hold (a network
+        bigger than a node's memory): the sweep asks once its cluster is open, before
+        its first cell, and stops with that line (exit 2)."""
+
     @property
     def models(self) -> tuple[str, ...]:
         """The models this engine trains: those with a builder in its framework (a

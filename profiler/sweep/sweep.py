@@ -120,20 +120,21 @@ def run_sweep(settings: SweepSettings, *, progress: bool = True,
 def _run_sweep(settings: SweepSettings, stop: StopRequest, progress: bool,
                on_record: Callable[[dict], None] | None,
                on_start: Callable[[Path], None] | None) -> SweepOutcome:
-    sweep_id, sweep_dir = prepare_sweep_dir(settings)
     engines = {name: get_engine(name) for name in sorted({c.engine for c in settings.cells})}
-    # The agents' columns are in the table of a sweep that runs them.
-    store = ResultsStore(sweep_dir, monitored=bool(settings.interval_s))
-    done = store.finished_ids() if settings.resume else set()
-    previous = store.latest()
-    inputs_dir = stage(settings.user_files, sweep_dir) if settings.user_files else None
-    options = TrainOptions(data_dir=settings.data_dir,
-                           threads_per_process=settings.threads_per_process,
-                           seed=settings.seed, val_samples=settings.val_samples,
-                           breakdown=settings.breakdown, inputs_dir=inputs_dir)
-
     with settings.cluster.open(grid_needs(settings.cells,
                                            settings.interval_s is not None)) as cluster:
+        # Before the sweep folder is made: a refused cell leaves no sweep behind.
+        _check_nodes(settings.cells, engines, cluster)
+        sweep_id, sweep_dir = prepare_sweep_dir(settings)
+        # The agents' columns are in the table of a sweep that runs them.
+        store = ResultsStore(sweep_dir, monitored=bool(settings.interval_s))
+        done = store.finished_ids() if settings.resume else set()
+        previous = store.latest()
+        inputs_dir = stage(settings.user_files, sweep_dir) if settings.user_files else None
+        options = TrainOptions(data_dir=settings.data_dir,
+                               threads_per_process=settings.threads_per_process,
+                               seed=settings.seed, val_samples=settings.val_samples,
+                               breakdown=settings.breakdown, inputs_dir=inputs_dir)
         if on_start is not None:
             on_start(sweep_dir)
         run = SweepRun(settings, cluster, engines, sweep_id, sweep_dir, options, store,
@@ -143,6 +144,18 @@ def _run_sweep(settings: SweepSettings, stop: StopRequest, progress: bool,
     skipped = sum(cell.cell_id in done for cell in settings.cells)
     return SweepOutcome(sweep_id, sweep_dir, records, skipped=skipped,
                         held_back=run.held_back, held_reason=run.held_reason)
+
+
+def _check_nodes(cells: list[CellConfig], engines: dict[str, Engine], cluster: Cluster) -> None:
+    """Each cell against the nodes it will be placed on (``Engine.check_nodes``: a
+    network bigger than a node's memory), once the cluster is open and before the first
+    cell runs: a bad cell ends the sweep in one line (exit 2), not as a failed cell."""
+    nodes = cluster.nodes()
+    for cell in cells:
+        engine = engines[cell.engine]
+        needed = engine.nodes_needed(cell)
+        if len(nodes) >= needed:  # fewer: the cell's placement says so
+            engine.check_nodes(cell, nodes[:needed])
 
 
 @dataclass

@@ -70,6 +70,9 @@ def _consistent(rec) -> None:
     assert rec["hier_completion_s"] > 0
     assert 0 < rec["hier_latency_p50_ms"] <= rec["hier_latency_p95_ms"]
     assert rec["hier_infer_ms_per_image"]["end"] > 0
+    # Table 1's sizes, from the devices' own build of each tier's network.
+    assert rec["hier_params_by_tier"]["end"] == 108996  # lenet-mlp on 4 coarse labels
+    assert rec["hier_weights_mb_by_tier"]["end"] > 108996 * 4 / 1e6
     # The record's validation accuracy: device 0's final coarse answers (the report and
     # compare read it as any cell's).
     assert 0.5 < rec["val_accuracy"] <= 1 and rec["val_accuracy_per_epoch"] == [
@@ -110,6 +113,20 @@ def test_schemes_early_exit_and_end_cloud_and_the_delay(tmp_path):
     assert delayed["hier_completion_s"] >= batches_per_device * DELAY_S
 
 
+def test_the_privacy_module_on_an_edge_node_between_device_and_cloud(tmp_path):
+    """Zhang's Table 4, second row: the devices send raw images to the edge node, which
+    runs the cloud network's first convolution and sends only its features on; the
+    cloud answers every sample."""
+    rec = _run(tmp_path, privacy="edge")
+    _consistent(rec)
+    sent = rec["hier_bytes_per_sample"]
+    assert 28 * 28 <= sent["end-edge"] < 2 * 28 * 28  # the image and the framing
+    assert sent["edge-cloud"] >= 20 * 24 * 24 * 4  # 20 float32 maps of 24x24
+    assert "end-cloud" not in sent  # no image goes to the cloud
+    assert rec["hier_share"] == {"end": 0.0, "edge": 0.0, "cloud": 1.0}
+    assert rec["hier_fine_accuracy"] > 0.3 and rec["hier_privacy_ms_per_image"] > 0
+
+
 def test_devices_that_fail_with_and_without_a_way_to_survive_it(tmp_path):
     """Zhang's Table 5 in small: 4 end devices, the last fails after half its batches.
     Monitoring hands its other batches to the others and the job finishes; with no
@@ -127,7 +144,8 @@ def test_devices_that_fail_with_and_without_a_way_to_survive_it(tmp_path):
 
 @pytest.mark.parametrize("args, words", [
     (["--scheme", "end-edge", "--tiers", "end=3,cloud=1"], ["end-edge", "edge tier"]),
-    (["--scheme", "early-exit", "--exit-threshold", "1.5"], ["--exit-threshold", "0-1"]),
+    (["--scheme", "early-exit", "--exit-threshold", "1.5"],
+     ["--exit-threshold 1.5", "0-ln(4) = 1.386", "nats"]),
     (["--model", "resnet"], ["resnet", "hier"]),
     (["--scheme", "end", "--tiers", "end=2,cloud=2", "--fail-devices", "2", "--recovery",
       "monitor"], ["more failures", "--fail-devices 1"]),
@@ -137,3 +155,41 @@ def test_bad_hierarchies_are_one_line(tmp_path, args, words):
             "--cluster", "local", "--out", str(tmp_path / "out"), *args]
     done = subprocess.run(EDGEPROF + argv, capture_output=True, text=True, timeout=120)
     assert_one_line(done, *words)
+
+
+MEMORY_PROFILES = """\
+profiles:
+  hm-end: {link_mbit: 100, memory_mb: 512, cpu_cores: 0.5, tier: end}
+  hm-cloud: {link_mbit: 1000, memory_mb: 150, cpu_cores: 0.5, tier: cloud}
+mixes:
+  hm-mix:
+    nodes: [{profile: hm-end, count: 2}, {profile: hm-cloud}]
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_network_its_tier_s_node_cannot_hold_is_one_line(tmp_path, monkeypatch):
+    """An emulated cloud node of 150 MB (its profile's memory, the cgroup's limit) cannot
+    hold the cloud's network in a torch process (about 206 MB): the sweep says so in one
+    line once its cluster is open, before any cell or sweep folder (exit 2)."""
+    from profiler.cluster import emulated
+    from tests.conftest import need_binary, need_root
+
+    need_root()
+    for binary in emulated.REQUIRED_BINARIES:
+        need_binary(binary)
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(MEMORY_PROFILES)
+    monkeypatch.setenv("EDGEPROF_PROFILES", str(profiles))
+    emulated.down()  # this instance's own leftovers
+    emulated.up(3, "hm-mix")
+    try:
+        done = subprocess.run(
+            EDGEPROF + ["sweep", "--cluster", "emulated", "--engine", "hier", "--model",
+                        "lenet-mlp", "--devices", "3", "--scheme", "end-cloud", "--out",
+                        str(tmp_path / "out")], capture_output=True, text=True, timeout=90)
+    finally:
+        emulated.down()
+    assert_one_line(done, "--tier-models cloud=lenet-example does not fit the cloud tier's "
+                    "node n2 (150 MB)", "a batch of 32", "smaller network")
+    assert not (tmp_path / "out").exists()

@@ -21,7 +21,7 @@ from profiler.engines.hier.columns import columns
 from profiler.cluster.base import Node
 from profiler.errors import ConfigError
 from profiler.report.record_check import record_problem
-from workloads.hier import labels, schemes, wire
+from workloads.hier import labels, nets, schemes, wire
 
 
 def test_the_coarse_labels_group_fashion_mnist_as_the_issue_says():
@@ -61,17 +61,21 @@ def test_the_other_schemes_go_round_the_tier_in_order():
     assert schemes.upper("early-exit", 1, {"end": 2, "edge": 0, "cloud": 1}) == ("cloud", 0)
 
 
-def test_a_sample_exits_when_its_normalized_entropy_is_under_the_threshold():
+def test_a_sample_exits_when_its_entropy_in_nats_is_under_the_threshold():
     certain, uniform = [1.0, 0.0, 0.0, 0.0], [0.25] * 4
     middling = [0.7, 0.1, 0.1, 0.1]
     probs = np.array([certain, uniform, middling])
-    entropy = schemes.normalized_entropy(probs)
-    assert entropy[0] == pytest.approx(0, abs=1e-9) and entropy[1] == pytest.approx(1)
-    expected = -(0.7 * math.log(0.7) + 3 * 0.1 * math.log(0.1)) / math.log(4)
+    entropy = schemes.entropy(probs)
+    # The issue's threshold: the softmax's entropy in nats, 0 (certain) to ln(4) (uniform).
+    assert entropy[0] == pytest.approx(0, abs=1e-9) and entropy[1] == pytest.approx(math.log(4))
+    assert settings.max_threshold_nats() == pytest.approx(math.log(4))
+    expected = -(0.7 * math.log(0.7) + 3 * 0.1 * math.log(0.1))
     assert entropy[2] == pytest.approx(expected)
     assert list(schemes.exits(probs, 0.0)) == [False, False, False]
+    assert list(schemes.exits(probs, expected - 1e-6)) == [True, False, False]
     assert list(schemes.exits(probs, expected + 1e-6)) == [True, False, True]
-    assert list(schemes.exits(probs, 1.0)) == [True, False, True]
+    assert list(schemes.exits(probs, math.log(4))) == [True, False, True]
+    assert settings.parse_thresholds("0,1.386") == [0.0, 1.386]
 
 
 def test_tiers_come_from_the_nodes_or_the_option_in_order():
@@ -109,6 +113,12 @@ def _cell(**params) -> CellConfig:
     ({"scheme": "early-exit", "tiers": "end=4"}, ["early-exit", "no edge or cloud"]),
     ({"tiers": "end=2,edge=1"}, ["--tiers end=2,edge=1", "--devices 4"]),
     ({"privacy": "on", "tier_models": "edge=lenet-mlp"}, ["--privacy on", "convolution"]),
+    ({"privacy": "edge", "scheme": "end-edge", "tiers": "end=2,edge=1,cloud=1"},
+     ["--privacy edge", "not with --scheme end-edge", "--scheme end-cloud"]),
+    ({"privacy": "edge", "scheme": "end-cloud", "tiers": "end=3,cloud=1"},
+     ["--privacy edge needs an edge node and a cloud node"]),
+    ({"privacy": "edge", "scheme": "end-cloud", "tiers": "end=2,edge=1,cloud=1",
+      "tier_models": "cloud=lenet-mlp"}, ["--privacy edge", "convolution"]),
 ])
 def test_a_cell_the_hierarchy_cannot_run_is_refused_in_one_line(params, words):
     with pytest.raises(ConfigError) as caught:
@@ -117,9 +127,66 @@ def test_a_cell_the_hierarchy_cannot_run_is_refused_in_one_line(params, words):
     assert "\n" not in message and all(w in message for w in words), message
 
 
+def test_a_network_its_node_cannot_hold_is_refused_in_one_line():
+    """The node profile's memory against the tier's network: a torch process, its weights
+    and a batch's activations (nets.memory_needed_mb); nodes without a limit pass."""
+    from workloads.hier.nets import TORCH_PROCESS_MB, memory_needed_mb
+
+    engine = get_engine("hier")
+    cell = _cell(scheme="end-cloud", tiers="end=3,cloud=1")
+    need, weights, activations = memory_needed_mb("lenet-example", "fine", 50)
+    assert need == TORCH_PROCESS_MB + weights + activations
+    assert weights == pytest.approx(431080 * 4 / 1e6) and activations > 0
+    # a bigger batch needs more activations, the same weights
+    assert memory_needed_mb("lenet-example", "fine", 500)[2] > 5 * activations
+    roomy = [Node(f"n{i}", memory_mb=512) for i in range(4)]
+    engine.check_nodes(cell, roomy)
+    engine.check_nodes(cell, [Node(f"n{i}") for i in range(4)])  # no limit: not checked
+    small = roomy[:3] + [Node("n3", memory_mb=int(need) - 1)]
+    with pytest.raises(ConfigError) as caught:
+        engine.check_nodes(cell, small)
+    message = str(caught.value)
+    assert "\n" not in message
+    for words in ("--tier-models cloud=lenet-example does not fit", "cloud tier's node n3",
+                  f"({int(need) - 1} MB)", "a batch of 50", "smaller network"):
+        assert words in message, message
+    # the end devices' own network, named by --model
+    with pytest.raises(ConfigError, match="--model lenet-mlp does not fit the end tier's"):
+        engine.check_nodes(cell, [Node("n0", memory_mb=100)] + roomy[1:])
+    # a tier the scheme does not send to runs no network: its node is not checked
+    engine.check_nodes(_cell(scheme="end", tiers="end=3,cloud=1"), small)
+    # --privacy edge: the edge node holds the cloud's network (its first convolution)
+    edge_cell = _cell(scheme="end-cloud", tiers="end=2,edge=1,cloud=1", privacy="edge")
+    tight_edge = roomy[:2] + [Node("n2", memory_mb=int(need) - 1), roomy[3]]
+    with pytest.raises(ConfigError, match=r"--tier-models cloud=lenet-example \(--privacy "
+                       r"edge runs it on the edge\) does not fit the edge tier"):
+        engine.check_nodes(edge_cell, tight_edge)
+
+
+def test_mapping_n_map_is_given_or_eq_4_and_both_are_recorded(tmp_path):
+    from profiler.engines.base import TrainOptions
+
+    nodes = [Node(f"n{i}", address=f"10.0.0.{i}") for i in range(4)]
+    for given, expected in ((None, 0), (1, 1)):
+        params = {"scheme": "mapping", "tiers": "end=2,edge=1,cloud=1"}
+        if given is not None:
+            params["map_devices"] = given
+        specs = get_engine("hier").plan(_cell(**params), nodes, tmp_path, TrainOptions())
+        assert json.loads(specs[-1].env["EDGEPROF_HIER_PLAN"])["n_map"] == expected
+    counts = {"end": 4, "edge": 2, "cloud": 1}
+    start = {"hier": {"counts": counts, "models": {}, "n_map": 1, "n_map_eq4": 300}}
+    line = {"t": 0.0, "step_s": 0.1, "compute_s": 0.01, "local_s": 0.01, "n": 50, "up": 50}
+    out = columns({0: [line]}, {0: start})
+    # eq. (5) from the N_map used: 4 end devices, 2 edge nodes taking 1 each: half to the cloud
+    assert (out["hier_n_map"], out["hier_n_map_eq4"]) == (1, 300)
+    assert out["hier_cloud_share_predicted"] == 0.5
+
+
 @pytest.mark.parametrize("parse, text, word", [
-    (settings.parse_thresholds, "1.5", "outside 0-1"),
-    (settings.parse_thresholds, "-0.1", "outside 0-1"),
+    (settings.parse_thresholds, "1.5", r"outside 0-ln\(4\) = 1.386: it is the softmax "
+                                       "entropy in nats"),
+    (settings.parse_thresholds, "-0.1", r"outside 0-ln\(4\)"),
+    (settings.parse_map_devices, "-1", "--map-devices -1 is negative"),
     (settings.parse_tiers, "end=2,fog=1", "TIER=VALUE"),
     (settings.parse_tiers, "edge=2", "no end device"),
     (settings.parse_delays, "cloud=-1", "outside 0-60"),
@@ -174,9 +241,10 @@ def test_a_link_holds_its_delay_back_on_every_round_trip():
 
 
 def test_the_columns_add_up_from_the_devices_lines():
-    start = {"hier": {"counts": {"end": 2, "edge": 1, "cloud": 1}, "n_map": 1,
-                      "models": {"end": "lenet-mlp", "edge": "lenet-cnn",
-                                 "cloud": "lenet-example"}}}
+    models = {"end": "lenet-mlp", "edge": "lenet-cnn", "cloud": "lenet-example"}
+    counts = {"end": 2, "edge": 1, "cloud": 1}
+    start = {"hier": {"counts": counts, "n_map": 1, "models": models,
+                      "sizes": nets.tier_sizes(models, counts)}}
     line = {"t": 100.0, "step_s": 0.5, "compute_s": 0.01, "local_s": 0.01, "n": 50, "up": 20,
             "end_coarse_ok": 45, "ans_end": 30, "coarse_ok_end": 29, "ans_edge": 15,
             "coarse_ok_edge": 14, "fine_ok_edge": 12, "ans_cloud": 5, "coarse_ok_cloud": 5,
@@ -205,6 +273,11 @@ def test_the_columns_add_up_from_the_devices_lines():
     assert out["hier_n_map"] == 1 and out["hier_cloud_share_predicted"] == 0.5
     assert out["hier_cloud_share"] == pytest.approx(0.1)
     assert out["hier_round_trip_ms_by_link"] == {"end-edge": pytest.approx(460)}
+    # Table 1's sizes: each network built with its tier's classes (coarse 4, fine 10);
+    # lenet-example's 431,080 parameters in float32 are 1.72 MB plus the file's framing.
+    assert out["hier_params_by_tier"] == {"end": 108996, "edge": 61706, "cloud": 431080}
+    cloud_mb = out["hier_weights_mb_by_tier"]["cloud"]
+    assert 4 * 431080 / 1e6 < cloud_mb < 1.05 * 4 * 431080 / 1e6
 
 
 def test_only_the_tiers_a_scheme_sends_to_serve(tmp_path):
@@ -216,11 +289,15 @@ def test_only_the_tiers_a_scheme_sends_to_serve(tmp_path):
     engine = get_engine("hier")
     nodes = [Node(f"n{i}", address=f"10.0.0.{i}") for i in range(4)]
     tiers = "end=2,edge=1,cloud=1"
-    for scheme, roles in (("end", ["worker", "worker"]),
-                          ("end-edge", ["server", "worker", "worker"]),
-                          ("early-exit", ["server", "server", "worker", "worker"])):
-        specs = engine.plan(_cell(scheme=scheme, tiers=tiers), nodes, tmp_path,
-                            TrainOptions())
+    for scheme, privacy, roles in (("end", "off", ["worker", "worker"]),
+                                   ("end-edge", "off", ["server", "worker", "worker"]),
+                                   ("early-exit", "off", ["server", "server", "worker",
+                                                          "worker"]),
+                                   # the module on the edge node, on the way to the cloud
+                                   ("end-cloud", "edge", ["server", "server", "worker",
+                                                          "worker"])):
+        specs = engine.plan(_cell(scheme=scheme, tiers=tiers, privacy=privacy), nodes,
+                            tmp_path, TrainOptions())
         assert [s.role for s in specs] == roles, scheme
         workers = [s for s in specs if s.role == "worker"]
         assert [(s.node.name, s.env["RANK"], s.decisive) for s in workers] == [
@@ -233,6 +310,9 @@ def test_only_the_tiers_a_scheme_sends_to_serve(tmp_path):
             tier = server.argv[server.argv.index("--tier") + 1]
             assert host == server.node.address
             assert plan["addresses"][f"end-{tier}"] == [f"{host}:{port}"]
+        assert plan["privacy_edge"] == (privacy == "edge")
+        if privacy == "edge":  # the edge node dials the cloud to forward the features
+            assert len(plan["addresses"]["edge-cloud"]) == 1
 
 
 def test_devices_dial_what_the_cluster_gives_for_a_link(tmp_path):

@@ -40,11 +40,24 @@ def test_the_parts_are_hier_cells_each_once():
         ("end", "0"), ("end-cloud", "0"), ("end-cloud", "edge=0.5,cloud=1.0"),
         ("end-edge", "0"), ("end-edge", "edge=0.5,cloud=1.0")]
     table4 = [dict(c.engine_params) for c in _grid("table4").cells]
-    assert sorted((p["tier_delay"], p["privacy"]) for p in table4) == [
-        (f"cloud={s}", on) for s in ("0.5", "1.0", "1.5", "2.0") for on in ("off", "on")]
+    # His two rows, the module on the device (on) and on an edge node (edge), each against
+    # the same cell with it off, straight to the cloud.
+    assert sorted((p["tier_delay"], p["privacy"], p["tiers"]) for p in table4) == [
+        (f"cloud={s}", on, tiers) for s in ("0.5", "1.0", "1.5", "2.0")
+        for on, tiers in (("edge", "end=2,edge=1,cloud=1"), ("off", "end=2,cloud=1"),
+                          ("on", "end=2,cloud=1"))]
+    # Table 1 is table2's cells without delay: no cell of its own beside table2.
+    table1 = [dict(c.engine_params) for c in _grid("table1").cells]
+    assert sorted((p["scheme"], p["tier_delay"]) for p in table1) == [
+        ("end", "0"), ("end-cloud", "0"), ("end-edge", "0")]
+    assert len(_grid("table1,table2").cells) == len(table2)
     ddnn = [dict(c.engine_params)["exit_threshold"]
             for c in _grid("ddnn", thresholds="0,0.6").cells]
     assert ddnn == [0.0, 0.6]
+    # Figure 3's Mapping at Zhang's N_map of 1; the other schemes leave it out (eq. 4).
+    mapping = {dict(c.engine_params)["scheme"]: dict(c.engine_params).get("map_devices")
+               for c in _grid("figure3", end_devices="4").cells}
+    assert mapping == {"end": None, "end-edge": None, "end-cloud": None, "mapping": 1}
 
 
 def test_scale_and_its_floor():
@@ -58,7 +71,7 @@ def test_scale_and_its_floor():
 
 @pytest.mark.parametrize("bad, words", [
     ({"parts": "table9"}, "--parts 'table9'"),
-    ({"parts": "table2", "thresholds": "1.5"}, "--exit-threshold 1.5 is outside 0-1"),
+    ({"parts": "table2", "thresholds": "1.5"}, "--exit-threshold 1.5 is outside 0-ln"),
     ({"parts": "table5", "failed": "4"}, "--failed 4: table5 has 4 end devices"),
 ])
 def test_bad_options_are_one_line(bad, words):
@@ -163,6 +176,45 @@ def test_table2_figure3_and_ddnn_are_judged():
     assert section.matches[2].ours == pytest.approx(10.1)
 
 
+def _t1(scheme, infer_ms, coarse, fine=None):
+    tier = {"end": "end", "end-edge": "edge", "end-cloud": "cloud"}[scheme]
+    sizes = {"end": (108996, 0.44), "edge": (61706, 0.25), "cloud": (431080, 1.73)}
+    return _rec(g.TABLE2_TIERS, scheme, hier_infer_ms_per_image={"end": 0.1, tier: infer_ms},
+                hier_end_accuracy=coarse if tier == "end" else 0.8,
+                hier_exit_coarse_accuracy={tier: coarse},
+                hier_exit_fine_accuracy={tier: fine} if fine else None,
+                hier_params_by_tier={t: n for t, (n, _) in sizes.items()},
+                hier_weights_mb_by_tier={t: mb for t, (_, mb) in sizes.items()},
+                hier_models={"end": "lenet-mlp", "edge": "lenet-cnn",
+                             "cloud": "lenet-example"})
+
+
+def test_table1_per_tier_is_judged_and_set_beside_his():
+    records = [_t1("end", 0.05, 0.80), _t1("end-edge", 0.2, 0.88, 0.70),
+               _t1("end-cloud", 0.4, 0.90, 0.84)]
+    v = _verdicts(records)
+    own = "each tier's network on its own tier"
+    assert v[("Table 1", "inference time per image: end < edge < cloud", own)] == \
+        ("within", True)
+    # The end tier's MLP has more parameters than the edge's CNN: the order is missed.
+    assert v[("Table 1", "parameters: end < edge < cloud", own)] == ("outside", False)
+    # His edge is 1.46 x his end on coarse labels; ours 1.1 x: outside x/÷1.1.
+    assert v[("Table 1", "coarse accuracy edge / end", "end and edge networks, no delay")] \
+        == ("outside", pytest.approx(1.1))
+    assert v[("Table 1", "fine accuracy cloud / edge", "edge and cloud networks, no delay")] \
+        == ("within", pytest.approx(1.2))  # his 0.73 / 0.61 = 1.197
+    matches = [m for m in STUDY.section(records).matches if m.source == "Table 1"]
+    by = {(m.config.split(":")[0], m.measure): m for m in matches}
+    assert by[("end", "inference ms/image")].study == 5.20
+    assert by[("end", "inference ms/image")].ours == pytest.approx(0.05)
+    assert by[("cloud", "parameters (M)")].ours == pytest.approx(0.43108)
+    assert by[("edge", "fine accuracy")].comparable is False
+    assert ("end", "fine accuracy") not in by  # MobileNet answers coarse labels only
+    # One tier's cell missing: its rows are unjudged, nothing raises.
+    v = _verdicts(records[:2])
+    assert v[("Table 1", "inference time per image: end < edge < cloud", own)][0] == "no cell"
+
+
 def test_table4_overhead_against_the_delay_is_judged():
     records = []
     for seconds, added_ms in ((0.5, 300.0), (1.0, 330.0), (1.5, 300.0), (2.0, 310.0)):
@@ -171,7 +223,10 @@ def test_table4_overhead_against_the_delay_is_judged():
         records += [_rec(g.TABLE4_TIERS, "end-cloud", delay, privacy="off",
                          hier_latency_p50_ms=base_ms),
                     _rec(g.TABLE4_TIERS, "end-cloud", delay, privacy="on",
-                         hier_latency_p50_ms=base_ms + added_ms)]
+                         hier_latency_p50_ms=base_ms + added_ms),
+                    # on an edge node: a constant 0.2 s, but at 2 s more than at 1.5 s
+                    _rec(g.TABLE4_EDGE_TIERS, "end-cloud", delay, privacy="edge",
+                         hier_latency_p50_ms=base_ms + (400 if seconds == 2.0 else 200))]
     for r in records:
         r["cell_id"] += r["privacy"]
     v = _verdicts(records)
@@ -179,10 +234,21 @@ def test_table4_overhead_against_the_delay_is_judged():
     # A constant 0.3 s a batch: its share falls with the delay as his (0.332 / 0.571).
     verdict, ours = v[("Table 4", "privacy overhead at 1 / 0.5 s delay", config)]
     assert verdict == "within" and ours == pytest.approx((330 / 1020) / (300 / 520))
-    assert v[("Table 4", "privacy overhead falls as the delay grows", "0.5, 1, 1.5, 2 s")] \
-        == ("within", True)
-    assert [m.study for m in STUDY.section(records).matches] == [0.571, 0.332, 0.247, 0.179]
-    assert STUDY.section(records).matches[0].ours == pytest.approx(300 / 520)
+    assert v[("Table 4", "privacy overhead falls as the delay grows",
+              "module on the end device, 0.5, 1, 1.5, 2 s")] == ("within", True)
+    edge = "end-cloud, module on an edge node, end=2,edge=1,cloud=1"
+    verdict, ours = v[("Table 4", "privacy overhead at 1 / 0.5 s delay", edge)]
+    assert verdict == "within" and ours == pytest.approx((200 / 1020) / (200 / 520))  # his 0.62
+    assert v[("Table 4", "privacy overhead falls as the delay grows",
+              "module on an edge node, 0.5, 1, 1.5, 2 s")] == ("outside", False)
+    # at 2 s, 400 ms against the device's 310: his finding missed
+    assert v[("Table 4", "the module costs less on an edge node than on the device",
+              "every delay")] == ("outside", False)
+    matches = STUDY.section(records).matches
+    assert [m.study for m in matches] == [0.571, 0.332, 0.247, 0.179,
+                                          0.440, 0.272, 0.206, 0.159]
+    assert matches[0].ours == pytest.approx(300 / 520)
+    assert matches[4].ours == pytest.approx(200 / 520)
 
 
 def test_missing_cells_leave_rows_out_or_unjudged():

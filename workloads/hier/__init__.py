@@ -34,13 +34,19 @@ class Plan:
     # lower tier dials it (a relay's, on a cluster with delayed links)
     addresses: dict[str, list[str]] = field(default_factory=dict)
     delays: dict[str, float] = field(default_factory=dict)  # tier -> round trip held back, s
-    threshold: float = 0.5  # early-exit's normalized entropy under which a sample exits
+    threshold: float = 0.5  # early-exit's softmax entropy (nats) under which a sample exits
     privacy: bool = False
+    # ``--privacy edge`` (Zhang's Table 4, second row): the end device sends its images to
+    # an edge node, which runs the cloud network's first convolution and sends only its
+    # features on to the cloud (the scheme's end-cloud, by way of the edge).
+    privacy_edge: bool = False
     train_samples: int = 2000
     seed: int = 42
     # Failures (``assign``): the last ``fail`` end devices stop after half their batches;
     # ``recovery`` off: each device streams its own shard, no assigner; else end device
     # 0's assigner (``assigner``, host:port) hands the batches out by that method.
+    # Mapping's N_map when given (``--map-devices``); 0: each device's eq. (4)
+    n_map: int = 0
     fail: int = 0
     recovery: str = "off"
     assigner: str = ""

@@ -16,7 +16,8 @@ time and images, the bytes of each link and each sample's latency.
 
 Under ``mapping`` the device first measures its own time per batch and one batch's round
 trip to an edge node (equation 4's t_end and t_edge, with their delays), and so where
-its batches go (``schemes.mapped_upper``); the start event carries both.
+its batches go (``schemes.mapped_upper``) with N_map from eq. (4), or as given
+(``--map-devices``); the start event carries the times, eq. (4)'s N_map and the one used.
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ class EndDevice(Worker):
         self.calibration: dict = {}
         if plan.scheme == "mapping":
             self.target = self._map()
+        if plan.privacy_edge:  # by way of an edge node, which runs the module
+            self.target = ("edge", self.rank % plan.counts["edge"])
         self.link = self._link(self.target) if self.target else None
         if self.link is not None:  # wait here for the upper node (it trains first) and
             # warm its network up, so the stream's first batch does not pay for either
@@ -125,9 +128,11 @@ class EndDevice(Worker):
         probe.request({"op": "infer", "kind": "images"}, x)
         edge_s = time.perf_counter() - t0
         probe.close()
-        nmap = schemes.n_map(edge_s, end_s)
+        nmap_eq4 = schemes.n_map(edge_s, end_s)
+        # Measured and computed either way, so the record sets eq. (4) beside what was used.
+        nmap = plan.n_map or nmap_eq4
         self.calibration = {"t_end_batch_s": round(end_s, 6), "t_edge_batch_s": round(edge_s, 6),
-                            "n_map": nmap}
+                            "n_map_eq4": nmap_eq4, "n_map": nmap}
         return schemes.mapped_upper(self.rank, plan.counts["edge"], nmap)
 
     def parameter_count(self) -> int:
@@ -136,9 +141,14 @@ class EndDevice(Worker):
     def start_fields(self) -> dict:
         return {"hier": {"scheme": self.plan.scheme, "counts": self.plan.counts,
                          "models": self.plan.models, "delays": self.plan.delays,
-                         "threshold": self.plan.threshold, "privacy": self.plan.privacy,
+                         "threshold": self.plan.threshold,
+                         "privacy": self.plan.privacy or self.plan.privacy_edge,
+                         "privacy_at": ("edge" if self.plan.privacy_edge
+                                        else "end" if self.plan.privacy else None),
                          "upper": list(self.target) if self.target else None,
                          "train_s": round(self.train_s, 3),
+                         # Table 1's parameters and weights file of each tier's network
+                         "sizes": nets.tier_sizes(self.plan.models, self.plan.counts),
                          "samples": self.batches_total * self.args.batch, **self.calibration}}
 
     def _end_infer(self, images: np.ndarray) -> np.ndarray:
@@ -155,6 +165,7 @@ class EndDevice(Worker):
 
         if self.first_conv is None:
             reply, _ = self.link.request({"op": "infer", "kind": "images"}, images)
+            self.privacy_s = reply.get("privacy_s", 0.0)  # --privacy edge: the edge's
             return reply
         upper_model = self.plan.models[self.target[0]]
         t0 = time.perf_counter()

@@ -21,6 +21,7 @@ COARSE_NAMES = ("tops", "bottoms and dresses", "footwear", "bags")
 FINE_TO_COARSE = (0, 1, 0, 1, 0, 2, 0, 2, 3, 2)
 LABELS = ("coarse", "fine")  # which labels a tier's network is trained on
 CLASSES = {"coarse": len(COARSE_NAMES), "fine": len(FINE_NAMES)}
+TIER_LABELS = {"end": "coarse", "edge": "fine", "cloud": "fine"}  # each tier's network's
 
 
 def to_coarse(fine) -> np.ndarray:

@@ -18,6 +18,7 @@ upper node then runs the rest of its network on them.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import time
 from pathlib import Path
@@ -127,3 +128,61 @@ def split_first_conv(net):
 
 def parameter_count(net) -> int:
     return sum(p.numel() for p in net.parameters())
+
+
+def weights_mb(net) -> float:
+    """The size of ``net``'s weights file (its ``state_dict`` as ``torch.save`` writes
+    it, in MB): Zhang's Table 1 "size of weights file"."""
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(net.state_dict(), buffer)
+    return len(buffer.getvalue()) / 1e6
+
+
+# A torch CPU process's own peak memory with a LeNet after one batch of 50 (242 MB
+# measured here, 2026-11: ``ru_maxrss`` of ``python -c "import torch; ..."``), rounded
+# down: what a node needs before the network's weights and activations.
+TORCH_PROCESS_MB = 200
+
+
+@functools.lru_cache(maxsize=None)
+def memory_needed_mb(model: str, labels: str, batch: int) -> tuple[float, float, float]:
+    """What a node needs to run ``model`` on batches of ``batch``: ``(total, weights,
+    activations)`` in MB. Weights: its parameters in float32; activations: every layer's
+    output for one batch (a forward pass on zeros, counted by hooks), float32; total:
+    those and ``TORCH_PROCESS_MB``. An estimate: the allocator's slack is not in it."""
+    import torch
+
+    from .. import torch_models
+    from ..datasets import loader
+
+    net = torch_models.build(model, None, label_sets.CLASSES[labels]).eval()
+    outputs = []
+    hooks = [m.register_forward_hook(lambda _m, _i, out: outputs.append(out.numel()))
+             for m in net.modules() if not list(m.children())]
+    images = np.zeros((batch, 1, 28, 28), dtype=np.uint8)
+    with torch.no_grad():
+        net(torch.from_numpy(loader.for_model(images, model, DATASET)))
+    for hook in hooks:
+        hook.remove()
+    weights_mb = parameter_count(net) * 4 / 1e6
+    activations_mb = (sum(outputs) + images.size) * 4 / 1e6
+    return TORCH_PROCESS_MB + weights_mb + activations_mb, weights_mb, activations_mb
+
+
+def tier_sizes(models: dict[str, str], counts: dict[str, int]) -> dict[str, dict]:
+    """Each tier with nodes: its network's parameters and weights file (MB), built with
+    the tier's classes (the count does not depend on training, so nothing is trained)."""
+    from .. import torch_models
+
+    out = {}
+    for tier, model in models.items():
+        if counts.get(tier):
+            net = torch_models.build(model, None,
+                                     label_sets.CLASSES[label_sets.TIER_LABELS[tier]])
+            out[tier] = {"params": parameter_count(net),
+                         "weights_mb": round(weights_mb(net), 4)}
+    return out

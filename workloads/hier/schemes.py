@@ -11,7 +11,7 @@ Schemes (Zhang 2018, section 3.4, and Teerapittayanon et al. 2017):
   devices left over once every edge device has its N_map go to the cloud, a share
   theta_cloud of the work (eq. 5).
 - ``early-exit``: the end device answers the samples whose softmax is confident (its
-  normalized entropy under the threshold) and sends only the others up, to its edge
+  entropy, in nats, under the threshold) and sends only the others up, to its edge
   device when there is one (which exits or forwards to the cloud the same way), else
   to the cloud.
 """
@@ -72,14 +72,14 @@ def upper(scheme: str, index: int, counts: dict[str, int]) -> tuple[str, int] | 
     raise ValueError(f"scheme {scheme!r} has no fixed upper tier")
 
 
-def normalized_entropy(probs: np.ndarray) -> np.ndarray:
-    """DDNN's exit criterion per sample: the softmax's entropy over ln(classes), in
-    [0, 1] whatever the number of classes (0: certain, 1: uniform)."""
+def entropy(probs: np.ndarray) -> np.ndarray:
+    """DDNN's exit criterion per sample: the softmax's entropy in nats, in [0, ln(classes)]
+    (0: certain, ln(classes): uniform)."""
     p = np.clip(np.asarray(probs, dtype=np.float64), 1e-12, 1.0)
-    return -(p * np.log(p)).sum(axis=1) / math.log(p.shape[1])
+    return -(p * np.log(p)).sum(axis=1)
 
 
-def exits(probs: np.ndarray, threshold: float) -> np.ndarray:
-    """Which samples are answered here: normalized entropy strictly under ``threshold``
-    (0: none exits, 1: all but the perfectly uniform ones)."""
-    return normalized_entropy(probs) < threshold
+def exits(probs: np.ndarray, threshold_nats: float) -> np.ndarray:
+    """Which samples are answered here: entropy strictly under ``threshold_nats`` (0: none
+    exits, ln(classes): all but the perfectly uniform ones)."""
+    return entropy(probs) < threshold_nats

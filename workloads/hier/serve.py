@@ -4,7 +4,8 @@ It trains (or loads from the cache, ``nets.trained``) its tier's network on the 
 labels, then answers requests over TCP (``wire``) until the cell runner stops it (it is
 not decisive: the cell ends when its end devices have streamed their shards). A
 request carries a batch of uint8 images, or the features of the node's first
-convolution (the privacy module, run on the device); the reply carries the fine label
+convolution (the privacy module, run on the device; with ``--privacy edge`` an edge node
+runs the cloud's module and forwards the features); the reply carries the fine label
 of every sample, which tier answered it, and the time this node and those above it
 spent in their networks. Under ``early-exit`` an edge node answers the samples its
 softmax is confident about and forwards the others to the cloud (when the cell has
@@ -52,16 +53,20 @@ class Tier:
 
         torch.set_num_threads(args.threads)
         self.tier, self.plan = args.tier, plan
-        self.model = plan.models[args.tier]
+        # --privacy edge: an edge node holds the cloud's network for its first convolution
+        # (the module) and runs nothing else; the cloud runs the rest.
+        self.module_only = plan.privacy_edge and args.tier == "edge"
+        self.model = plan.models["cloud" if self.module_only else args.tier]
         self.net, self.train_s = nets.trained(self.model, "fine", plan.train_samples,
                                               plan.seed, args.data_dir)
-        self.first, self.rest = nets.split_first_conv(self.net) if plan.privacy else (None,
-                                                                                      None)
+        split = plan.privacy or plan.privacy_edge
+        self.first, self.rest = nets.split_first_conv(self.net) if split else (None, None)
         self.lock = threading.Lock()
-        # Only an edge node forwards, under early-exit, to the cloud (module doc).
+        # Only an edge node forwards, under early-exit or as the privacy module (module doc).
         cloud = plan.addresses.get("edge-cloud") or []
-        self.forwards = (args.tier == "edge" and plan.scheme == "early-exit" and bool(cloud)
-                         and not plan.privacy)
+        self.forwards = (args.tier == "edge" and bool(cloud)
+                         and ((plan.scheme == "early-exit" and not plan.privacy)
+                              or self.module_only))
         self.cloud_address = cloud[args.index % len(cloud)] if cloud else ""
 
     def answer(self, header: dict, array: np.ndarray, cloud: wire.Link | None) -> dict:
@@ -69,6 +74,8 @@ class Tier:
 
         from ..datasets import loader
 
+        if self.module_only:
+            return self._module(array, cloud)
         with self.lock, torch.no_grad():
             t0 = time.perf_counter()
             if header.get("kind") == "features":
@@ -96,6 +103,24 @@ class Tier:
                 reply["bytes"] = {cloud.name: (cloud.bytes_sent - sent0
                                                + cloud.bytes_received - got0)}
         reply.update(fine=[int(v) for v in fine], tier=tiers)
+        return reply
+
+    def _module(self, array: np.ndarray, cloud: wire.Link) -> dict:
+        """``--privacy edge``: the cloud network's first convolution on these images, its
+        features sent on to the cloud, the cloud's reply with the module's time."""
+        import torch
+
+        from ..datasets import loader
+
+        with self.lock, torch.no_grad():
+            t0 = time.perf_counter()
+            features = self.first(torch.from_numpy(
+                loader.for_model(array, self.model, nets.DATASET))).numpy()
+            privacy_s = time.perf_counter() - t0
+        sent0, got0 = cloud.bytes_sent, cloud.bytes_received
+        reply, _ = cloud.request({"op": "infer", "kind": "features"}, features)
+        reply["bytes"] = {cloud.name: cloud.bytes_sent - sent0 + cloud.bytes_received - got0}
+        reply["privacy_s"] = privacy_s
         return reply
 
 

@@ -7,7 +7,7 @@ bind) on ports of its own, one per route, and forwarding to the target's port at
 ``ansible_host``. A source dials ``(target.address, relay port)`` instead of
 ``(target.address, port)``: the bytes cross the real network once, then the relay holds
 them for the link's delay (and paces them at its rate) on the target, each direction.
-It runs on the target's CPU (a few ms per message; docs/hierarchy.md, "Real nodes and
+It runs on the target's CPU (a few ms per message; docs/tiers.md, "Real nodes and
 the Swarm"), outside the cell's cgroup: it is the network, not a board's work.
 
 How it is run: ``edgeprof_python -m profiler.cluster.remote_exec -- edgeprof_python -m

@@ -10,15 +10,18 @@ shards and stream it in batches of ``--batch`` through their network (``--model`
 trained on the four coarse labels); edge and cloud nodes (``workloads.hier.serve``,
 servers) answer with the fine label, by the scheme (``--scheme
 end,end-edge,end-cloud,mapping,early-exit``; ``workloads.hier.schemes``).
-``--exit-threshold`` is early-exit's normalized entropy under which a device answers
-itself; ``--privacy on`` runs the upper network's first convolution on the device so
-that only features leave it. ``--tier-models edge=M,cloud=M`` names the upper tiers'
-networks (trained on the ten fine labels), ``--tier-delay edge=0.5,cloud=1.0`` the
-seconds each round trip to that tier is held back in the application (as the work set
-its delays; it works on every cluster). Each network is trained before the cell streams
-on ``--max-samples`` training samples (default ``TRAIN_SAMPLES``), cached per (model,
-labels, samples) so a sweep trains it once. The test samples streamed are
-``--val-samples`` (default the whole 10,000).
+``--exit-threshold`` is early-exit's softmax entropy (nats, 0 to ln of the end network's
+classes: ln 4 = 1.386) under which a device answers itself; ``--privacy on`` runs the
+upper network's first convolution on the device so that only features leave it;
+``--privacy edge`` (with ``end-cloud``) runs the cloud network's first convolution on an
+edge node, which the devices send their images to and which sends only features on to
+the cloud (Zhang's Table 4, second row). ``--tier-models edge=M,cloud=M`` names the
+upper tiers' networks (trained on the ten fine labels), ``--tier-delay
+edge=0.5,cloud=1.0`` the seconds each round trip to that tier is held back in the
+application (as the work set its delays; it works on every cluster). Each network is
+trained before the cell streams on ``--max-samples`` training samples (default
+``TRAIN_SAMPLES``), cached per (model, labels, samples) so a sweep trains it once. The
+test samples streamed are ``--val-samples`` (default the whole 10,000).
 
 Links between tiers: a device dials what the cluster's ``link_address`` gives for the
 upper node (``TrainOptions.link_address``, set by the launcher): on a cluster whose links
@@ -63,12 +66,14 @@ class HierEngine(_TorchEngine):
                      "a hierarchical cell's scheme"),
         EngineOption("exit_threshold", "0.5", settings.parse_thresholds,
                      "Early exit (hier --scheme early-exit): a device answers a sample "
-                     "when its softmax's entropy / ln(classes) is under this, 0-1; e.g. "
-                     "0.2,0.5.", "float", "early-exit's normalized entropy threshold"),
+                     "when its softmax's entropy is under this, in nats: 0 to ln(4) = "
+                     "1.386 (the end network's 4 coarse classes); e.g. 0.3,0.7.", "float",
+                     "early-exit's softmax entropy threshold, nats"),
         EngineOption("privacy", "off", settings.parse_privacy,
                      "on: the upper tier's first convolution runs on the end device and "
-                     "only its features leave it (hier).", "str",
-                     "the privacy module: off or on"),
+                     "only its features leave it; edge (with --scheme end-cloud): the "
+                     "cloud's first convolution runs on an edge node, between (hier).", "str",
+                     "the privacy module: off, on (the end device) or edge"),
         EngineOption("tiers", settings.AUTO, settings.parse_tiers,
                      "Nodes per tier laid over the cell's nodes in order when they have "
                      "no tier of their own (hier): auto, or e.g. end=4,edge=2,cloud=1; "
@@ -87,6 +92,11 @@ class HierEngine(_TorchEngine):
                      "End devices that fail, stopping after half their batches (hier; "
                      "needs --recovery), e.g. 0,2,4.", "int",
                      "end devices that fail after half their batches", omit_default=True),
+        EngineOption("map_devices", str(settings.MAP_EQ4), settings.parse_map_devices,
+                     "Mapping (hier --scheme mapping): the end devices each edge node takes "
+                     "(N_map; Zhang set 1), or 0: each device computes it from eq. (4) "
+                     "with its measured times.", "int",
+                     "Mapping's N_map as given (0: from eq. 4)", omit_default=True),
         EngineOption("recovery", settings.RECOVERY_OFF, settings.parse_recovery,
                      "How batches are handed out and failures survived (hier): off (each "
                      "device streams its own shard), or end device 0 assigns them: none, "
@@ -114,6 +124,8 @@ class HierEngine(_TorchEngine):
             parts.append(f"thr={rec.get('exit_threshold')}")
         if rec.get("privacy") == "on":
             parts.append("privacy")
+        elif rec.get("privacy") == "edge":
+            parts.append("privacy at edge")
         if stages and (rec.get("tiers") or settings.AUTO) != settings.AUTO:
             parts.append(str(rec["tiers"]))
         if str(rec.get("tier_delay") or "0") != "0":
@@ -150,16 +162,52 @@ class HierEngine(_TorchEngine):
                 raise ConfigError(f"--tier-models {tier}={models[tier]} takes colour images, "
                                   "Fashion-MNIST is grey: give one of "
                                   f"{', '.join(DIGIT_MODELS)}")
-        if cell.param("privacy") == "on":
+        privacy = cell.param("privacy") or "off"
+        if privacy == "edge":
+            check_privacy_edge(counts, cell.param("scheme") or "end-edge")
+        if privacy != "off":
             from workloads.hier.nets import first_conv_problem
 
-            for tier in ("edge", "cloud"):
+            for tier in ("edge", "cloud") if privacy == "on" else ("cloud",):
                 problem = counts[tier] and first_conv_problem(models[tier])
                 if problem:
-                    raise ConfigError(f"--privacy on: {problem}")
+                    raise ConfigError(f"--privacy {privacy}: {problem}")
 
     def nodes_needed(self, cell: CellConfig) -> int:
         return cell.devices
+
+    def check_nodes(self, cell: CellConfig, nodes: list[Node]) -> None:
+        """Refuse a tier's network that its node's memory (the node profile's
+        ``memory_mb``) cannot hold, by ``nets.memory_needed_mb``'s estimate. Only nodes
+        with a limit are checked (local nodes have none), so torch is loaded here only
+        then."""
+        by_tier = assign_tiers(nodes[:self.nodes_needed(cell)],
+                               cell.param("tiers") or settings.AUTO)
+        models = settings.tier_models(cell.param("tier_models") or settings.DEFAULT_MODELS,
+                                      cell.model)
+        # The option that names each tier's network, as the line will say it.
+        given = {tier: f"--tier-models {tier}={model}" for tier, model in models.items()}
+        given["end"] = f"--model {models['end']}"
+        if cell.param("privacy") == "edge":  # the edge node holds the cloud's network
+            models["edge"] = models["cloud"]
+            given["edge"] = f"{given['cloud']} (--privacy edge runs it on the edge)"
+        for tier in ("end", *served(cell)):
+            limited = [n for n in by_tier[tier] if n.memory_mb]
+            if not limited:
+                continue
+            from workloads.hier.labels import TIER_LABELS
+            from workloads.hier.nets import memory_needed_mb
+
+            need, weights, activations = memory_needed_mb(models[tier], TIER_LABELS[tier],
+                                                          cell.batch)
+            node = min(limited, key=lambda n: n.memory_mb)
+            if need > node.memory_mb:
+                raise ConfigError(
+                    f"{given[tier]} does not fit the {tier} tier's node {node.name} "
+                    f"({node.memory_mb} MB): it needs about {need:.0f} MB (a torch process, "
+                    f"{weights:.1f} MB of weights, {activations:.1f} MB of activations for a "
+                    f"batch of {cell.batch}): give the {tier} tier a smaller network, a node "
+                    "profile with more memory, or a smaller --batch")
 
     def plan(self, cell: CellConfig, nodes: list[Node], cell_dir: Path,
              options: TrainOptions) -> list[ProcessSpec]:
@@ -167,15 +215,18 @@ class HierEngine(_TorchEngine):
         by_tier = assign_tiers(nodes, cell.param("tiers") or settings.AUTO)
         scheme = cell.param("scheme") or "end-edge"
         check_tiers({t: len(n) for t, n in by_tier.items()}, scheme)
-        ports = {node.name: free_port() for tier in schemes.USES[scheme] for node in by_tier[tier]}
+        privacy_edge = cell.param("privacy") == "edge"
+        used = served(cell)
+        ports = {node.name: free_port() for tier in used for node in by_tier[tier]}
         plan = Plan(scheme=scheme, counts={t: len(n) for t, n in by_tier.items()},
                     models=settings.tier_models(cell.param("tier_models")
                                                 or settings.DEFAULT_MODELS, cell.model),
-                    addresses=addresses(by_tier, ports, options, schemes.USES[scheme]),
+                    addresses=addresses(by_tier, ports, options, used),
                     delays=settings.delays(str(cell.param("tier_delay") or "0")),
                     threshold=settings.threshold(cell.param("exit_threshold")),
-                    privacy=cell.param("privacy") == "on",
-                    train_samples=cell.max_samples or TRAIN_SAMPLES, seed=options.seed)
+                    privacy=cell.param("privacy") == "on", privacy_edge=privacy_edge,
+                    train_samples=cell.max_samples or TRAIN_SAMPLES, seed=options.seed,
+                    n_map=cell.param("map_devices") or settings.MAP_EQ4)
         recovery = cell.param("recovery") or settings.RECOVERY_OFF
         check_failures(cell.param("fail_devices") or 0, recovery, len(by_tier["end"]))
         if recovery != settings.RECOVERY_OFF:  # end device 0 runs the task assigner
@@ -187,7 +238,7 @@ class HierEngine(_TorchEngine):
                   "PYTHONUNBUFFERED": "1"}
         specs = []
         # Only the tiers the scheme sends to serve (an idle node trains no network).
-        for tier in schemes.USES[scheme]:
+        for tier in used:
             for index, node in enumerate(by_tier[tier]):
                 argv = [sys.executable, "-m", "workloads.hier.serve", "--tier", tier,
                         "--index", str(index), "--host", node.address,
@@ -250,6 +301,26 @@ def check_failures(fail: int, recovery: str, end_devices: int) -> None:
                           f"{end_devices} end devices can have (end device 0 assigns the "
                           f"batches and stays): give --fail-devices {end_devices - 1} or "
                           "fewer, or more end devices")
+
+
+def served(cell: CellConfig) -> tuple[str, ...]:
+    """The upper tiers whose nodes run a server in ``cell``: those its scheme sends to,
+    and under ``--privacy edge`` the edge node on the way to the cloud as well."""
+    if cell.param("privacy") == "edge":
+        return ("edge", "cloud")
+    return schemes.USES[cell.param("scheme") or "end-edge"]
+
+
+def check_privacy_edge(counts: dict[str, int], scheme: str) -> None:
+    """Refuse (one line) ``--privacy edge`` where the edge cannot stand between the end
+    devices and the cloud."""
+    if scheme != settings.PRIVACY_EDGE_SCHEME:
+        raise ConfigError(f"--privacy edge runs the cloud's first convolution on an edge node "
+                          f"on the way to the cloud, not with --scheme {scheme}: give --scheme "
+                          f"{settings.PRIVACY_EDGE_SCHEME} (or --privacy on)")
+    if not (counts.get("edge") and counts.get("cloud")):
+        raise ConfigError("--privacy edge needs an edge node and a cloud node: give --tiers "
+                          "with edge=1 and cloud=1 or more (e.g. end=2,edge=1,cloud=1)")
 
 
 def check_tiers(counts: dict[str, int], scheme: str) -> None:

@@ -17,8 +17,11 @@
 - **round trip** of each device link: a batch's way up and back with every network's
   time taken out (the delay held back and the transfer), the median over batches;
 - **bytes per sample** of each link, both ways, over all the cell's samples;
-- **Mapping**: equation (4)'s N_map as the devices measured it (their median) and
-  equation (5)'s cloud share from it, beside the share that went to the cloud.
+- **Mapping**: the N_map used (``--map-devices``, else equation (4)'s) and equation
+  (4)'s as the devices measured it (their median), equation (5)'s cloud share from the
+  one used, beside the share that went to the cloud;
+- **sizes**: each tier's network's parameters and weights file, as the devices built
+  them (``nets.tier_sizes``, Zhang's Table 1).
 """
 
 from __future__ import annotations
@@ -61,7 +64,13 @@ COLUMNS = tuple(_column(*row) for row in [
     ("hier_transfer_timeouts_s", "float", "s",
      "--recovery reassign: time the assigner spent on transfers to failed devices"),
     ("hier_answered_share", "float", "", "share of the test set's samples answered"),
-    ("hier_n_map", "int", "", "Mapping: end devices per edge node, eq. (4) from measured times"),
+    ("hier_params_by_tier", "map", "", "each tier's network's parameters (Table 1)"),
+    ("hier_weights_mb_by_tier", "map", "MB",
+     "each tier's network's weights file, as torch.save writes its state_dict (Table 1)"),
+    ("hier_n_map", "int", "", "Mapping: end devices per edge node, as used (given by "
+     "--map-devices, else eq. 4's)"),
+    ("hier_n_map_eq4", "int", "", "Mapping: end devices per edge node, eq. (4) from the "
+     "devices' measured times"),
     ("hier_cloud_share_predicted", "float", "", "Mapping: eq. (5)'s share sent to the cloud"),
     ("hier_cloud_share", "float", "", "share of the samples sent to the cloud, measured"),
 ])
@@ -102,12 +111,20 @@ def columns(workers: dict[int, list[dict]], starts: dict[int, dict]) -> dict:
         or None,
         "hier_cloud_share": _ratio(_sum(lines, "img_cloud"), total),
         "hier_answered_share": _ratio(total, first.get("samples") or total),
+        **_sizes(first.get("sizes") or {}),
     }
     if any("moved" in line for line in lines):
         out["hier_batches_moved"] = int(_sum(lines, "moved"))
         out["hier_transfer_timeouts_s"] = round(_sum(lines, "timeouts_s"), 3)
     out.update(_mapping(starts, first))
     return out
+
+
+def _sizes(sizes: dict[str, dict]) -> dict:
+    if not sizes:
+        return {}
+    return {"hier_params_by_tier": {t: s["params"] for t, s in sizes.items()},
+            "hier_weights_mb_by_tier": {t: s["weights_mb"] for t, s in sizes.items()}}
 
 
 def _bytes_field(link: str) -> str:
@@ -156,13 +173,17 @@ def _infer_ms(lines: list[dict], total: int) -> dict:
 
 
 def _mapping(starts: dict[int, dict], first: dict) -> dict:
-    """N_map (the devices' median: each measured its own) and eq. (5) from it."""
-    measured = [s["hier"]["n_map"] for s in starts.values()
-                if (s.get("hier") or {}).get("n_map") is not None]
-    if not measured:
+    """N_map as used and as eq. (4) gives it (the devices' median: each measured its
+    own), and eq. (5) from the one used."""
+    def median(key: str) -> int | None:
+        values = [s["hier"][key] for s in starts.values()
+                  if (s.get("hier") or {}).get(key) is not None]
+        return int(statistics.median_low(values)) if values else None
+
+    nmap = median("n_map")
+    if nmap is None:
         return {}
-    nmap = int(statistics.median_low(measured))
     counts = first["counts"]
-    return {"hier_n_map": nmap,
+    return {"hier_n_map": nmap, "hier_n_map_eq4": median("n_map_eq4") or nmap,
             "hier_cloud_share_predicted": round(schemes.cloud_share(
                 counts["end"], counts["edge"], nmap), 4)}

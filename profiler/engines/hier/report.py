@@ -31,15 +31,16 @@ TABLE = [("completion s", "hier_completion_s", None),
          ("answered", "hier_answered_share", None),
          ("batches moved", "hier_batches_moved", None),
          ("N_map", "hier_n_map", None),
+         ("N_map eq. 4", "hier_n_map_eq4", None),
          ("cloud share eq. 5", "hier_cloud_share_predicted", None),
          ("cloud share", "hier_cloud_share", None)]
-NOTE = ("Each finished hierarchical cell (hier; docs/hierarchy.md): the whole test set's "
+NOTE = ("Each finished hierarchical cell (hier; docs/tiers.md): the whole test set's "
         "completion, a sample's latency, each tier's time in its network per image, the "
         "share of samples each tier answered, coarse and fine accuracy at each exit and "
         "overall, the bytes per sample on each link, each device link's round trip with "
-        "the networks' time out, and Mapping's N_map and cloud share (eq. 4, 5) beside the "
-        "measured share. Per-tier values are end / edge / cloud; links end-edge / "
-        "end-cloud / edge-cloud.")
+        "the networks' time out, and Mapping's N_map as used and as eq. (4) gives it, and "
+        "the cloud share eq. (5) gives beside the measured share. Per-tier values are end / "
+        "edge / cloud; links end-edge / end-cloud / edge-cloud.")
 
 
 def sections(records: list[dict], engine: str) -> list[ReportSection]:

@@ -8,7 +8,9 @@ grid dimension) are separated by ';', since each holds commas.
 
 from __future__ import annotations
 
-from workloads.hier import schemes
+import math
+
+from workloads.hier import labels, schemes
 
 from ...errors import ConfigError
 from ...option_lists import parse_choice_list, parse_float_list
@@ -16,7 +18,8 @@ from ...option_lists import parse_choice_list, parse_float_list
 UPPER = ("edge", "cloud")
 DEFAULT_MODELS = "edge=lenet-cnn,cloud=lenet-example"
 AUTO = "auto"
-PRIVACY = ("off", "on")
+PRIVACY = ("off", "on", "edge")  # edge: the module on an edge node (Plan.privacy_edge)
+PRIVACY_EDGE_SCHEME = "end-cloud"  # the only scheme --privacy edge goes with
 
 
 def pairs(text: str, option: str, tiers: tuple[str, ...], example: str) -> dict[str, str]:
@@ -120,13 +123,21 @@ def parse_schemes(text: str) -> list[str]:
     return parse_choice_list(text, "--scheme", schemes.SCHEMES)
 
 
+def max_threshold_nats() -> float:
+    """ln of the end network's classes (its coarse labels): the entropy of a uniform
+    softmax, past which every sample would exit."""
+    return math.log(labels.CLASSES[labels.TIER_LABELS["end"]])
+
+
 def parse_thresholds(text: str) -> list[float]:
     values = parse_float_list(text, "--exit-threshold")
+    most, classes = max_threshold_nats(), labels.CLASSES[labels.TIER_LABELS["end"]]
     for value in values:
-        if not 0 <= value <= 1:
-            raise ConfigError(f"--exit-threshold {value} is outside 0-1: it is DDNN's "
-                              "normalized entropy (entropy / ln(classes)); give e.g. "
-                              "--exit-threshold 0.2,0.5,0.8")
+        if not 0 <= value <= most:
+            raise ConfigError(f"--exit-threshold {value:g} is outside 0-ln({classes}) = "
+                              f"{most:.3f}: it is the softmax entropy in nats under which an "
+                              f"end device answers (its {classes} coarse classes); give e.g. "
+                              "--exit-threshold 0.3,0.7,1.1")
     return values
 
 
@@ -141,17 +152,28 @@ def parse_privacy(text: str) -> list[str]:
 
 
 RECOVERY_OFF = "off"
+MAP_EQ4 = 0  # --map-devices 0: each device computes N_map from eq. (4)
+
+
+def _counts(text: str, option: str, fix: str) -> list[int]:
+    """Whole numbers of 0 or more; a negative one: one line ending with ``fix``."""
+    from ...option_lists import parse_int_list
+
+    values = parse_int_list(text, option)
+    for value in values:
+        if value < 0:
+            raise ConfigError(f"{option} {value} is negative: {fix}")
+    return values
+
+
+def parse_map_devices(text: str) -> list[int]:
+    return _counts(text, "--map-devices", "give the end devices an edge node takes under "
+                   "Mapping (Zhang set 1), or 0 for eq. (4)")
 
 
 def parse_fail(text: str) -> list[int]:
-    from ...option_lists import parse_int_list
-
-    values = parse_int_list(text, "--fail-devices")
-    for value in values:
-        if value < 0:
-            raise ConfigError(f"--fail-devices {value} is negative: give how many end "
-                              "devices fail, e.g. --fail-devices 0,2,4")
-    return values
+    return _counts(text, "--fail-devices", "give how many end devices fail, e.g. "
+                   "--fail-devices 0,2,4")
 
 
 def parse_recovery(text: str) -> list[str]:

@@ -1,6 +1,6 @@
 """Zhang's heterogeneous distributed DNNs (after Teerapittayanon et al.'s DDNN, 2017): end
 devices, edge devices and a cloud with a network each, delays between the tiers, four
-schemes, early exits and devices that fail, on the ``hier`` engine (docs/hierarchy.md,
+schemes, early exits and devices that fail, on the ``hier`` engine (docs/tiers.md,
 "The zhang2018 study").
 
 ``grid.py`` holds its experiments as cells (one part per table or figure),
@@ -17,7 +17,7 @@ from . import grid as g
 
 class Zhang2018(Study):
     name = "zhang2018"
-    description = ("Zhang's heterogeneous DDNN: Tables 2 and 5, Figure 3 and DDNN's early "
+    description = ("Zhang's heterogeneous DDNN: Tables 1, 2, 4 and 5, Figure 3 and DDNN's early "
                    "exits on the hier engine, then its report.")
     examples = ("edgeprof study zhang2018 --cluster local --timeout 60 --out runs/zhang2018",
                 "edgeprof study zhang2018 --cluster local --parts table5 --scale 0.04 "
@@ -30,7 +30,7 @@ class Zhang2018(Study):
         StudyOption("failed", ",".join(map(str, g.FAILED)),
                     f"Table 5's failed end devices (of {g.TABLE5_END}; 0 always runs)."),
         StudyOption("thresholds", ",".join(f"{t:g}" for t in g.THRESHOLDS),
-                    "The ddnn part's early-exit thresholds (normalized entropy, 0-1)."),
+                    "The ddnn part's early-exit thresholds (softmax entropy in nats, 0-ln 4)."),
     )
 
     def parse(self, given: dict) -> dict:
@@ -59,7 +59,7 @@ class Zhang2018(Study):
         val, floored = g.val_samples(scale, found)
         notes = [f"Zhang's 10,000 CIFAR-100 test images, 8 end and 4 edge devices scaled "
                  f"to {val:,} Fashion-MNIST test images in batches of {g.BATCH} on a few "
-                 "processes of one thread (docs/hierarchy.md, \"The zhang2018 study\")"]
+                 "processes of one thread (docs/tiers.md, \"The zhang2018 study\")"]
         if floored:
             notes.append(f"raised to {val:,} test images: every end device gets "
                          f"{g.MIN_BATCHES} batches or more")
@@ -84,9 +84,10 @@ class Zhang2018(Study):
                   "over another of the same part) and yes/no findings, where the networks' "
                   "speed and the data cancel",
             bands="Bands: x/÷1.25 for Table 2's delay per image and Figure 3's Mapping "
-                  "against End-Edge, x/÷1.5 for Table 5's times against no failure (his "
-                  "five runs, our one, 4 end devices for his 8), x/÷1.1 for accuracy; "
-                  "yes/no rows must agree (docs/hierarchy.md).",
+                  "against End-Edge, x/÷1.5 for Table 4's overhead against the delay and "
+                  "Table 5's times against no failure (his five runs, our one, 4 end "
+                  "devices for his 8), x/÷1.1 for accuracy (Table 1's tiers, DDNN's "
+                  "exits); yes/no rows must agree (docs/tiers.md).",
             ratios=reproduce(records), matches=matches(records),
             hardware=load_reference()["hardware"],
-            no_match="No cell matches Table 2 (run --parts table2).")
+            no_match="No cell matches Tables 1, 2 or 4 (run --parts table1,table2,table4).")

@@ -3,23 +3,28 @@ table or figure (``PARTS``), scaled to a 2-core host.
 
 Zhang ran 8 end devices, 4 edge devices and a cloud over CIFAR-100's 10,000 test images
 in batches of 50. Here every cell is the ``hier`` engine on Fashion-MNIST (its coarse
-and fine labels, docs/hierarchy.md) with the engine's LeNets, batches of 50, and fewer
+and fine labels, docs/tiers.md) with the engine's LeNets, batches of 50, and fewer
 nodes, each a process of one thread:
 
+- ``table1``: per tier and its network, the inference time per image, coarse and fine
+  accuracy, parameters and weights file: Table 2's cells without delay (End, End-Edge,
+  End-Cloud: each tier's network on its own tier), so it adds no cell beside table2.
 - ``table2``: processing time with and without the delays: 2 end devices, an edge node,
   a cloud; End, and End-Edge and End-Cloud at no delay and at Zhang's edge 0.5 s and
   cloud 1 s.
 - ``table4``: the privacy module's overhead against the cloud's delay: 2 end devices
   and a cloud, End-Cloud with the module off and on (the first convolution of the
-  cloud's network on the device) at his 0.5, 1, 1.5 and 2 s. His second row, the data
-  encrypted on an edge device, is not run (the engine runs the module on end devices).
+  cloud's network on the device) at his 0.5, 1, 1.5 and 2 s; his second row, the module
+  on an edge device: an edge node between them (``--privacy edge``: the devices send
+  it their images, it sends the features on), against the same cells with it off.
 - ``table5``: completion time against failed end devices: 4 end devices and a cloud,
   End-Cloud with the cloud's delay at 0.5 s (a batch then takes about as long as his
   did); ``reassign`` and ``monitor`` at 0..3 failed devices (``--failed``), ``none``
   at 0 and the fewest failures (a cell of ``none`` with a failure cannot finish: it
   runs to its time limit, so one is enough to show it).
 - ``figure3``: completion time against the number of end devices (``--end-devices``,
-  default 1, 2, 4), 2 edge nodes and a cloud, the four schemes at Zhang's delays.
+  default 1, 2, 4), 2 edge nodes and a cloud, the four schemes at Zhang's delays;
+  Mapping with N_map set to his 1 (``--map-devices``; the record keeps eq. (4)'s too).
 - ``ddnn``: DDNN's early exit at thresholds swept (``--thresholds``), 2 end devices,
   an edge node and a cloud, no delay: exit shares, accuracy per exit and overall, bytes.
 
@@ -36,7 +41,7 @@ from ...cell import DEFAULT_ENGINE, CellConfig
 from ...errors import ConfigError
 from ...sweep.grid import validate
 
-PARTS = ("table2", "table4", "table5", "figure3", "ddnn")
+PARTS = ("table1", "table2", "table4", "table5", "figure3", "ddnn")
 ENGINE = "hier"
 MODEL = "lenet-mlp"  # the end devices' network; the upper tiers' are TIER_MODELS
 TIER_MODELS = "edge=lenet-cnn,cloud=lenet-example"
@@ -53,16 +58,27 @@ ZHANG_DELAY_S = {"edge": 0.5, "cloud": 1.0}  # his round trips' delays
 ZHANG_DELAYS = ",".join(f"{tier}={s:.1f}" for tier, s in ZHANG_DELAY_S.items())
 NO_DELAY = "0"
 TABLE2_TIERS = "end=2,edge=1,cloud=1"
+# Table 1: the cell whose scheme runs each tier's network (table2's, without delay).
+TABLE1_SCHEMES = {"end": "end", "edge": "end-edge", "cloud": "end-cloud"}
 TABLE4_TIERS = "end=2,cloud=1"
 TABLE4_DELAYS_S = (0.5, 1.0, 1.5, 2.0)  # his
+# His second row: the module on an edge node, on the way to the cloud (no delay to it).
+TABLE4_EDGE_TIERS = "end=2,edge=1,cloud=1"
+# Where the module runs -> (its cells' tiers, its --privacy)
+TABLE4_ROWS = {"end": (TABLE4_TIERS, "on"), "edge": (TABLE4_EDGE_TIERS, "edge")}
 TABLE5_END = 4
 TABLE5_TIERS = f"end={TABLE5_END},cloud=1"
 TABLE5_DELAY = "cloud=0.5"
 FAILED = tuple(range(TABLE5_END))  # failed end devices: 0 to all but device 0
 RECOVERIES = ("none", "reassign", "monitor")
 FIGURE3_EDGE = 2
+# Zhang set N_map to 1 ("according to the evaluation system setup"); eq. (4) from our
+# LeNets' times gives hundreds (an end batch in ~1 ms against a 0.5 s edge round trip).
+ZHANG_N_MAP = 1
 END_DEVICES = (1, 2, 4)
-THRESHOLDS = (0.0, 0.2, 0.5, 0.8)
+# Softmax entropy in nats (0 to ln 4 = 1.386 for the end network's 4 coarse classes):
+# about 0.2, 0.5 and 0.8 of ln 4, the normalized thresholds this part first swept.
+THRESHOLDS = (0.0, 0.3, 0.7, 1.1)
 DDNN_TIERS = TABLE2_TIERS
 
 
@@ -120,6 +136,8 @@ def settings(parts: tuple[str, ...], end_devices: tuple[int, ...] = END_DEVICES,
              failed: tuple[int, ...] = FAILED) -> list[dict]:
     """Every cell's engine settings, part by part, each once (in the parts' order)."""
     found: list[dict] = []
+    if "table1" in parts:  # each tier's network on its own tier, no delay
+        found += [_params(TABLE2_TIERS, scheme) for scheme in TABLE1_SCHEMES.values()]
     if "table2" in parts:
         found.append(_params(TABLE2_TIERS, "end"))
         for scheme in ("end-edge", "end-cloud"):
@@ -127,8 +145,9 @@ def settings(parts: tuple[str, ...], end_devices: tuple[int, ...] = END_DEVICES,
                 found.append(_params(TABLE2_TIERS, scheme, delay))
     if "table4" in parts:
         for seconds in TABLE4_DELAYS_S:
-            for privacy in ("off", "on"):
-                found.append(_params(TABLE4_TIERS, "end-cloud", table4_delay(seconds),
+            found.append(_params(TABLE4_TIERS, "end-cloud", table4_delay(seconds)))
+            for tiers, privacy in TABLE4_ROWS.values():
+                found.append(_params(tiers, "end-cloud", table4_delay(seconds),
                                      privacy=privacy))
     if "table5" in parts:
         for recovery in RECOVERIES:
@@ -138,8 +157,10 @@ def settings(parts: tuple[str, ...], end_devices: tuple[int, ...] = END_DEVICES,
     if "figure3" in parts:
         for n in end_devices:
             for scheme in ("end", "end-edge", "end-cloud", "mapping"):
-                found.append(_params(f"end={n},edge={FIGURE3_EDGE},cloud=1", scheme,
-                                     ZHANG_DELAYS))
+                params = _params(f"end={n},edge={FIGURE3_EDGE},cloud=1", scheme, ZHANG_DELAYS)
+                if scheme == "mapping":
+                    params["map_devices"] = ZHANG_N_MAP
+                found.append(params)
     if "ddnn" in parts:
         for threshold in thresholds:
             found.append(_params(DDNN_TIERS, "early-exit", NO_DELAY, threshold))

@@ -9,7 +9,7 @@ study`` within [1/band, band]):
 - ``TABLE`` (1.25): Table 2's delay added per image over the delay per image (his 0.99
   and 1.01: the delay is paid once a batch, whatever the network), and Figure 3's
   "minor difference" of Mapping from End-Edge. One run of each; the delay itself is
-  held to 1-2% (docs/hierarchy.md), the rest is the host's noise on a few seconds.
+  held to 1-2% (docs/tiers.md), the rest is the host's noise on a few seconds.
 - ``SHAPE`` (1.5): Table 4's privacy overhead at a delay over at 0.5 s (his single
   runs; ours a difference of two medians of a few batches), and Table 5's completion
   at k failed devices over none failed. His are averages of five runs on 8 devices;
@@ -18,12 +18,16 @@ study`` within [1/band, band]):
   The brief's own yardstick for monitoring ("within x1.5 of no failure") is this band.
 - ``ACCURACY`` (1.1): early exit's overall coarse accuracy against sending everything
   up (DDNN's claim: the confident samples answered on the device lose little).
-- Yes/no rows (band 1: equal or not): a cell that cannot finish, schemes' order,
+- Table 1's accuracy of one tier over another's (edge over end on coarse labels, cloud
+  over edge on fine) are judged at ``ACCURACY`` too: his networks' gaps come from their
+  depth on CIFAR-100, ours from the LeNets on Fashion-MNIST (docs/tiers.md).
+- Yes/no rows (band 1: equal or not): Table 1's order of the tiers' inference times
+  and parameters, a cell that cannot finish, schemes' order,
   shares and bytes moving the way the threshold pushes them.
 
 Table 2's with-delay / without-delay ratio is shown and judged as well, and is expected
 outside: his networks took 6-7 ms an image, ours about 0.1-0.6, so the same delay
-multiplies our time far more than his (docs/hierarchy.md, "The zhang2018 study").
+multiplies our time far more than his (docs/tiers.md, "The zhang2018 study").
 """
 
 from __future__ import annotations
@@ -95,8 +99,94 @@ def reproduce(records: list[dict], reference: dict | None = None) -> list[Ratio]
 
 def _once(records: list[dict], ref: dict) -> list[Ratio]:
     found = _Found(records)
-    return [*_table2(found, ref), *_table4(found, ref), *_table5(found, ref),
+    return [*_table1(found, ref), *_table2(found, ref), *_table4(found, ref), *_table5(found, ref),
             *_figure3(found, ref), *_ddnn(found)]
+
+
+# Table 1's measures: (heading, results column, his key, scale of ours to his unit)
+TABLE1_MEASURES = (("inference ms/image", "hier_infer_ms_per_image", "infer_ms_per_image", 1.0),
+                   ("coarse accuracy", "hier_exit_coarse_accuracy", "coarse_accuracy", 1.0),
+                   ("fine accuracy", "hier_exit_fine_accuracy", "fine_accuracy", 1.0),
+                   ("parameters (M)", "hier_params_by_tier", "params_m", 1e-6),
+                   ("weights file (MB)", "hier_weights_mb_by_tier", "weights_mb", 1.0))
+
+
+def table1(found: _Found) -> dict[str, tuple[dict, dict[str, float | None]]]:
+    """Per tier, the cell that ran its network on it (no delay) and Table 1's measures
+    of it, by his key; the end tier's coarse accuracy is its network's on every sample
+    (``hier_end_accuracy``), an upper tier's its fine answers' coarse ones."""
+    out = {}
+    for tier, scheme in g.TABLE1_SCHEMES.items():
+        r = found.get(g.TABLE2_TIERS, scheme)
+        if r is None:
+            continue
+        values = {}
+        for _, column, key, scale in TABLE1_MEASURES:
+            value = (r.get(column) or {}).get(tier)
+            values[key] = None if value is None else float(value) * scale
+        if tier == "end":
+            values["coarse_accuracy"] = _value(r, "hier_end_accuracy")
+        out[tier] = (r, values)
+    return out
+
+
+def _increasing(values: list[float | None]) -> bool | None:
+    if None in values:
+        return None
+    return all(b > a for a, b in zip(values, values[1:]))
+
+
+def _table1(found: _Found, ref: dict) -> list[Ratio]:
+    his = ref["table1"]
+    ours = table1(found)
+    if not ours:
+        return []
+    tiers = ("end", "edge", "cloud")
+
+    def get(tier: str, key: str) -> float | None:
+        return ours[tier][1][key] if tier in ours else None
+
+    def cells(*names: str) -> tuple:
+        return tuple(ours[t][0] for t in names if t in ours)
+
+    rows = []
+    for measure, key in (("inference time per image", "infer_ms_per_image"),
+                         ("parameters", "params_m")):
+        series = [get(t, key) for t in tiers]
+        shown = " < ".join("-" if v is None else f"{v:.3g}" for v in series)
+        rows.append(Ratio("Table 1", f"{measure}: end < edge < cloud",
+                          "each tier's network on its own tier", True,
+                          _increasing(series), 1.0, cells=cells(*tiers),
+                          note=f"ours {shown}; his "
+                               + " < ".join(f"{his[t][key]:g}" for t in tiers)))
+    for measure, key, low, high in (("coarse accuracy edge / end", "coarse_accuracy",
+                                     "end", "edge"),
+                                    ("fine accuracy cloud / edge", "fine_accuracy",
+                                     "edge", "cloud")):
+        rows.append(Ratio("Table 1", measure, f"{low} and {high} networks, no delay",
+                          his[high][key] / his[low][key], _div(get(high, key), get(low, key)),
+                          ACCURACY, cells=cells(low, high),
+                          note=f"ours {_fraction(get(high, key))} against "
+                               f"{_fraction(get(low, key))}"))
+    return rows
+
+
+def _fraction(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _table1_matches(found: _Found, ref: dict) -> list[Match]:
+    out = []
+    for tier, (r, values) in table1(found).items():
+        theirs = ref["table1"][tier]
+        for measure, _, key, _ in TABLE1_MEASURES:
+            if values[key] is None or theirs[key] is None:
+                continue
+            out.append(Match("Table 1", r["cell_id"], f"{tier}: {theirs['network']} / "
+                             f"{(r.get('hier_models') or {}).get(tier, '?')}", measure,
+                             values[key], theirs[key], "accuracy" not in measure,
+                             "other networks and data"))
+    return out
 
 
 def _table2(found: _Found, ref: dict) -> list[Ratio]:
@@ -126,14 +216,16 @@ def _table2(found: _Found, ref: dict) -> list[Ratio]:
     return rows
 
 
-def overheads(found: _Found) -> dict[float, tuple[float | None, tuple]]:
+def overheads(found: _Found, at: str = "end") -> dict[float, tuple[float | None, tuple]]:
     """Table 4: per cloud delay, the share of a batch's processing time the privacy
-    module adds (its cells on over off, each the median sample's latency), and the
+    module adds when it runs ``at`` the end device or an edge node (its cells over the
+    cell with it off, straight to the cloud; each the median sample's latency), and the
     cells."""
     out = {}
+    tiers, privacy = g.TABLE4_ROWS[at]
     for seconds in g.TABLE4_DELAYS_S:
         delay = g.table4_delay(seconds)
-        on = found.get(g.TABLE4_TIERS, "end-cloud", delay, privacy="on")
+        on = found.get(tiers, "end-cloud", delay, privacy=privacy)
         off = found.get(g.TABLE4_TIERS, "end-cloud", delay)
         if on or off:
             ratio = _div(_per_image_ms(on), _per_image_ms(off))
@@ -143,28 +235,36 @@ def overheads(found: _Found) -> dict[float, tuple[float | None, tuple]]:
 
 def _table4(found: _Found, ref: dict) -> list[Ratio]:
     table = ref["table4"]
-    his = dict(zip(table["delay_s"], table["end_overhead"]))
-    ours = overheads(found)
-    base = g.TABLE4_DELAYS_S[0]
     rows = []
-    if base not in ours:
-        return rows
-    for seconds, (overhead, cells) in ours.items():
-        if seconds == base:
+    for at, where in (("end", "the end device"), ("edge", "an edge node")):
+        his = dict(zip(table["delay_s"], table[f"{at}_overhead"]))
+        ours = overheads(found, at)
+        base = g.TABLE4_DELAYS_S[0]
+        if base not in ours:
             continue
-        rows.append(Ratio("Table 4", f"privacy overhead at {seconds:g} / {base:g} s delay",
-                          f"end-cloud, module on the end device, {g.TABLE4_TIERS}",
-                          his[seconds] / his[base], _div(overhead, ours[base][0]), SHAPE,
-                          cells=(*cells, *ours[base][1]),
-                          note=f"ours {_percent(overhead)} against "
-                               f"{_percent(ours[base][0])}; his {his[seconds]:.1%} "
-                               f"against {his[base]:.1%}"))
-    series = [ours[s][0] for s in g.TABLE4_DELAYS_S if s in ours]
-    if len(series) > 1 and None not in series:
-        rows.append(Ratio("Table 4", "privacy overhead falls as the delay grows",
-                          f"{', '.join(f'{s:g}' for s in ours)} s", True,
-                          all(b < a for a, b in zip(series, series[1:])), 1.0,
-                          note=" -> ".join(_percent(v) for v in series)))
+        config = f"end-cloud, module on {where}, {g.TABLE4_ROWS[at][0]}"
+        for seconds, (overhead, cells) in ours.items():
+            if seconds == base:
+                continue
+            rows.append(Ratio("Table 4", f"privacy overhead at {seconds:g} / {base:g} s delay",
+                              config, his[seconds] / his[base], _div(overhead, ours[base][0]),
+                              SHAPE, cells=(*cells, *ours[base][1]),
+                              note=f"ours {_percent(overhead)} against "
+                                   f"{_percent(ours[base][0])}; his {his[seconds]:.1%} "
+                                   f"against {his[base]:.1%}"))
+        series = [ours[s][0] for s in g.TABLE4_DELAYS_S if s in ours]
+        if len(series) > 1 and None not in series:
+            rows.append(Ratio("Table 4", "privacy overhead falls as the delay grows",
+                              f"module on {where}, {', '.join(f'{s:g}' for s in ours)} s", True,
+                              all(b < a for a, b in zip(series, series[1:])), 1.0,
+                              note=" -> ".join(_percent(v) for v in series)))
+    end, edge = overheads(found, "end"), overheads(found, "edge")
+    pairs = [(end[s][0], edge[s][0]) for s in g.TABLE4_DELAYS_S if s in end and s in edge]
+    if pairs and all(None not in pair for pair in pairs):
+        rows.append(Ratio("Table 4", "the module costs less on an edge node than on the device",
+                          "every delay", True, all(e < d for d, e in pairs), 1.0,
+                          note="edge " + ", ".join(_percent(e) for _, e in pairs) + "; device "
+                               + ", ".join(_percent(d) for d, _ in pairs)))
     return rows
 
 
@@ -278,10 +378,10 @@ def _ddnn(found: _Found) -> list[Ratio]:
 
 
 def matches(records: list[dict], reference: dict | None = None) -> list[Match]:
-    """Table 2's processing time per image beside ours (other networks and data)."""
+    """Tables 1, 2 and 4's numbers beside ours (other networks and data)."""
     ref = reference or load_reference()
     found = _Found(records)
-    out = []
+    out = _table1_matches(found, ref)
     table = ref["table2"]
     r = found.get(g.TABLE2_TIERS, "end")
     if r:
@@ -298,10 +398,12 @@ def matches(records: list[dict], reference: dict | None = None) -> list[Match]:
                                  _per_image_ms(r), table[scheme][key], True,
                                  "other networks and data"))
     table4 = ref["table4"]
-    for seconds, (overhead, (on, off)) in overheads(found).items():
-        if on:
-            his = table4["end_overhead"][table4["delay_s"].index(seconds)]
-            out.append(Match("Table 4", on["cell_id"], f"end-cloud, cloud delay {seconds:g} s",
-                             "privacy overhead", overhead, his, True,
-                             "module on the end device; other networks and data"))
+    for at, where in (("end", "the end device"), ("edge", "an edge node")):
+        for seconds, (overhead, (on, off)) in overheads(found, at).items():
+            if on:
+                his = table4[f"{at}_overhead"][table4["delay_s"].index(seconds)]
+                out.append(Match("Table 4", on["cell_id"],
+                                 f"end-cloud, module on {where}, cloud delay {seconds:g} s",
+                                 "privacy overhead", overhead, his, True,
+                                 "other networks and data"))
     return out
