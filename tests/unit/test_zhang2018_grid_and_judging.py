@@ -71,7 +71,7 @@ def test_scale_and_its_floor():
 
 @pytest.mark.parametrize("bad, words", [
     ({"parts": "table9"}, "--parts 'table9'"),
-    ({"parts": "table2", "thresholds": "1.5"}, "--exit-threshold 1.5 is outside 0-ln"),
+    ({"parts": "table2", "thresholds": "1.5"}, "--thresholds 1.5 is outside 0-ln"),
     ({"parts": "table5", "failed": "4"}, "--failed 4: table5 has 4 end devices"),
 ])
 def test_bad_options_are_one_line(bad, words):

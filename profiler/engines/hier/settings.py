@@ -129,15 +129,17 @@ def max_threshold_nats() -> float:
     return math.log(labels.CLASSES[labels.TIER_LABELS["end"]])
 
 
-def parse_thresholds(text: str) -> list[float]:
-    values = parse_float_list(text, "--exit-threshold")
+def parse_thresholds(text: str, option: str = "--exit-threshold") -> list[float]:
+    """Exit thresholds from ``option``'s text (the sweep's, or a study's ``--thresholds``:
+    the error names the option the user gave)."""
+    values = parse_float_list(text, option)
     most, classes = max_threshold_nats(), labels.CLASSES[labels.TIER_LABELS["end"]]
     for value in values:
         if not 0 <= value <= most:
-            raise ConfigError(f"--exit-threshold {value:g} is outside 0-ln({classes}) = "
+            raise ConfigError(f"{option} {value:g} is outside 0-ln({classes}) = "
                               f"{most:.3f}: it is the softmax entropy in nats under which an "
                               f"end device answers (its {classes} coarse classes); give e.g. "
-                              "--exit-threshold 0.3,0.7,1.1")
+                              f"{option} 0.3,0.7,1.1")
     return values
 
 

@@ -45,7 +45,8 @@ class Zhang2018(Study):
         if isinstance(given.get("failed"), str):
             parsed["failed"] = g.parse_failed(given["failed"])
         if isinstance(given.get("thresholds"), str):
-            parsed["thresholds"] = tuple(parse_thresholds(given["thresholds"]))
+            parsed["thresholds"] = tuple(parse_thresholds(given["thresholds"],
+                                                           "--thresholds"))
         return parsed
 
     def datasets_wanted(self) -> tuple[str, ...]:
