@@ -136,3 +136,16 @@ def test_collect_brings_a_cell_folder_home_and_removes_the_node_copy(mode, tmp_p
         cluster.close()
     assert (cell_dir / "events" / "worker-0.jsonl").read_text() == "{}\n"
     assert not (cell_dir / "pids").exists() and not remote.exists()
+
+
+def test_a_node_the_cell_started_nothing_on_has_nothing_to_fetch(mode, tmp_path,
+                                                                   monkeypatch):
+    """No folder on the node (a hierarchy's edge node in End-Cloud, no agent): no problem
+    reported, nothing unpacked."""
+    cluster, remote, cell_dir = _collecting(tmp_path, monkeypatch)
+    remote.rmdir()
+    try:
+        assert cluster.collect(cell_dir, [SimpleNamespace(name="n2")]) == []
+    finally:
+        cluster.close()
+    assert list(cell_dir.iterdir()) == []

@@ -42,7 +42,10 @@ from ...safe_tar import UnsafeMember, unpack_stream
 COLLECT_TIMEOUT_S = 300
 # On the node: the cell folder as a tar stream on stdout, then (stdout closed, so that the
 # local unpacking sees the stream's end) the folder removed if the controller answers ``ok``.
-_PACK_THEN_REMOVE = ('tar -C "$1" --exclude=./pids -cf - . || exit $?; exec >&-; '
+# A node the cell started nothing on (a hierarchy's edge node in End-Cloud, with no
+# agent) has no folder: it sends an empty archive, nothing to fetch and no problem.
+_PACK_THEN_REMOVE = ('if [ ! -d "$1" ]; then exec tar -cf - -T /dev/null; fi; '
+                     'tar -C "$1" --exclude=./pids -cf - . || exit $?; exec >&-; '
                      'read answer; if [ "$answer" = ok ]; then rm -rf -- "$1" || true; fi')
 # On the node: the sweep's inputs unpacked from stdin (an old copy replaced whole), and
 # removed again at the sweep's end (its folder too, once nothing else is in it).
