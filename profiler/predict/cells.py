@@ -11,6 +11,7 @@ placement (the engine trains alone): it is every such group's base.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,6 +62,15 @@ class Group:
         f = self.fields
         depth = f"-{f['layers']}" if f["layers"] else ""
         return f"{f['model']}{depth} b{f['batch']} {f['engine']} {f['sync']}"
+
+
+def measured_ms(group: Group) -> dict[int, float]:
+    """The measured step at each device count (the mean of its repeats), one device's
+    (the base) included."""
+    by_n: dict[int, list[float]] = {}
+    for cell in [*group.base, *group.cells]:
+        by_n.setdefault(cell.devices, []).append(cell.step_ms)
+    return {n: statistics.fmean(steps) for n, steps in by_n.items()}
 
 
 def read_groups(sweep_dir: Path) -> tuple[list[Group], str]:

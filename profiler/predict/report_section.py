@@ -12,8 +12,6 @@ nothing to fit (too few device counts, a pipeline, no ok cell) gets no section.
 
 from __future__ import annotations
 
-import statistics
-
 from ..cluster.prices import load_prices
 from ..cluster.profiles import load_catalog
 from ..errors import ConfigError
@@ -21,7 +19,7 @@ from ..figure import Figure, png_bytes, pyplot
 from ..report.prediction_section import PredictionSection, offer_prediction
 from . import table
 from .boards import PriceOf
-from .cells import groups_of
+from .cells import groups_of, measured_ms
 from .model import Prediction, StepModel, Target, predict
 from .run import fit_groups
 
@@ -52,7 +50,7 @@ def section(records: list[dict]) -> PredictionSection | None:
         counts = sorted({largest, 2 * largest, *TABLE_DEVICES})
         asked = [curve[n - 1] if n <= end else predict(model, n, OWN, catalog, prices)
                  for n in counts]
-        measured = _measured_ms(model)
+        measured = measured_ms(model.group)
         rows += [[*row, _ms(measured.get(p.devices))]
                  for row, p in zip(table.rows(asked), asked)]
     return PredictionSection(
@@ -70,14 +68,6 @@ def section(records: list[dict]) -> PredictionSection | None:
               f"at {','.join(map(str, m.devices_fitted))} devices: {table.fit_said(m)}"
               for m in models],
         not_fitted=skipped)
-
-
-def _measured_ms(model: StepModel) -> dict[int, float]:
-    """The measured step at each device count (the mean of its repeats)."""
-    by_n: dict[int, list[float]] = {}
-    for cell in [*model.group.base, *model.group.cells]:
-        by_n.setdefault(cell.devices, []).append(cell.step_ms)
-    return {n: statistics.fmean(steps) for n, steps in by_n.items()}
 
 
 def _ms(value: float | None) -> str:

@@ -44,7 +44,8 @@ def text(predictions: list[Prediction], models: list[StepModel], skipped: list[s
     for m in models:
         lines.append(f"{m.group.label}: fitted on {len(m.group.cells) + len(m.group.base)} "
                      f"cells at {','.join(map(str, m.devices_fitted))} devices "
-                     f"({m.board.name if m.board else 'local'}): " + fit_said(m))
+                     f"({m.board.name if m.board else 'local'}): " + fit_said(m)
+                     + f"; an epoch of {m.train_samples:,} samples ({m.epoch_from})")
     energy_from = sorted({p.energy_from for p in predictions})
     if energy_from:
         lines.append("energy: " + "; ".join(energy_from))
@@ -66,6 +67,7 @@ def as_json(predictions: list[Prediction], models: list[StepModel], skipped: lis
         "predictions": [p.as_dict() for p in predictions],
         "fits": [{"configuration": m.group.label, "devices_fitted": list(m.devices_fitted),
                   "board": m.board.name if m.board else None, "base_ms": m.base_ms,
+                  "epoch_samples": m.train_samples, "epoch_from": m.epoch_from,
                   "sigma_ms": m.sigma_ms, "link_mbit": m.link_mbit,
                   "terms": dict(zip(m.fit.names, m.fit.theta)),
                   "residual_sd_ms": m.fit.s, "dof": m.fit.dof} for m in models],
