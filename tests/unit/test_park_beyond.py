@@ -142,3 +142,25 @@ def test_nothing_to_fit_gives_no_subsection_and_no_error():
     assert Park2019().section(_table1_records(devices=(1, 10))).subsections == []
     shown = Park2019().section(_table1_records())
     assert [s.title for s in shown.subsections] == ["Beyond the ten boards"]
+
+
+def test_predict_asks_a_study_run_about_the_studys_epoch_unless_told():
+    from profiler.cluster.profiles import load_catalog
+    from profiler.predict.cells import groups_of
+    from profiler.predict.model import fit_group
+    from profiler.predict.run import with_epochs
+
+    groups, _ = groups_of(_table1_records())
+    model = fit_group(groups[0], load_catalog())
+    assert model.train_samples == 1200  # the run's cells: the study cut to its scale
+    study = {"extra": {"study": "park2019", "scale": 0.02,
+                       "epoch_samples": {"lenet-mlp": 60000}}}
+    (taken,) = with_epochs([model], None, study)
+    assert taken.train_samples == 60000 and "park2019" in taken.epoch_from
+    (told,) = with_epochs([model], 6000, study)  # --samples wins
+    assert told.train_samples == 6000 and told.epoch_from == "--samples"
+    # A study run recorded before the epoch was: its own set, and the table says so.
+    (old,) = with_epochs([model], None, {"extra": {"study": "park2019", "scale": 0.02}})
+    assert old.train_samples == 1200 and "--samples" in old.epoch_from
+    (plain,) = with_epochs([model], None, {"extra": {}})  # a sweep: its own set
+    assert plain == model
