@@ -182,9 +182,9 @@ def _table3(groups: list[Group], fitted: dict[tuple, StepModel], records: list[d
                "scheme moves (headers, validation, the framework's messages); "
                if recv_per_step else "")
             + (_fit_note(model) if model is not None else
-               "its step not fitted (an ok cell at 1 device and cells at two or more other "
-               "device counts are needed: the study's figure6/figure7 parts have them), "
-               "so no KB/s beyond it"))
+               "its step not fitted (it needs an ok cell at 1 device and cells at two or "
+               "more other device counts: of Table 3's configurations, the part figure6 "
+               "runs ResNet-32 x 32 so), so no KB/s beyond it"))
     if not rows:
         return None
     return StudyTable(
@@ -199,7 +199,9 @@ def _table3(groups: list[Group], fitted: dict[tuple, StepModel], records: list[d
                "are carried from the measured cell as per-node constants: Park saw neither "
                "change with the number of devices (Figure 6: CPU within 3% from 1 to 10, "
                "memory 280 to 250 MB), and a worker computes the same batch on the same "
-               "model however many others there are."),
+               "model however many others there are. Our CPU % is a share of the node's "
+               "quota, Park's of a Pi 3B's four cores: compare them as ratios (the "
+               "ratios above), not side by side."),
         headings=TABLE3_HEADINGS, rows=rows, notes=notes)
 
 
