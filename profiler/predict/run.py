@@ -72,7 +72,7 @@ def with_epochs(models: list[StepModel], samples: int | None, meta: dict) -> lis
             return [replace(m, epoch_from=said) for m in models]
         return models
     return [replace(m, train_samples=int(epochs[m.group.fields["model"]]),
-                    epoch_from=f"the {study} study's epoch (sweep.json)")
+                    epoch_from=f"the {study} study's epoch, from sweep.json")
             if isinstance(epochs.get(m.group.fields["model"]), int) else m for m in models]
 
 
