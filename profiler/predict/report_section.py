@@ -64,9 +64,7 @@ def section(records: list[dict]) -> PredictionSection | None:
                "the model itself. edgeprof predict SWEEP --devices N asks it about "
                "other counts, boards and links; --compare sets boards side by side."),
         figures=figures, headings=[*table.HEADER, "measured ms"], rows=rows,
-        fits=[f"{m.group.label}: fitted on {len(m.group.cells) + len(m.group.base)} cells "
-              f"at {','.join(map(str, m.devices_fitted))} devices: {table.fit_said(m)}"
-              for m in models],
+        fits=[table.fitted_on(m) for m in models],
         not_fitted=skipped)
 
 

@@ -53,6 +53,12 @@ def text(predictions: list[Prediction], models: list[StepModel], skipped: list[s
     return "\n".join(lines)
 
 
+def fitted_on(m: StepModel) -> str:
+    """``lenet-mlp b64 mxnet sync: fitted on 30 cells at 1,2,...,10 devices: <fit_said>``."""
+    return (f"{m.group.label}: fitted on {len(m.group.cells) + len(m.group.base)} cells at "
+            f"{','.join(map(str, m.devices_fitted))} devices: {fit_said(m)}")
+
+
 def fit_said(m: StepModel) -> str:
     """``base 113.7 ms, sigma 0.0 ms, peer_ms 31.9, wire 2.46; residual sd 7.1 ms (1 dof)``
     (a term at zero is not named)."""

@@ -32,7 +32,7 @@ from ...errors import ConfigError
 from ...predict.cells import Group, groups_of, measured_ms
 from ...predict.model import (BYTES_PER_PARAMETER, StepModel, Target, epoch_s, fit_group,
                               predict, steps_in_epoch)
-from ...predict.table import fit_said, interval
+from ...predict.table import fitted_on, interval
 from ...report.study_section import StudySubsection, StudyTable
 from .grid import FULL_TRAIN
 from .reference import load_reference
@@ -66,7 +66,7 @@ def beyond(records: list[dict], reference: dict | None = None) -> StudySubsectio
     if not fitted:
         return None
     tables = [t for t in (_table1(groups, fitted, ref, catalog),
-                          _table3(groups, fitted, records, ref, catalog)) if t is not None]
+                          _table3(groups, fitted, ref, catalog)) if t is not None]
     return StudySubsection(
         title="Beyond the ten boards",
         intro=("Park's tables past the ten Pi 3Bs the study had, by edgeprof predict's "
@@ -118,7 +118,7 @@ def _table1(groups: list[Group], fitted: dict[tuple, StepModel], ref: dict,
             rows.append([label, str(n), PREDICTED, f"{p.step_ms:,.1f}", interval(p),
                          f"{p.epoch_s:,.1f}", f"{p.epoch_s / one.epoch_s:.2f}",
                          f"{p.samples_per_s / one.samples_per_s:.2f}", "", ""])
-        notes.append(_fit_note(model))
+        notes.append(fitted_on(model))
     if not rows:
         return None
     return StudyTable(
@@ -136,8 +136,8 @@ def _park(values: dict, n: int, fmt: str, scale: float = 1.0) -> str:
     return fmt.format(values[n] * scale) if n in values else ""
 
 
-def _table3(groups: list[Group], fitted: dict[tuple, StepModel], records: list[dict],
-            ref: dict, catalog) -> StudyTable | None:
+def _table3(groups: list[Group], fitted: dict[tuple, StepModel], ref: dict,
+            catalog) -> StudyTable | None:
     park = ref["table3_resnet_resources"]
     rows, notes = [], []
     for group in groups:
@@ -181,7 +181,7 @@ def _table3(groups: list[Group], fitted: dict[tuple, StepModel], records: list[d
             + (f"{recv_per_step / floor_kb:.2f} x the {floor_kb:,.0f} KB a step its "
                "scheme moves (headers, validation, the framework's messages); "
                if recv_per_step else "")
-            + (_fit_note(model) if model is not None else
+            + (fitted_on(model) if model is not None else
                "its step not fitted (it needs an ok cell at 1 device and cells at two or "
                "more other device counts: of Table 3's configurations, the part figure6 "
                "runs ResNet-32 x 32 so), so no KB/s beyond it"))
@@ -224,10 +224,3 @@ def _mean(records: list[dict], column: str) -> float | None:
 
 def _num(value: float | None, fmt: str) -> str:
     return "" if value is None else format(value, fmt)
-
-
-def _fit_note(model: StepModel) -> str:
-    return (f"{model.group.label}: fitted on {len(model.group.cells) + len(model.group.base)} "
-            f"cells at {','.join(map(str, model.devices_fitted))} devices: "
-            + fit_said(model))
-
