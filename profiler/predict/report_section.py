@@ -21,15 +21,16 @@ from . import table
 from .boards import PriceOf
 from .cells import groups_of, measured_ms
 from .model import Prediction, StepModel, Target, predict
-from .run import fit_groups
+from .run import fit_groups, with_epochs
 
 CURVE_MIN_DEVICES = 20  # the curve reaches this, or twice the largest measured count
 TABLE_DEVICES = (20, 50, 100)
 OWN = Target(None, None)  # the fitted board, on its own link
 
 
-def section(records: list[dict]) -> PredictionSection | None:
-    """The section of a sweep's records; None when no configuration can be fitted."""
+def section(records: list[dict], meta: dict | None = None) -> PredictionSection | None:
+    """The section of a sweep's records; None when no configuration can be fitted.
+    ``meta``: its sweep.json (a study run's epoch, as ``edgeprof predict`` takes it)."""
     try:
         groups, _cluster = groups_of(records)
     except ConfigError:  # a cell without a step time (an older edgeprof's): no fit
@@ -40,6 +41,7 @@ def section(records: list[dict]) -> PredictionSection | None:
     models, skipped = fit_groups(groups, catalog)
     if not models:
         return None
+    models = with_epochs(models, None, meta or {})
     prices = PriceOf(load_prices())
     figures, rows = [], []
     for i, model in enumerate(models):
