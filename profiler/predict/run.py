@@ -71,9 +71,14 @@ def with_epochs(models: list[StepModel], samples: int | None, meta: dict) -> lis
                     "--samples gives the study's")
             return [replace(m, epoch_from=said) for m in models]
         return models
-    return [replace(m, train_samples=int(epochs[m.group.fields["model"]]),
+    return [replace(m, train_samples=epochs[m.group.fields["model"]],
                     epoch_from=f"the {study} study's epoch, from sweep.json")
-            if isinstance(epochs.get(m.group.fields["model"]), int) else m for m in models]
+            if _samples(epochs.get(m.group.fields["model"])) else m for m in models]
+
+
+def _samples(value) -> bool:
+    """Whether sweep.json's value is an epoch's size (a folder may come from elsewhere)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def prices_of(s: PredictSettings) -> PriceOf:

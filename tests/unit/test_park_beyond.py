@@ -164,3 +164,7 @@ def test_predict_asks_a_study_run_about_the_studys_epoch_unless_told():
     assert old.train_samples == 1200 and "--samples" in old.epoch_from
     (plain,) = with_epochs([model], None, {"extra": {}})  # a sweep: its own set
     assert plain == model
+    for bad in (0, -5, True, "60000", None):  # a folder from elsewhere: its own set
+        (kept,) = with_epochs([model], None, {"extra": {"study": "park2019",
+                                                        "epoch_samples": {"lenet-mlp": bad}}})
+        assert kept.train_samples == 1200
