@@ -11,6 +11,7 @@ placement (the engine trains alone): it is every such group's base.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -90,6 +91,15 @@ def _tell_apart(groups: list[Group]) -> None:
                            if len({g.key[i] for g in same}) > 1)
             for group in same:
                 group.tell_apart = differ
+
+
+def measured_ms(group: Group) -> dict[int, float]:
+    """The measured step at each device count (the mean of its repeats), one device's
+    (the base) included."""
+    by_n: dict[int, list[float]] = {}
+    for cell in [*group.base, *group.cells]:
+        by_n.setdefault(cell.devices, []).append(cell.step_ms)
+    return {n: statistics.fmean(steps) for n, steps in by_n.items()}
 
 
 def read_groups(sweep_dir: Path) -> tuple[list[Group], str]:

@@ -60,6 +60,9 @@ class StepModel:
     cpu_fraction: float | None  # the worker nodes' mean CPU share, measured
     devices_fitted: tuple[int, ...]
     pipe: PipeShape | None = None  # a pipeline's layers (its scheme is ``pipeline``)
+    # Where ``train_samples`` (an epoch) came from: the cells, --samples, or a study's
+    # own epoch (sweep.json's extra.epoch_samples).
+    epoch_from: str = "the sweep's training set"
 
     @property
     def max_devices(self) -> int | None:
@@ -252,17 +255,17 @@ def _prediction(model: StepModel, n: int, target: Target, nodes: list, link: flo
                 step: float, half: float | None, samples_per_s: float, worker_bytes: float,
                 prices: PriceOf | None) -> Prediction:
     """The step's row: its interval, epoch, energy and cost."""
-    epoch_s = _epoch_s(model, n, step)
-    energy, said = _energy_j(model, nodes, epoch_s)
+    epoch = epoch_s(model, n, step)
+    energy, said = _energy_j(model, nodes, epoch)
     return Prediction(
         label=model.group.label, devices=n,
         profile=target.profile or (model.board.name if model.board else "host"),
         link_mbit=link, step_ms=step,
         low_ms=None if half is None else max(0.0, step - half),
-        high_ms=None if half is None else step + half, epoch_s=epoch_s,
+        high_ms=None if half is None else step + half, epoch_s=epoch,
         samples_per_s=samples_per_s, mb_per_step=worker_bytes / 1e6,
         energy_j=energy, energy_from=said,
-        cost_usd=_cost_usd(nodes, epoch_s, energy, prices))
+        cost_usd=_cost_usd(nodes, epoch, energy, prices))
 
 
 def _nodes(model: StepModel, n: int, target: Target, catalog: Catalog | None) -> list:
@@ -274,13 +277,23 @@ def _nodes(model: StepModel, n: int, target: Target, catalog: Catalog | None) ->
     return node_profiles(catalog, name, count)
 
 
-def _epoch_s(model: StepModel, n: int, step_ms: float) -> float:
-    """A worker's steps in an epoch x the step: a shard of S/N samples, or all S."""
-    shared = n if model.group.fields["data_partition"] == "shard" else 1
+def epoch_s(model: StepModel, n: int, step_ms: float) -> float:
+    """A worker's steps in an epoch x the step."""
+    return steps_per_epoch(model, n) * step_ms / 1e3
+
+
+def steps_per_epoch(model: StepModel, n: int) -> int:
+    """A worker's steps in the model's epoch at ``n`` workers."""
+    f = model.group.fields
     if model.pipe is not None:
-        shared = 1  # one pipeline's stages pass every batch between them
-    steps = math.ceil(model.train_samples / (shared * model.group.fields["batch"]))
-    return steps * step_ms / 1e3
+        n = 1  # one pipeline's stages pass every batch between them: no shards
+    return steps_in_epoch(model.train_samples, n, f["batch"], f["data_partition"])
+
+
+def steps_in_epoch(samples: int, n: int, batch: int, partition: str) -> int:
+    """A worker's steps in an epoch of ``samples``: a shard of S/N, or all S."""
+    shared = n if partition == "shard" else 1
+    return math.ceil(samples / (shared * batch))
 
 
 def _energy_j(model: StepModel, nodes: list, epoch_s: float) -> tuple[float | None, str]:

@@ -12,8 +12,6 @@ nothing to fit (too few device counts, a pipeline, no ok cell) gets no section.
 
 from __future__ import annotations
 
-import statistics
-
 from ..cluster.prices import load_prices
 from ..cluster.profiles import load_catalog
 from ..errors import ConfigError
@@ -21,17 +19,18 @@ from ..figure import Figure, png_bytes, pyplot
 from ..report.prediction_section import PredictionSection, offer_prediction
 from . import table
 from .boards import PriceOf
-from .cells import groups_of
+from .cells import groups_of, measured_ms
 from .model import Prediction, StepModel, Target, predict
-from .run import fit_groups
+from .run import fit_groups, with_epochs
 
 CURVE_MIN_DEVICES = 20  # the curve reaches this, or twice the largest measured count
 TABLE_DEVICES = (20, 50, 100)
 OWN = Target(None, None)  # the fitted board, on its own link
 
 
-def section(records: list[dict]) -> PredictionSection | None:
-    """The section of a sweep's records; None when no configuration can be fitted."""
+def section(records: list[dict], meta: dict | None = None) -> PredictionSection | None:
+    """The section of a sweep's records; None when no configuration can be fitted.
+    ``meta``: its sweep.json (a study run's epoch, as ``edgeprof predict`` takes it)."""
     try:
         groups, _cluster = groups_of(records)
     except ConfigError:  # a cell without a step time (an older edgeprof's): no fit
@@ -42,6 +41,7 @@ def section(records: list[dict]) -> PredictionSection | None:
     models, skipped = fit_groups(groups, catalog)
     if not models:
         return None
+    models = with_epochs(models, None, meta or {})
     prices = PriceOf(load_prices())
     figures, rows = [], []
     for i, model in enumerate(models):
@@ -53,7 +53,7 @@ def section(records: list[dict]) -> PredictionSection | None:
         counts = sorted(n for n in {largest, 2 * largest, *TABLE_DEVICES} if model.can_run(n))
         asked = [curve[n - 1] if n <= end else predict(model, n, OWN, catalog, prices)
                  for n in counts]
-        measured = _measured_ms(model)
+        measured = measured_ms(model.group)
         rows += [[*row, _ms(measured.get(p.devices))]
                  for row, p in zip(table.rows(asked), asked)]
     return PredictionSection(
@@ -68,18 +68,8 @@ def section(records: list[dict]) -> PredictionSection | None:
                "the model itself. edgeprof predict SWEEP --devices N asks it about "
                "other counts, boards and links; --compare sets boards side by side."),
         figures=figures, headings=[*table.HEADER, "measured ms"], rows=rows,
-        fits=[f"{m.group.label}: fitted on {len(m.group.cells) + len(m.group.base)} cells "
-              f"at {','.join(map(str, m.devices_fitted))} devices: {table.fit_said(m)}"
-              for m in models],
+        fits=[table.fitted_on(m) for m in models],
         not_fitted=skipped)
-
-
-def _measured_ms(model: StepModel) -> dict[int, float]:
-    """The measured step at each device count (the mean of its repeats)."""
-    by_n: dict[int, list[float]] = {}
-    for cell in [*model.group.base, *model.group.cells]:
-        by_n.setdefault(cell.devices, []).append(cell.step_ms)
-    return {n: statistics.fmean(steps) for n, steps in by_n.items()}
 
 
 def _ms(value: float | None) -> str:

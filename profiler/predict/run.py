@@ -8,6 +8,7 @@ from pathlib import Path
 from ..cluster.prices import load_prices, price_spec
 from ..cluster.profiles import Catalog, load_catalog
 from ..errors import ConfigError
+from ..sweep.folder import read_sweep_meta
 from .boards import PriceOf, node_profiles, parse_devices, parse_links
 from .cells import Group, read_groups
 from .model import Prediction, StepModel, Target, fit_group, predict
@@ -50,8 +51,7 @@ def run_predict(s: PredictSettings) -> tuple[list[Prediction], list[StepModel], 
         more = f" (and {len(skipped) - 1} more configurations)" if len(skipped) > 1 else ""
         raise ConfigError(f"{s.sweep_dir}: cannot fit: {skipped[0]}{more}")
     prices = prices_of(s)
-    if s.samples is not None:
-        models = [replace(m, train_samples=s.samples) for m in models]
+    models = with_epochs(models, s.samples, read_sweep_meta(Path(s.sweep_dir)))
     predictions = [predict(m, n, Target(name, link), catalog, prices)
                    for m in models for name in names for link in links for n in devices
                    if m.can_run(n)]
@@ -59,6 +59,30 @@ def run_predict(s: PredictSettings) -> tuple[list[Prediction], list[StepModel], 
                 f"at most {m.max_devices} stages" for m in models for n in devices
                 if not m.can_run(n)]
     return predictions, models, skipped
+
+
+def with_epochs(models: list[StepModel], samples: int | None, meta: dict) -> list[StepModel]:
+    """Each model's epoch: ``--samples``, else the epoch of the study that made the sweep
+    (``extra.epoch_samples``, per model: a study run at a fraction of its data still asks
+    about the study's epoch, Park's 60,000 MNIST images), else the sweep's own set."""
+    if samples is not None:
+        return [replace(m, train_samples=samples, epoch_from="--samples") for m in models]
+    extra = meta.get("extra") if isinstance(meta.get("extra"), dict) else {}
+    epochs, study = extra.get("epoch_samples"), extra.get("study")
+    if not isinstance(epochs, dict):
+        if study:  # a study run by an edgeprof that did not record its epoch
+            said = (f"the sweep's training set: the {study} study's cut to its scale, "
+                    "--samples gives the study's")
+            return [replace(m, epoch_from=said) for m in models]
+        return models
+    return [replace(m, train_samples=epochs[m.group.fields["model"]],
+                    epoch_from=f"the {study} study's epoch, from sweep.json")
+            if _samples(epochs.get(m.group.fields["model"])) else m for m in models]
+
+
+def _samples(value) -> bool:
+    """Whether sweep.json's value is an epoch's size (a folder may come from elsewhere)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def prices_of(s: PredictSettings) -> PriceOf:

@@ -44,12 +44,19 @@ def text(predictions: list[Prediction], models: list[StepModel], skipped: list[s
     for m in models:
         lines.append(f"{m.group.label}: fitted on {len(m.group.cells) + len(m.group.base)} "
                      f"cells at {','.join(map(str, m.devices_fitted))} devices "
-                     f"({m.board.name if m.board else 'local'}): " + fit_said(m))
+                     f"({m.board.name if m.board else 'local'}): " + fit_said(m)
+                     + f"; an epoch of {m.train_samples:,} samples ({m.epoch_from})")
     energy_from = sorted({p.energy_from for p in predictions})
     if energy_from:
         lines.append("energy: " + "; ".join(energy_from))
     lines += [f"not fitted: {why}" for why in skipped]
     return "\n".join(lines)
+
+
+def fitted_on(m: StepModel) -> str:
+    """``lenet-mlp b64 mxnet sync: fitted on 30 cells at 1,2,...,10 devices: <fit_said>``."""
+    return (f"{m.group.label}: fitted on {len(m.group.cells) + len(m.group.base)} cells at "
+            f"{','.join(map(str, m.devices_fitted))} devices: {fit_said(m)}")
 
 
 def fit_said(m: StepModel) -> str:
@@ -66,6 +73,7 @@ def as_json(predictions: list[Prediction], models: list[StepModel], skipped: lis
         "predictions": [p.as_dict() for p in predictions],
         "fits": [{"configuration": m.group.label, "devices_fitted": list(m.devices_fitted),
                   "board": m.board.name if m.board else None, "base_ms": m.base_ms,
+                  "epoch_samples": m.train_samples, "epoch_from": m.epoch_from,
                   "sigma_ms": m.sigma_ms, "link_mbit": m.link_mbit,
                   "terms": dict(zip(m.fit.names, m.fit.theta)),
                   "residual_sd_ms": m.fit.s, "dof": m.fit.dof} for m in models],

@@ -75,11 +75,11 @@ def build_report(sweep_dir: Path, out: Path | None = None, *,
             pending = pool.map(_cell_figure, jobs,
                                chunksize=max(1, len(jobs) // (4 * workers)))
             drawn = [build(sweep.records) for build in figs.SWEEP_FIGURES]  # meanwhile
-            predicted = prediction_section(sweep.records)
+            predicted = prediction_section(sweep.records, sweep.settings)
             cell_figures = [f for f in pending if f is not None]
     else:
         drawn = [build(sweep.records) for build in figs.SWEEP_FIGURES]
-        predicted = prediction_section(sweep.records)
+        predicted = prediction_section(sweep.records, sweep.settings)
         cell_figures = [f for f in map(_cell_figure, jobs) if f is not None]
     from ..engines import report_sections
     sections = report_sections(sweep.records)  # each engine's own (a pipeline's stages)

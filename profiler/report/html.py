@@ -215,7 +215,7 @@ def _study(section: StudySection) -> dict:
             "min_window_s": MIN_WINDOW_S if any(r.timed for r in section.ratios) else None,
             "hardware": section.hardware, "no_match": section.no_match,
             "matches": [_match_row(m) for m in section.matches],
-            "figures": section.figures}
+            "figures": section.figures, "subsections": section.subsections}
 
 
 def _range(r: Ratio, ours: str) -> str:

@@ -32,17 +32,19 @@ class PredictionSection:
     not_fitted: list[str] = field(default_factory=list)
 
 
-# The section of a sweep, from its records (None: nothing to fit).
-SectionMaker = Callable[[list], "PredictionSection | None"]
-_maker: SectionMaker = lambda records: None  # noqa: E731
+# The section of a sweep, from its records and sweep.json (None: nothing to fit).
+SectionMaker = Callable[[list, dict], "PredictionSection | None"]
+_maker: SectionMaker = lambda records, meta: None  # noqa: E731
 
 
 def offer_prediction(maker: SectionMaker) -> None:
-    """Let the report show a sweep's prediction: ``maker(records)`` gives its section."""
+    """Let the report show a sweep's prediction: ``maker(records, meta)`` gives its
+    section (``meta``: the sweep's sweep.json, whose ``extra`` may name a study's epoch)."""
     global _maker
     _maker = maker
 
 
-def prediction_section(records: list[dict]) -> PredictionSection | None:
+def prediction_section(records: list[dict], meta: dict | None = None
+                       ) -> PredictionSection | None:
     """The sweep's prediction section (None: none offered, or nothing fitted)."""
-    return _maker(records)
+    return _maker(records, meta or {})

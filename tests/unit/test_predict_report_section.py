@@ -61,6 +61,17 @@ def test_a_fittable_sweep_gets_its_curve_and_a_table_past_its_cells():
     assert shown.fits and "peer_ms 20" in shown.fits[0] and not shown.not_fitted
 
 
+def test_a_study_runs_section_asks_about_the_studys_epoch():
+    from profiler.predict.report_section import section
+
+    col = {h: i for i, h in enumerate(section(_sweep()).headings)}
+    meta = {"extra": {"study": "park2019", "epoch_samples": {"lenet-mlp": 60000}}}
+    for row in section(_sweep(), meta).rows:  # every worker all of it: 1,875 steps of 32
+        step_s = float(row[col["step ms"]].replace(",", "")) / 1e3
+        assert float(row[col["epoch s"]].replace(",", "")) == pytest.approx(
+            1875 * step_s, rel=0.002)
+
+
 def test_a_sweep_it_cannot_fit_gets_no_section_and_no_error():
     from profiler.predict.report_section import section
 
@@ -75,7 +86,7 @@ def test_a_sweep_it_cannot_fit_gets_no_section_and_no_error():
 
 
 def test_the_report_gets_the_section_only_once_predict_offers_it(monkeypatch):
-    monkeypatch.setattr(seam, "_maker", lambda records: None)
+    monkeypatch.setattr(seam, "_maker", lambda records, meta: None)
     assert seam.prediction_section(_sweep()) is None  # nothing offered: no section
     from profiler.predict import report_section
     seam.offer_prediction(report_section.section)

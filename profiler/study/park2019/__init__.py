@@ -74,7 +74,10 @@ class Park2019(Study):
         return Grid(cells=g.cells(found, samples, datasets, engine, how),
                     val_samples=g.val_samples(scale, datasets), samples=samples,
                     datasets=datasets, notes=notes, label=how.name,
-                    recorded={"method": how.name})
+                    # The study's own epoch, whatever the scale: edgeprof predict reads it
+                    # as its --samples default (a prediction of the study's epoch time).
+                    recorded={"method": how.name, "epoch_samples": {
+                        model: g.FULL_TRAIN[model] for model in sorted({e.model for e in found})}})
 
     def rate(self, cell: CellConfig) -> float:
         if cell.model != "resnet":
@@ -114,8 +117,10 @@ class Park2019(Study):
 
     def section(self, records: list[dict]):
         from ...report.study_section import StudySection
+        from .beyond import beyond
         from .ratios import reproduce
         from .reference import HARDWARE, matches
+        extended = beyond(records)  # None: nothing of Table 1 or 3 can be fitted
         return StudySection(
             title="Reproducing the study",
             intro="Park, Lee & Kim (2019) as ratios between cells (most to the one-device "
@@ -127,4 +132,5 @@ class Park2019(Study):
             min_steps=self.min_steps,
             hardware=f"Park, Lee & Kim (2019): {HARDWARE}, MNIST and CIFAR-10",
             no_match="No cell matches a configuration the study reports (e.g. LeNet batch "
-                     "64 sync on 1-10 devices, ResNet 32/80/110 x batch 32/64/128).")
+                     "64 sync on 1-10 devices, ResNet 32/80/110 x batch 32/64/128).",
+            subsections=[extended] if extended else [])
