@@ -102,16 +102,16 @@ def test_table3_gives_the_schemes_bytes_per_device_and_carries_cpu_and_memory():
                *(_resnet(n, 0, 80, 32) for n in (1, 3))]
     table, col = _table(beyond(records), "Table 3 extended")
     rows = {(r[col["configuration"]], int(r[col["N"]])): r for r in table.rows}
-    assert sorted(rows) == sorted((f"resnet-{layers} b32 mxnet sync", n)
+    assert sorted(rows) == sorted((f"resnet-{layers} b32 mxnet sync colocated", n)
                                   for layers in (32, 80) for n in (3, *PREDICTED_DEVICES))
     park = load_reference()["table3_resnet_resources"]
-    measured = rows[("resnet-32 b32 mxnet sync", 3)]
+    measured = rows[("resnet-32 b32 mxnet sync colocated", 3)]
     assert measured[col["row"]] == "measured"
     assert _number(measured[col["CPU %"]]) == pytest.approx(80.5)  # both repeats' mean
     assert _number(measured[col["received KB/step"]]) == pytest.approx(3500)
     assert measured[col["Park's CPU %"]] == f"{park['cpu_percent'][0]:g}"
     for n in PREDICTED_DEVICES:
-        row = rows[("resnet-32 b32 mxnet sync", n)]
+        row = rows[("resnet-32 b32 mxnet sync colocated", n)]
         assert "predicted" in row[col["row"]] and "carried" in row[col["row"]]
         assert row[col["CPU %"]] == measured[col["CPU %"]]
         assert row[col["memory MB"]] == measured[col["memory MB"]]
@@ -124,7 +124,7 @@ def test_table3_gives_the_schemes_bytes_per_device_and_carries_cpu_and_memory():
         rate = _number(row[col["received KB/s"]])
         assert rate == pytest.approx(kb / (_truth(n, RESNET_PARAMETERS, 3000.0) / 1e3),
                                      rel=0.05)
-        unfitted = rows[("resnet-80 b32 mxnet sync", n)]
+        unfitted = rows[("resnet-80 b32 mxnet sync colocated", n)]
         assert unfitted[col["received KB/s"]] == "n/a"
         assert _number(unfitted[col["received KB/step"]]) == pytest.approx(kb, abs=1)
     assert any("resnet-80" in note and "not fitted" in note for note in table.notes)
