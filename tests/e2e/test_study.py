@@ -151,8 +151,12 @@ def test_the_calibrated_study_on_the_emulated_cluster_gives_each_model_its_quota
                                netns.netns_name(node["name"]))
             outside = netns.run(["tc", "qdisc", "show", "dev",
                                  netns.host_veth_name(node["name"])])
+            # 9000-byte frames at the rate that carries a 1500-byte Ethernet's payload
+            tbf_kbit = int(netns.tbf_rate_mbit(park.link_mbit * speedup, netns.LINK_MTU) * 1000)
             for shown in (inside, outside):
-                assert f"rate {int(park.link_mbit * speedup)}Mbit" in shown, shown
+                assert f"rate {tbf_kbit}Kbit" in shown, shown
+                assert f"mtu {netns.LINK_MTU}" in netns.run(
+                    ["ip", "link", "show", "dev", netns.NODE_IFACE], netns.netns_name(node["name"]))
     finally:
         emulated.down()
 
