@@ -11,6 +11,7 @@ placement (the engine trains alone): it is every such group's base.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from ..engines import cell_of_record, get_engine
 from ..errors import ConfigError
 from ..report.sweep_data import load_sweep
 from ..sweep import board_time
+from .boards import OneDevice
 from .scheme import SCHEMES, Scheme
 
 GROUP_FIELDS = ("model", "layers", "batch", "engine", "sync", "placement", "data_partition",
@@ -89,11 +91,11 @@ def groups_of(records: list[dict]) -> tuple[list[Group], str]:
             groups[key] = Group(key, scheme_of(r), [], [])
         groups[key].cells.append(cell)
     for group in groups.values():
-        group.base = base.get(tuple(group.fields[f] for f in BASE_FIELDS), [])
+        group.base = base.get(base_key(group), [])
     # One-device cells that no configuration uses still name one (nothing to fit on).
-    used = {tuple(g.fields[f] for f in BASE_FIELDS) for g in groups.values()}
-    for base_key, cells in base.items():
-        if base_key not in used:
+    used = {base_key(g) for g in groups.values()}
+    for one_key, cells in base.items():
+        if one_key not in used:
             r = cells[0].record
             groups[tuple(r.get(f) for f in GROUP_FIELDS)] = Group(
                 tuple(r.get(f) for f in GROUP_FIELDS), scheme_of({**r, "devices": 2}), [],
@@ -152,3 +154,25 @@ def _board(r: dict) -> str | None:
     nodes = (r.get("worker_nodes") or {}).values() or profiles
     names = sorted({profiles[n] for n in nodes if n in profiles})
     return "+".join(names) if names else None
+
+
+def one_device_steps(sweep_dirs: list[Path]) -> dict[tuple, OneDevice]:
+    """Each configuration's one-device step on each board the sweeps ran it on (the mean
+    of its one-device cells, ms on the board), by the configuration's ``BASE_FIELDS``:
+    the rates ``--rates-from`` scales a prediction's boards by."""
+    ms: dict[tuple, dict[str, float]] = {}
+    sources: dict[tuple, dict[str, str]] = {}
+    for sweep_dir in sweep_dirs:
+        for group in read_groups(Path(sweep_dir))[0]:
+            boards = {c.board for c in group.base}
+            if len(boards) != 1 or None in boards:
+                continue  # none, a local sweep's, or a mix's: no one board's rate
+            key, board = base_key(group), boards.pop()
+            ms.setdefault(key, {})[board] = statistics.fmean(c.step_ms for c in group.base)
+            sources.setdefault(key, {})[board] = str(sweep_dir)
+    return {key: OneDevice(ms[key], sources[key]) for key in ms}
+
+
+def base_key(group: Group) -> tuple:
+    """The fields a configuration shares with its one-device cells."""
+    return tuple(group.fields[f] for f in BASE_FIELDS)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from ..cluster.prices import J_PER_KWH
 from ..cluster.profiles import Catalog, Profile
 from ..errors import ConfigError
-from .boards import PriceOf, compute_scale, node_profiles
+from .boards import OneDevice, PriceOf, compute_scale, node_profiles
 from .cells import Group
 from .fit import LinearFit, expected_max_normal, fit_nonnegative
 from .scheme import FLOORS, TERMS
@@ -139,6 +139,8 @@ class Prediction:
     energy_j: float | None
     energy_from: str
     cost_usd: float | None
+    compute_scale: float = 1.0  # the slowest node's compute against the fitted board's
+    scale_from: str = "the fitted board"  # where that factor came from
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -154,8 +156,9 @@ class Target:
 
 
 def predict(model: StepModel, n: int, target: Target, catalog: Catalog | None,
-            prices: PriceOf | None) -> Prediction:
-    """The model at ``n`` workers on ``target``."""
+            prices: PriceOf | None, measured: OneDevice | None = None) -> Prediction:
+    """The model at ``n`` workers on ``target``; ``measured``: the configuration's
+    one-device steps measured on other boards, which scale it before any calibration."""
     group, fields = model.group, model.group.fields
     if target.profile is not None and model.board is None:
         raise ConfigError(f"{group.label}: a local sweep has no board to scale from: "
@@ -164,8 +167,11 @@ def predict(model: StepModel, n: int, target: Target, catalog: Catalog | None,
         raise ConfigError(f"{group.label}: a local sweep's workers talk over loopback: "
                           "--link needs a sweep run on the emulated cluster or on boards")
     nodes = _nodes(model, n, target, catalog)
-    node_scales = [compute_scale(catalog, model.board, p, fields["model"])[0] if p else 1.0
-                   for p in nodes]
+    if measured is not None and model.board is not None:
+        measured = measured.with_fitted(model.board.name, model.base_ms, "the fit's own")
+    scaled = [compute_scale(catalog, model.board, p, fields["model"], measured) if p
+              else (1.0, "the fitted board") for p in nodes]
+    node_scales = [c for c, _ in scaled]
     scales = node_scales[-n:]  # the workers' (a master, when there is one, is first)
     link = target.link_mbit or min((p.link_mbit for p in nodes if p), default=model.link_mbit)
     exchange, half = model.exchange_ms(n, link, max(node_scales))
@@ -187,7 +193,8 @@ def predict(model: StepModel, n: int, target: Target, catalog: Catalog | None,
         samples_per_s=samples_per_s,
         mb_per_step=group.scheme.worker_bytes(n, model.model_bytes) / 1e6,
         energy_j=energy, energy_from=said,
-        cost_usd=_cost_usd(nodes, epoch_s, energy, prices))
+        cost_usd=_cost_usd(nodes, epoch_s, energy, prices),
+        compute_scale=max(node_scales), scale_from=max(scaled)[1])
 
 
 def _nodes(model: StepModel, n: int, target: Target, catalog: Catalog | None) -> list:

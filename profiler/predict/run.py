@@ -9,7 +9,7 @@ from ..cluster.prices import load_prices, price_spec
 from ..cluster.profiles import Catalog, load_catalog
 from ..errors import ConfigError
 from .boards import PriceOf, node_profiles, parse_devices, parse_links
-from .cells import Group, read_groups
+from .cells import Group, base_key, one_device_steps, read_groups
 from .model import Prediction, StepModel, Target, fit_group, predict
 
 
@@ -23,6 +23,7 @@ class PredictSettings:
     syncs: str | None = None
     price: str | None = None
     samples: int | None = None  # the training set an epoch passes over (None: the sweep's)
+    rates_from: tuple[Path, ...] = ()  # sweeps whose one-device cells scale the boards
 
 
 def run_predict(s: PredictSettings) -> tuple[list[Prediction], list[StepModel], list[str]]:
@@ -52,7 +53,9 @@ def run_predict(s: PredictSettings) -> tuple[list[Prediction], list[StepModel], 
     prices = prices_of(s)
     if s.samples is not None:
         models = [replace(m, train_samples=s.samples) for m in models]
-    predictions = [predict(m, n, Target(name, link), catalog, prices)
+    measured = one_device_steps(list(s.rates_from))
+    predictions = [predict(m, n, Target(name, link), catalog, prices,
+                           measured.get(base_key(m.group)))
                    for m in models for name in names for link in links for n in devices]
     return predictions, models, skipped
 
