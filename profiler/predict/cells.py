@@ -157,19 +157,24 @@ def _board(r: dict) -> str | None:
 
 
 def one_device_steps(sweep_dirs: list[Path]) -> dict[tuple, OneDevice]:
-    """Each configuration's one-device step on each board the sweeps ran it on (the mean
-    of its one-device cells, ms on the board), by the configuration's ``BASE_FIELDS``:
-    the rates ``--rates-from`` scales a prediction's boards by."""
+    """Each configuration's one-device step on each board the sweeps ran it on, by the
+    configuration's ``BASE_FIELDS``: the rates ``--rates-from`` scales boards by."""
+    return one_device_of([(str(d), read_groups(Path(d))[0]) for d in sweep_dirs])
+
+
+def one_device_of(sweeps: list[tuple[str, list[Group]]]) -> dict[tuple, OneDevice]:
+    """``one_device_steps`` of groups already read, each with where it was read: the
+    mean of a configuration's one-device cells on one board (ms on the board)."""
     ms: dict[tuple, dict[str, float]] = {}
     sources: dict[tuple, dict[str, str]] = {}
-    for sweep_dir in sweep_dirs:
-        for group in read_groups(Path(sweep_dir))[0]:
+    for source, groups in sweeps:
+        for group in groups:
             boards = {c.board for c in group.base}
             if len(boards) != 1 or None in boards:
                 continue  # none, a local sweep's, or a mix's: no one board's rate
             key, board = base_key(group), boards.pop()
             ms.setdefault(key, {})[board] = statistics.fmean(c.step_ms for c in group.base)
-            sources.setdefault(key, {})[board] = str(sweep_dir)
+            sources.setdefault(key, {})[board] = source
     return {key: OneDevice(ms[key], sources[key]) for key in ms}
 
 

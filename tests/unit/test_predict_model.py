@@ -12,7 +12,7 @@ import pytest
 from profiler.cluster.profiles import load_catalog
 from profiler.errors import ConfigError
 from profiler.predict.boards import OneDevice, compute_scale, parse_devices, parse_links
-from profiler.predict.cells import Cell, Group
+from profiler.predict.cells import Cell, Group, base_key, one_device_of
 from profiler.predict.fit import LEVEL, expected_max_normal, fit_nonnegative
 from profiler.predict.model import Target, fit_group, predict
 from profiler.predict.scheme import Scheme
@@ -166,6 +166,24 @@ def test_a_board_ratio_measured_here_beats_calibrated_rates_and_cores():
     # Without a measurement of the target: the cores, as before.
     assert predict(model, 1, Target(BOARD, 1000.0), CATALOG, None).compute_scale == (
         pytest.approx(0.7 / 0.3))
+
+
+def test_a_sweeps_one_device_cells_give_the_board_ratio():
+    # A Pi 4 sweep fitted, a Pi 3B sweep's one-device cells (150 and 152 ms) read as its
+    # rate: the ratio recovered is 151 / 46, and the 1-device prediction is their mean.
+    scheme, truth = _truth_master(base_ms=46.0)
+    pi4 = _group(scheme, truth, board="pi4-park2019")
+    pi3b = _group(scheme, lambda n: 150.0, devices=(), board=BOARD)
+    pi3b.base.append(_cell(1, 152.0, BOARD))
+    rates = one_device_of([("runs/pi4", [pi4]), ("runs/pi3b", [pi3b])])[base_key(pi4)]
+    assert rates.ms == {"pi4-park2019": 46.0, BOARD: 151.0}
+    model = fit_group(pi4, CATALOG)
+    p = predict(model, 1, Target(BOARD, None), CATALOG, None, rates)
+    assert p.compute_scale == pytest.approx(151.0 / 46.0) and p.step_ms == pytest.approx(151)
+    assert "runs/pi3b" in p.scale_from
+    # A mix's or a local sweep's one-device cells name no one board: no rate.
+    local = _group(scheme, truth, devices=(), board=None)
+    assert one_device_of([("runs/local", [local])]) == {}
 
 
 def test_sync_follows_the_slowest_board_async_adds_the_workers_rates():
