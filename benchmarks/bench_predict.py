@@ -8,7 +8,9 @@ past six nodes, so its board would change between the cells compared). The predi
 is fitted on the cells at ``--fit`` devices only (``profiler.predict``, as ``edgeprof
 predict`` fits) and compared with every other measured cell: step (ms on the board) and
 its error, the interval, and whether the measurement fell in it. Goal (issue 52): median
-absolute error <= 10%, none over 25%.
+absolute error <= 10%, none over 25%. ``--groups resnet-20:mxnet,...`` runs some groups
+only (``--help`` lists them). The held-out board is scaled by the one-device steps of
+both sweeps (``edgeprof predict --rates-from``), not by the boards' cores.
 
     sudo EDGEPROF_CLUSTER_INSTANCE=6 .venv/bin/python benchmarks/bench_predict.py
     sudo .venv/bin/python benchmarks/bench_predict.py --out /tmp/bp --skip-run  # re-fit
