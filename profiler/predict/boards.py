@@ -1,7 +1,10 @@
 """The boards and links a prediction is asked for: profiles, their rates, ``--link``.
 
-A board's compute is scaled from the fitted board's by their rates for the model: the
-``board_rates`` both profiles were calibrated to (samples/s), else their boards' cores
+A board's compute is scaled from the fitted board's by their rates for the model: first
+as measured here, the configuration's one-device step on each (the fit's own one-device
+cells, and the target's from another sweep's: ``--rates-from``, or the measured sweep of
+``bench_predict``'s held-out board); else the ``board_rates`` both profiles were
+calibrated to (samples/s), else their boards' cores
 (``Profile.cpu_cores_for``: the benchmark-based cores of ``pi3b``, ``pi4``, ``pi5``; a
 calibrated profile such as ``pi3b-park2019`` stands for the board it is named after).
 A mix's nodes follow its order (node 0 the master of a parameter server); asked for more
@@ -69,19 +72,42 @@ def board_of(catalog: Catalog, profile: Profile) -> Profile:
 
 
 def compute_scale(catalog: Catalog, fitted: Profile | None, target: Profile,
-                  model: str) -> tuple[float, str]:
+                  model: str, measured: OneDevice | None = None) -> tuple[float, str]:
     """How much longer the target board computes a step than the fitted one (1: the
-    same), and from what: the training rates both profiles were calibrated to
-    (``board_rates``), else their boards' cores for the model. A calibrated quota and a
-    benchmark's cores are not on one scale: they are never compared directly."""
+    same), and from what: the one-device steps measured on both (``measured``), else the
+    training rates both profiles were calibrated to (``board_rates``), else their
+    boards' cores for the model. A calibrated quota and a benchmark's cores are not on
+    one scale: they are never compared directly. Measured beats calibrated: on this host
+    ``pi4-park2019``'s one-device LeNet-MLP step was 3.3 x faster than
+    ``pi3b-park2019``'s where the boards' cores say 2.33."""
     if fitted is None or fitted.name == target.name:
         return 1.0, "the fitted board"
+    if measured is not None and fitted.name in measured.ms and target.name in measured.ms:
+        return (measured.ms[target.name] / measured.ms[fitted.name],
+                f"one-device steps measured ({measured.source_of(target.name)})")
     mine, theirs = fitted.board_rates.get(model), target.board_rates.get(model)
     if mine and theirs:
         return mine.samples_per_s / theirs.samples_per_s, "board_rates"
     a, b = board_of(catalog, fitted), board_of(catalog, target)
     return ((a.cpu_cores_for(model) or a.cpu_cores) / (b.cpu_cores_for(model) or b.cpu_cores),
             f"cpu_cores of {a.name} and {b.name}")
+
+
+@dataclass(frozen=True)
+class OneDevice:
+    """One configuration's one-device step measured on each profile (ms on the board),
+    and where each was measured (a sweep folder)."""
+
+    ms: dict[str, float]
+    sources: dict[str, str]
+
+    def source_of(self, name: str) -> str:
+        return self.sources.get(name, "?")
+
+    def with_fitted(self, name: str, base_ms: float, source: str) -> "OneDevice":
+        """These, and the fitted board's own: its fit's base, the step the prediction
+        starts from (the target's measured one is then its predicted one-device step)."""
+        return OneDevice({**self.ms, name: base_ms}, {**self.sources, name: source})
 
 
 @dataclass(frozen=True)

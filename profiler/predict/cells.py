@@ -20,6 +20,7 @@ from ..errors import ConfigError
 from ..report.sweep_data import load_sweep
 from ..sweep import board_time
 from ..cell import CellConfig
+from .boards import OneDevice
 from .scheme import SCHEMES, Scheme
 
 # A pipeline's own settings (None in other engines' cells) keep its configurations apart.
@@ -128,11 +129,11 @@ def groups_of(records: list[dict]) -> tuple[list[Group], str]:
             groups[key] = Group(key, scheme_of(r), [], [])
         groups[key].cells.append(cell)
     for group in groups.values():
-        group.base = base.get(tuple(group.fields[f] for f in BASE_FIELDS), [])
+        group.base = base.get(base_key(group), [])
     # One-device cells that no configuration uses still name one (nothing to fit on).
-    used = {tuple(g.fields[f] for f in BASE_FIELDS) for g in groups.values()}
-    for base_key, cells in base.items():
-        if base_key not in used:
+    used = {base_key(g) for g in groups.values()}
+    for one_key, cells in base.items():
+        if one_key not in used:
             r = cells[0].record
             groups[tuple(r.get(f) for f in GROUP_FIELDS)] = Group(
                 tuple(r.get(f) for f in GROUP_FIELDS), scheme_of({**r, "devices": 2}), [],
@@ -204,3 +205,30 @@ def _board(r: dict) -> str | None:
     nodes = (r.get("worker_nodes") or {}).values() or profiles
     names = sorted({profiles[n] for n in nodes if n in profiles})
     return "+".join(names) if names else None
+
+
+def one_device_steps(sweep_dirs: list[Path]) -> dict[tuple, OneDevice]:
+    """Each configuration's one-device step on each board the sweeps ran it on, by the
+    configuration's ``BASE_FIELDS``: the rates ``--rates-from`` scales boards by."""
+    return one_device_of([(str(d), read_groups(Path(d))[0]) for d in sweep_dirs])
+
+
+def one_device_of(sweeps: list[tuple[str, list[Group]]]) -> dict[tuple, OneDevice]:
+    """``one_device_steps`` of groups already read, each with where it was read: the
+    mean of a configuration's one-device cells on one board (ms on the board)."""
+    ms: dict[tuple, dict[str, float]] = {}
+    sources: dict[tuple, dict[str, str]] = {}
+    for source, groups in sweeps:
+        for group in groups:
+            boards = {c.board for c in group.base}
+            if len(boards) != 1 or None in boards:
+                continue  # none, a local sweep's, or a mix's: no one board's rate
+            key, board = base_key(group), boards.pop()
+            ms.setdefault(key, {})[board] = statistics.fmean(c.step_ms for c in group.base)
+            sources.setdefault(key, {})[board] = source
+    return {key: OneDevice(ms[key], sources[key]) for key in ms}
+
+
+def base_key(group: Group) -> tuple:
+    """The fields a configuration shares with its one-device cells."""
+    return tuple(group.fields[f] for f in BASE_FIELDS)

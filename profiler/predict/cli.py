@@ -33,11 +33,17 @@ from ..errors import ConfigError
               help="Which cluster: boards to set side by side (pi3b,pi4,pi5, "
                    "cloud-c6g-xlarge), each at every --devices count: samples/s, J per "
                    "sample, USD per epoch, and where adding a board stops paying.")
+@click.option("--rates-from", "rates_from", multiple=True,
+              type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="A sweep whose one-device cells ran on a --profile board (repeatable): "
+                   "that board's compute is scaled by its measured step, not by "
+                   "calibrated rates or cores.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
 @reports_errors
 def predict(sweep_dir: Path, devices: str, profiles: str | None, links: str | None,
             engines: str | None, syncs: str | None, price: str | None,
-            samples: int | None, compare: str | None, as_json: bool) -> None:
+            samples: int | None, compare: str | None, rates_from: tuple[Path, ...],
+            as_json: bool) -> None:
     """Predict step, epoch, samples/s, bytes, energy and cost at device counts, boards
     and links a finished sweep did not measure, from a step model fitted on its cells
     (one device and at least two more device counts; docs/predict.md).
@@ -63,6 +69,6 @@ def predict(sweep_dir: Path, devices: str, profiles: str | None, links: str | No
                    else which.text(*found))
         return
     predictions, models, skipped = run_predict(PredictSettings(
-        sweep_dir, devices, profiles, links, engines, syncs, price, samples))
+        sweep_dir, devices, profiles, links, engines, syncs, price, samples, rates_from))
     show = table.as_json if as_json else table.text
     click.echo(show(predictions, models, skipped))

@@ -6,6 +6,9 @@ negative, and a link cannot move bytes faster than its rate (the wire's coeffici
 at least 1). A fit that puts one below its floor on three points is fitting the noise:
 that term is held at its floor and the rest refitted (an active-set step; with two or
 three terms this is what ``scipy.optimize.nnls`` would find, without adding SciPy).
+A term the cells cannot tell from the others (its column in the span of theirs: the
+wire's N x B on one link, beside a parameter server's round and per-peer costs) is held
+at its floor from the start, the last term first: the ideal wire, the rest the CPU's.
 
 The interval is the classical prediction interval of a linear model: the residuals'
 variance ``s**2 = RSS / (n - p)`` and the leverage of the point predicted,
@@ -68,6 +71,11 @@ class LinearFit:
         return self.theta[self.names.index(name)]
 
 
+def _rank(X: np.ndarray) -> int:
+    # Relative to the largest singular value: columns in ms and in peers differ in scale.
+    return int(np.linalg.matrix_rank(X / np.abs(X).max(axis=0), tol=1e-9 * len(X)))
+
+
 def fit_nonnegative(names: tuple[str, ...], rows: list[list[float]],
                     y: list[float], floors: tuple[float, ...] | None = None) -> LinearFit:
     """Least squares of ``y`` on ``rows`` (one per point, one value per term), every
@@ -78,6 +86,10 @@ def fit_nonnegative(names: tuple[str, ...], rows: list[list[float]],
     # theta = floor + t with t >= 0: fit t on what the floors leave of y.
     Y = np.asarray(y, dtype=float) - X @ floor
     kept = [j for j in range(X.shape[1]) if np.any(X[:, j] != 0)]
+    for j in reversed(list(kept)):
+        others = [k for k in kept if k != j]
+        if others and _rank(X[:, others]) == _rank(X[:, kept]):
+            kept.remove(j)  # the others explain its column: it cannot be fitted apart
     while True:
         theta_k = np.linalg.lstsq(X[:, kept], Y, rcond=None)[0] if kept else np.zeros(0)
         negative = [kept[i] for i, v in enumerate(theta_k) if v < 0]

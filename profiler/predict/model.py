@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from ..cluster.prices import J_PER_KWH
 from ..cluster.profiles import Catalog, Profile
 from ..errors import ConfigError
-from .boards import PriceOf, compute_scale, node_profiles
+from .boards import OneDevice, PriceOf, compute_scale, node_profiles
 from .cells import Group
 from . import pipeline
 from .fit import LinearFit, expected_max_normal, fit_nonnegative
@@ -202,6 +202,8 @@ class Prediction:
     energy_j: float | None
     energy_from: str
     cost_usd: float | None
+    compute_scale: float = 1.0  # the slowest node's compute against the fitted board's
+    scale_from: str = "the fitted board"  # where that factor came from
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -217,8 +219,9 @@ class Target:
 
 
 def predict(model: StepModel, n: int, target: Target, catalog: Catalog | None,
-            prices: PriceOf | None) -> Prediction:
-    """The model at ``n`` workers on ``target``."""
+            prices: PriceOf | None, measured: OneDevice | None = None) -> Prediction:
+    """The model at ``n`` workers on ``target``; ``measured``: the configuration's
+    one-device steps measured on other boards, which scale it before any calibration."""
     group, fields = model.group, model.group.fields
     if target.profile is not None and model.board is None:
         raise ConfigError(f"{group.label}: a local sweep has no board to scale from: "
@@ -227,8 +230,11 @@ def predict(model: StepModel, n: int, target: Target, catalog: Catalog | None,
         raise ConfigError(f"{group.label}: a local sweep's workers talk over loopback: "
                           "--link needs a sweep run on the emulated cluster or on boards")
     nodes = _nodes(model, n, target, catalog)
-    node_scales = [compute_scale(catalog, model.board, p, fields["model"])[0] if p else 1.0
-                   for p in nodes]
+    if measured is not None and model.board is not None:
+        measured = measured.with_fitted(model.board.name, model.base_ms, "the fit's own")
+    scaled = [compute_scale(catalog, model.board, p, fields["model"], measured) if p
+              else (1.0, "the fitted board") for p in nodes]
+    node_scales = [c for c, _ in scaled]
     scales = node_scales[-n:]  # the workers' (a master, when there is one, is first)
     link = target.link_mbit or min((p.link_mbit for p in nodes if p), default=model.link_mbit)
     if model.pipe is not None:  # stage s on node s: its own board's factor
@@ -238,7 +244,7 @@ def predict(model: StepModel, n: int, target: Target, catalog: Catalog | None,
         half = model.fit.half_width(x)
         samples_per_s = fields["batch"] / step * 1e3  # one pipeline: a batch a step
         return _prediction(model, n, target, nodes, link, step, half, samples_per_s,
-                           cut.worker_bytes(), prices)
+                           cut.worker_bytes(), prices, scaled)
     exchange, half = model.exchange_ms(n, link, max(node_scales))
     if group.scheme.sync:
         step = model.base_ms * max(scales) + model.wait_ms(n, max(scales)) + exchange
@@ -248,13 +254,14 @@ def predict(model: StepModel, n: int, target: Target, catalog: Catalog | None,
         samples_per_s = sum(fields["batch"] / s * 1e3 for s in steps)
         step = n * fields["batch"] / samples_per_s * 1e3
     return _prediction(model, n, target, nodes, link, step, half, samples_per_s,
-                       group.scheme.worker_bytes(n, model.model_bytes), prices)
+                       group.scheme.worker_bytes(n, model.model_bytes), prices, scaled)
 
 
 def _prediction(model: StepModel, n: int, target: Target, nodes: list, link: float,
                 step: float, half: float | None, samples_per_s: float, worker_bytes: float,
-                prices: PriceOf | None) -> Prediction:
-    """The step's row: its interval, epoch, energy and cost."""
+                prices: PriceOf | None, scaled: list[tuple[float, str]]) -> Prediction:
+    """The step's row: its interval, epoch, energy and cost; ``scaled``: each node's
+    compute factor and where it came from (the slowest node's is said)."""
     epoch = epoch_s(model, n, step)
     energy, said = _energy_j(model, nodes, epoch)
     return Prediction(
@@ -265,7 +272,8 @@ def _prediction(model: StepModel, n: int, target: Target, nodes: list, link: flo
         high_ms=None if half is None else step + half, epoch_s=epoch,
         samples_per_s=samples_per_s, mb_per_step=worker_bytes / 1e6,
         energy_j=energy, energy_from=said,
-        cost_usd=_cost_usd(nodes, epoch, energy, prices))
+        cost_usd=_cost_usd(nodes, epoch, energy, prices),
+        compute_scale=max(scaled)[0], scale_from=max(scaled)[1])
 
 
 def _nodes(model: StepModel, n: int, target: Target, catalog: Catalog | None) -> list:

@@ -10,7 +10,7 @@ from ..cluster.profiles import Catalog, load_catalog
 from ..errors import ConfigError
 from ..sweep.folder import read_sweep_meta
 from .boards import PriceOf, node_profiles, parse_devices, parse_links
-from .cells import Group, read_groups
+from .cells import Group, base_key, one_device_steps, read_groups
 from .model import Prediction, StepModel, Target, fit_group, predict
 
 
@@ -24,6 +24,7 @@ class PredictSettings:
     syncs: str | None = None
     price: str | None = None
     samples: int | None = None  # the training set an epoch passes over (None: the sweep's)
+    rates_from: tuple[Path, ...] = ()  # sweeps whose one-device cells scale the boards
 
 
 def run_predict(s: PredictSettings) -> tuple[list[Prediction], list[StepModel], list[str]]:
@@ -52,7 +53,9 @@ def run_predict(s: PredictSettings) -> tuple[list[Prediction], list[StepModel], 
         raise ConfigError(f"{s.sweep_dir}: cannot fit: {skipped[0]}{more}")
     prices = prices_of(s)
     models = with_epochs(models, s.samples, read_sweep_meta(Path(s.sweep_dir)))
-    predictions = [predict(m, n, Target(name, link), catalog, prices)
+    measured = one_device_steps(list(s.rates_from))
+    predictions = [predict(m, n, Target(name, link), catalog, prices,
+                           measured.get(base_key(m.group)))
                    for m in models for name in names for link in links for n in devices
                    if m.can_run(n)]
     skipped += [f"{m.group.label} at {n} devices: a pipeline of {m.max_devices} layers has "

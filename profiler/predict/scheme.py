@@ -7,8 +7,14 @@ For a model of ``B`` bytes (its parameters x 4, float32) on ``N`` workers:
 - **parameter server, servers on a master node** (``--placement master``): each worker
   pushes B and pulls B; the master's link carries N x B each way every round, the
   busiest link. Terms: a fixed cost per round (``round_ms``: the round's messages and the
-  framework's handling, fitted) and the wire time of N x B on the link (``wire``: its
-  coefficient, fitted, is the seconds the link really took per second of ideal wire).
+  framework's handling, fitted), the master's CPU work on each further worker's push and
+  pull (``peer_ms`` x (N-1)) and the wire time of N x B on the link (``wire``: its
+  coefficient is the seconds the link really took per second of ideal wire). On one link
+  the wire's N x B and the per-peer cost grow alike and the fit cannot tell them apart:
+  the wire is held at its ideal time and the rest is the boards' CPU (``fit.py``): fitted
+  on ``pi4-park2019`` at 1 Gbit, the step grew 5, 32, 72 ms at 2-4 devices where the
+  ideal wire is 7-14 ms, and taken as the link's it predicted the 100 Mbit Pi 3B's steps
+  35-70% too slow.
 - **parameter server, a server beside every worker** (``colocated``): every node pushes
   and serves (N-1)/N of the model each way, 2B(N-1)/N per direction per node; a worker
   talks to N-1 other servers each round. Terms: a cost per peer (``peer_ms``) x (N-1)
@@ -80,7 +86,7 @@ class Scheme:
             return [0.0, 0.0, 0.0]
         wire_ms = self.busiest_link_bytes(n, model_bytes) * 8 / (link_mbit * 1e6) * 1e3
         if self.through_master and self.sync:
-            return [1.0, 0.0, wire_ms]
+            return [1.0, float(n - 1), wire_ms]
         # A ring's or a colocated server's next peer; an asynchronous server's next push,
         # which it applies alone and a worker queues behind.
         return [0.0, float(n - 1), wire_ms]

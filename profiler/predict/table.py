@@ -46,6 +46,10 @@ def text(predictions: list[Prediction], models: list[StepModel], skipped: list[s
                      f"cells at {','.join(map(str, m.devices_fitted))} devices "
                      f"({m.board.name if m.board else 'local'}): " + fit_said(m)
                      + f"; an epoch of {m.train_samples:,} samples ({m.epoch_from})")
+    scaled = sorted({(p.label, p.profile, p.compute_scale, p.scale_from)
+                     for p in predictions if p.scale_from != "the fitted board"})
+    lines += [f"{label} on {board}: compute x {scale:.3g} the fitted board's, from {said}"
+              for label, board, scale, said in scaled]
     energy_from = sorted({p.energy_from for p in predictions})
     if energy_from:
         lines.append("energy: " + "; ".join(energy_from))

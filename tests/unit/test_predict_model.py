@@ -11,8 +11,8 @@ import pytest
 
 from profiler.cluster.profiles import load_catalog
 from profiler.errors import ConfigError
-from profiler.predict.boards import compute_scale, parse_devices, parse_links
-from profiler.predict.cells import Cell, Group
+from profiler.predict.boards import OneDevice, compute_scale, parse_devices, parse_links
+from profiler.predict.cells import Cell, Group, base_key, one_device_of
 from profiler.predict.fit import LEVEL, expected_max_normal, fit_nonnegative
 from profiler.predict.model import Target, fit_group, predict
 from profiler.predict.scheme import Scheme
@@ -38,12 +38,12 @@ def _group(scheme: Scheme, truth, devices=(2, 3, 4), noise_ms=0.0, seed=0,
     return Group(key, scheme, cells, base)
 
 
-def _truth_master(base_ms=110.0, round_ms=20.0, wire=1.5, link_mbit=100.0):
+def _truth_master(base_ms=110.0, round_ms=20.0, peer_ms=15.0, wire=1.0, link_mbit=100.0):
     scheme = Scheme("ps-sync", "master")
 
     def step(n: int) -> float:
         x = scheme.features(n, MODEL_BYTES, link_mbit)
-        return base_ms + round_ms * x[0] + wire * x[2]
+        return base_ms + round_ms * x[0] + peer_ms * x[1] + wire * x[2]
     return scheme, step
 
 
@@ -58,9 +58,26 @@ def test_fit_recovers_known_terms_without_noise():
     model = fit_group(_group(scheme, truth), CATALOG)
     assert model.base_ms == pytest.approx(110.0)
     assert model.fit.term("round_ms") == pytest.approx(20.0, rel=1e-6)
-    assert model.fit.term("wire") == pytest.approx(1.5, rel=1e-6)
+    assert model.fit.term("peer_ms") == pytest.approx(15.0, rel=1e-6)
+    assert model.fit.term("wire") == pytest.approx(1.0, rel=1e-6)
     p = predict(model, 50, Target(None, None), CATALOG, None)
     assert p.step_ms == pytest.approx(truth(50), rel=1e-6)
+
+
+def test_on_one_link_the_masters_growth_past_the_ideal_wire_is_the_boards_cpu():
+    # A master's N x B on one link grows as its per-peer cost does: the fit cannot tell
+    # them apart, holds the wire at its ideal time and gives the rest to the CPU, which
+    # another board scales and another link does not.
+    scheme, truth = _truth_master(round_ms=0.0, peer_ms=0.0, wire=3.0, link_mbit=1000.0)
+    model = fit_group(_group(scheme, truth, board="pi4-park2019"), CATALOG)
+    assert model.fit.term("wire") == 1.0 and model.fit.term("peer_ms") > 0
+    assert 2 not in model.fit.kept  # held at its floor: no degree of freedom spent on it
+    p = predict(model, 6, Target(None, None), CATALOG, None)
+    assert p.step_ms == pytest.approx(truth(6), rel=1e-6)
+    ideal_ms = scheme.features(6, MODEL_BYTES, 1000.0)[2]
+    one = OneDevice({"pi3b-park2019": 3 * 110.0}, {"pi3b-park2019": "a sweep"})
+    on_pi3b = predict(model, 6, Target("pi3b-park2019", 1000.0), CATALOG, None, one)
+    assert on_pi3b.step_ms == pytest.approx(3 * (truth(6) - ideal_ms) + ideal_ms, rel=1e-6)
 
 
 def test_a_term_fitted_below_its_floor_is_held_there():
@@ -123,6 +140,50 @@ def test_boards_scale_by_their_boards_cores_not_a_calibrated_quota():
     pi3b_park, pi3b, pi4 = (CATALOG.profiles[n] for n in (BOARD, "pi3b", "pi4"))
     assert compute_scale(CATALOG, pi3b_park, pi3b, "lenet-mlp")[0] == pytest.approx(1.0)
     assert compute_scale(CATALOG, pi3b_park, pi4, "lenet-mlp")[0] == pytest.approx(0.3 / 0.7)
+
+
+def test_a_board_ratio_measured_here_beats_calibrated_rates_and_cores():
+    # Synthetic Pi 4 cells (base 46 ms, 26 ms per async peer); the Pi 3B's one-device step
+    # measured at 3.3 x the Pi 4's where the boards' cores say 2.33: the ratio recovered is
+    # the measured one, it scales compute and the per-peer CPU alike, and it says so.
+    scheme = Scheme("ps-async", "master")
+
+    def truth(n: int) -> float:
+        x = scheme.features(n, MODEL_BYTES, 1000.0)
+        return 46.0 + 26.0 * x[1] + x[2]
+    model = fit_group(_group(scheme, truth, board="pi4-park2019", sync="async"), CATALOG)
+    pi4, pi3b = CATALOG.profiles["pi4-park2019"], CATALOG.profiles[BOARD]
+    cores, said = compute_scale(CATALOG, pi4, pi3b, "lenet-mlp")
+    assert cores == pytest.approx(0.7 / 0.3) and "cpu_cores" in said
+    one = OneDevice({BOARD: 46.0 * 3.3}, {BOARD: "runs/pi3b"})
+    measured = predict(model, 1, Target(BOARD, 1000.0), CATALOG, None, one)
+    assert measured.compute_scale == pytest.approx(3.3)
+    assert measured.step_ms == pytest.approx(46.0 * 3.3)
+    assert "measured" in measured.scale_from and "runs/pi3b" in measured.scale_from
+    four = predict(model, 4, Target(BOARD, 1000.0), CATALOG, None, one)
+    wire_ms = scheme.features(4, MODEL_BYTES, 1000.0)[2]
+    assert four.step_ms == pytest.approx(3.3 * (46.0 + 26.0 * 3) + wire_ms, rel=1e-6)
+    # Without a measurement of the target: the cores, as before.
+    assert predict(model, 1, Target(BOARD, 1000.0), CATALOG, None).compute_scale == (
+        pytest.approx(0.7 / 0.3))
+
+
+def test_a_sweeps_one_device_cells_give_the_board_ratio():
+    # A Pi 4 sweep fitted, a Pi 3B sweep's one-device cells (150 and 152 ms) read as its
+    # rate: the ratio recovered is 151 / 46, and the 1-device prediction is their mean.
+    scheme, truth = _truth_master(base_ms=46.0)
+    pi4 = _group(scheme, truth, board="pi4-park2019")
+    pi3b = _group(scheme, lambda n: 150.0, devices=(), board=BOARD)
+    pi3b.base.append(_cell(1, 152.0, BOARD))
+    rates = one_device_of([("runs/pi4", [pi4]), ("runs/pi3b", [pi3b])])[base_key(pi4)]
+    assert rates.ms == {"pi4-park2019": 46.0, BOARD: 151.0}
+    model = fit_group(pi4, CATALOG)
+    p = predict(model, 1, Target(BOARD, None), CATALOG, None, rates)
+    assert p.compute_scale == pytest.approx(151.0 / 46.0) and p.step_ms == pytest.approx(151)
+    assert "runs/pi3b" in p.scale_from
+    # A mix's or a local sweep's one-device cells name no one board: no rate.
+    local = _group(scheme, truth, devices=(), board=None)
+    assert one_device_of([("runs/local", [local])]) == {}
 
 
 def test_sync_follows_the_slowest_board_async_adds_the_workers_rates():
