@@ -149,6 +149,8 @@ class SwarmSettings(ClusterSettings):
         if isinstance(self.swarm_mounts, str):
             self.swarm_mounts = _mounts(self.swarm_mounts)
         self.swarm_mounts = tuple(self.swarm_mounts or ())
+        if isinstance(self.swarm_links, str):
+            self.swarm_links = _links(self.swarm_links)
 
     @classmethod
     def cluster_type(cls) -> type[Cluster]:
