@@ -88,7 +88,7 @@ class TaskRelays:
                    for a in ("--route", route_arg(listen, (TARGET_ADDRESS, port),
                                                   link.delay_ms, link.mbit)))]
         # The relay is the container's to end: it stops with the container.
-        script = 'log=$0; relay=$1; shift 2; sh -c "$relay" >>"$log" 2>&1 & exec "$@"'
+        script = 'log=$0; relay=$1; shift; sh -c "$relay" >>"$log" 2>&1 & exec "$@"'
         return ["sh", "-c", script, log_path, _shell_join(relay), *argv]
 
 
