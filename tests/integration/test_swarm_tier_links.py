@@ -126,3 +126,30 @@ def test_a_delayed_link_holds_through_the_relay_in_the_target_s_task(cluster, tm
     assert min(delayed["rtt_ms"]) >= 2 * DELAY_MS, delayed
     assert median(delayed["rtt_ms"]) < 2 * DELAY_MS + SLACK_MS, delayed
     assert median(direct["rtt_ms"]) < median(delayed["rtt_ms"]) - DELAY_MS, direct
+
+
+def test_the_hier_engine_s_device_reaches_the_edge_through_the_delayed_link(
+        cluster, tmp_path, monkeypatch):
+    """An End-Edge cell of ``--engine hier`` on the Swarm, tiers from the nodes' labels
+    and no delay of its own (``--tier-delay 0``): its end device dials what
+    ``link_address`` gave in the engine's plan, so every round trip to the edge pays the
+    relay's delay both ways, as its own column measures."""
+    from profiler.engines import get_engine
+    from profiler.engines.base import TrainOptions
+    from profiler.sweep.grid import CellConfig, validate
+    from profiler.sweep.runner import run_cell
+
+    monkeypatch.setenv("EDGEPROF_HIER_CACHE", str(tmp_path / "hier-cache"))
+    settings = {"scheme": "end-edge", "exit_threshold": 0.5, "privacy": "off",
+                "tiers": "end=1,edge=1", "tier_models": "edge=lenet-mlp", "tier_delay": "0"}
+    cell = validate(CellConfig(engine="hier", model="lenet-mlp", layers=None, devices=2,
+                               batch=50, max_samples=200, dataset="fashion-mnist",
+                               engine_params=tuple(settings.items())))
+    rec = run_cell(cell, cluster, get_engine("hier"), tmp_path / "sweep" / "cells" /
+                   cell.cell_id, TrainOptions(val_samples=100), sweep_id="t",
+                   timeout_s=300, monitor_interval_s=None)
+    assert rec["status"] == "ok", rec["reason"]
+    round_trips = rec["hier_round_trip_ms_by_link"]
+    print(f"\nhier end-edge round trip: {round_trips['end-edge']:.1f} ms")
+    assert round_trips["end-edge"] >= 2 * DELAY_MS, round_trips
+    assert rec["hier_share"]["edge"] == pytest.approx(1), rec["hier_share"]

@@ -73,9 +73,9 @@ def test_a_linked_target_is_dialled_at_its_task_s_relay_which_its_first_task_sta
     assert relay.startswith("/opt/py -m profiler.cluster.relay --host 0.0.0.0 ")
     routes = [parse_route(a) for a in relay.split()[6::2]]
     assert routes == [
-        {"listen": RELAY_FIRST_PORT, "to": ["127.0.0.1", 7000], "delay_ms": 250.0,
+        {"listen": RELAY_FIRST_PORT, "to": ["n2", 7000], "delay_ms": 250.0,
          "mbit": None},
-        {"listen": RELAY_FIRST_PORT + 1, "to": ["127.0.0.1", 7001], "delay_ms": 250.0,
+        {"listen": RELAY_FIRST_PORT + 1, "to": ["n2", 7001], "delay_ms": 250.0,
          "mbit": None}]
     assert "relay" not in " ".join(command(edge, "n2-s1"))  # not dialled: no relay
     assert "relay" not in " ".join(command(other_end, "n1"))  # no route to it

@@ -7,8 +7,9 @@ own network) can reach it or be reached from it; ``link_address`` is not told th
 either. The target's task can: its alias (the node's name, that of the first process the
 cell starts there) is what the engines dial. So the first task a cell starts on a node
 runs the relay in the background, listening on every address of the task on one port per
-route (``RELAY_FIRST_PORT`` up, fixed by the controller here), forwarding to
-``127.0.0.1:port``, and ``link_address`` answers ``(target alias, relay port)``. The
+route (``RELAY_FIRST_PORT`` up, fixed by the controller here), forwarding to ``port``
+at the task's own alias (its overlay address: engines bind that, not 127.0.0.1; the
+hier engine's servers do), and ``link_address`` answers ``(target alias, relay port)``. The
 bytes cross the overlay once, then the relay holds them for the link's delay (and paces
 them at its rate), in each direction, on the target's node, inside the task's CPU
 quota (it is the network, but a container has one cgroup).
@@ -36,7 +37,6 @@ from ..relay import route_arg
 RELAY_FIRST_PORT = 61000
 RELAY_MAX_ROUTES = 500
 LISTEN_ADDRESS = "0.0.0.0"
-TARGET_ADDRESS = "127.0.0.1"
 FIX = ('give a JSON mapping, e.g. --swarm-links \'{"end-edge": {"delay_ms": 250}, '
        '"end-cloud": {"delay_ms": 500, "mbit": 20}}\' (mbit optional)')
 
@@ -77,7 +77,8 @@ class TaskRelays:
 
     def wrap(self, target: str, python: str, argv: Sequence[str],
              log_path: str) -> list[str]:
-        """``argv`` run after the relay of ``target``'s routes was started in the
+        """``argv`` run after the relay of ``target``'s routes (``target``: the node's
+        name, the task's alias) was started in the
         background (its output to ``log_path``); ``argv`` itself when it has none."""
         with self._lock:
             routes = dict(self._routes.get(target, {}))
@@ -85,7 +86,7 @@ class TaskRelays:
             return list(argv)
         relay = [python, "-m", "profiler.cluster.relay", "--host", LISTEN_ADDRESS,
                  *(a for (port, link), listen in sorted(routes.items(), key=lambda r: r[1])
-                   for a in ("--route", route_arg(listen, (TARGET_ADDRESS, port),
+                   for a in ("--route", route_arg(listen, (target, port),
                                                   link.delay_ms, link.mbit)))]
         # The relay is the container's to end: it stops with the container.
         script = 'log=$0; relay=$1; shift; sh -c "$relay" >>"$log" 2>&1 & exec "$@"'
