@@ -23,6 +23,10 @@ that started it. Its control socket takes one JSON line per route,
 ``{"to": [address, port], "delay_ms": D, "mbit": R or null}``, and answers
 ``{"port": P}``: the port on ``--host`` that reaches ``to`` over that link (one
 listener per route, reused when asked again), or ``{"error": "..."}``.
+
+On the Swarm (``swarm/links.py``) it runs inside the target's task, without a control
+socket: its routes are given up front (``--route LISTEN:HOST:PORT:DELAY_MS[:MBIT]``),
+each on a port fixed by the controller, since the controller cannot reach the task.
 """
 
 from __future__ import annotations
@@ -165,7 +169,8 @@ class Relay:
         if key not in self.routes:
             wires = (Wire(delay_s, mbit), Wire(delay_s, mbit))
             server = await asyncio.start_server(
-                lambda r, w: _relay(r, w, to, wires), self.host, 0)
+                lambda r, w: _relay(r, w, to, wires), self.host,
+                int(request.get("listen", 0)))
             self.servers.append(server)
             self.routes[key] = server.sockets[0].getsockname()[1]
         return {"port": self.routes[key]}
@@ -183,33 +188,54 @@ class Relay:
             writer.close()
 
 
-async def serve(host: str, control_path: str) -> None:
+def parse_route(text: str) -> dict:
+    """``LISTEN:HOST:PORT:DELAY_MS[:MBIT]`` as a route request (``Relay.route``)."""
+    listen, host, port, delay_ms, *mbit = text.split(":")
+    return {"listen": int(listen), "to": [host, int(port)], "delay_ms": float(delay_ms),
+            "mbit": float(mbit[0]) if mbit and mbit[0] else None}
+
+
+def route_arg(listen: int, to: tuple[str, int], delay_ms: float, mbit: float | None) -> str:
+    """``parse_route``'s text of a route."""
+    return f"{listen}:{to[0]}:{to[1]}:{delay_ms:g}" + (f":{mbit:g}" if mbit else "")
+
+
+async def serve(host: str, control_path: str | None, routes: tuple[dict, ...] = ()) -> None:
     relay = Relay(host)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if os.path.exists(control_path):
-        os.unlink(control_path)
-    control = await asyncio.start_unix_server(relay.control, control_path)
-    os.chmod(control_path, 0o600)
+    for request in routes:
+        await relay.route(request)
+    control = None
+    if control_path:
+        if os.path.exists(control_path):
+            os.unlink(control_path)
+        control = await asyncio.start_unix_server(relay.control, control_path)
+        os.chmod(control_path, 0o600)
     print("ready", flush=True)  # start_relay waits for this line
     try:
         await stop.wait()
     finally:
-        control.close()
+        if control is not None:
+            control.close()
         for server in relay.servers:
             server.close()
-        if os.path.exists(control_path):
+        if control_path and os.path.exists(control_path):
             os.unlink(control_path)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", required=True, help="address the routes listen on")
-    parser.add_argument("--control", required=True, help="the control socket's path")
+    parser.add_argument("--control", help="the control socket's path (routes asked there)")
+    parser.add_argument("--route", action="append", type=parse_route, default=[],
+                        help="a route served from the start: LISTEN:HOST:PORT:DELAY_MS[:MBIT]")
     args = parser.parse_args(argv)
-    asyncio.run(serve(args.host, args.control))
+    if not args.control and not args.route:
+        parser.error("give --control, --route, or both")
+    asyncio.run(serve(args.host, args.control, tuple(args.route)))
 
 
 if __name__ == "__main__":

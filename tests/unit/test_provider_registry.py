@@ -92,7 +92,7 @@ def test_the_options_come_from_the_providers_declarations():
 
     options = declared_options()
     swarm = ["swarm_host", "swarm_image", "swarm_python", "swarm_mtu", "swarm_shm_mb",
-             "swarm_limits", "swarm_mounts"]
+             "swarm_limits", "swarm_mounts", "swarm_links"]
     assert list(options) == ["profile", "speedup", "inventory", *swarm]
     assert {name: owner.name for name, (_, owner) in options.items()} == {
         "profile": "emulated", "speedup": "emulated", "inventory": "inventory",

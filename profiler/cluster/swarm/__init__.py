@@ -83,6 +83,11 @@ def _mounts(text: str) -> tuple[str, ...]:
     return paths
 
 
+def _links(text: str) -> dict:
+    from .links import parse_swarm_links
+    return parse_swarm_links(text)
+
+
 @dataclass
 class SwarmSettings(ClusterSettings):
     """``--cluster swarm``: the manager at ``--swarm-host``, the image, the overlay's MTU,
@@ -95,6 +100,7 @@ class SwarmSettings(ClusterSettings):
     swarm_shm_mb: int = DEFAULT_SHM_MB
     swarm_limits: str = "profile"
     swarm_mounts: tuple[str, ...] = ()
+    swarm_links: dict = field(default_factory=dict)
     # The nodes read by the last ``check``, which ``open`` reuses.
     _checked: list | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -131,6 +137,11 @@ class SwarmSettings(ClusterSettings):
             help="--cluster swarm: host paths bind-mounted read-only at the same path in "
                  "every task, comma-separated (a development image running this host's "
                  "code)."),
+        ProviderOption(
+            "swarm_links", default={}, parse=_links, metavar="JSON", identity=True,
+            help="--cluster swarm: delayed links between the nodes' tiers, as a mix's "
+                 "links: ('{\"end-edge\": {\"delay_ms\": 250, \"mbit\": 36}}'), held by "
+                 "a relay in the target's task (docs/tiers.md)."),
     )
     speed = "board"
 
@@ -138,6 +149,8 @@ class SwarmSettings(ClusterSettings):
         if isinstance(self.swarm_mounts, str):
             self.swarm_mounts = _mounts(self.swarm_mounts)
         self.swarm_mounts = tuple(self.swarm_mounts or ())
+        if isinstance(self.swarm_links, str):
+            self.swarm_links = _links(self.swarm_links)
 
     @classmethod
     def cluster_type(cls) -> type[Cluster]:

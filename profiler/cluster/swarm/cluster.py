@@ -48,10 +48,11 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from ...errors import ClusterError
-from ..base import (SECRET_ENV_VARS, Cluster, Node, NodeEntry, NodeScope, kill_groups,
-                    popen_in_group)
+from ..base import (SECRET_ENV_VARS, Cluster, Node, NodeEntry, NodeScope, TierLink,
+                    kill_groups, link_between, popen_in_group)
 from .boards import shaped_command
 from .engine import SwarmNode, connect, node_name
+from .links import TaskRelays, tier_links
 from .mpi_entry import entry_command, via_prefix, write_ticket
 from .task import STOP_WAIT_S as TASK_STOP_WAIT_S
 
@@ -95,6 +96,7 @@ class TaskSettings:
     swarm_shm_mb: int
     swarm_limits: str
     swarm_mounts: tuple[str, ...]
+    swarm_links: dict = field(default_factory=dict)  # links.parse_swarm_links's
 
 
 class SwarmCluster(Cluster):
@@ -126,10 +128,24 @@ class SwarmCluster(Cluster):
         self.controller = f"{socket.gethostname()}:{os.getpid()}"
         self._lock = threading.Lock()
         self._cells: dict[str, _Cell] = {}
+        self._relays = TaskRelays()
         remove_left_behind(settings.swarm_host, socket.gethostname())
 
     def nodes(self) -> list[Node]:
         return list(self._nodes)
+
+    def tier_links(self) -> dict[str, TierLink]:
+        """``--swarm-links``, by ``link_key``."""
+        return tier_links(self.settings.swarm_links)
+
+    def link_address(self, source: Node, target: Node, port: int) -> tuple[str, int]:
+        """Through the relay in ``target``'s task when ``--swarm-links`` links the two
+        nodes' tiers (``links``: ask before the cell starts its process on ``target``);
+        else ``target`` itself."""
+        link = link_between(self.tier_links(), source, target)
+        if link is None:
+            return target.address, port
+        return target.address, self._relays.port(target.name, port, link)
 
     def start(self, node: Node, argv: Sequence[str], env: Mapping[str, str],
               log_path: Path, *, confine: bool = True,
@@ -263,6 +279,9 @@ class SwarmCluster(Cluster):
         # The controller's Python wherever the command names it: its first word, and
         # the rank's command inside an MPI launcher's (``mpirun ... python -m ...``).
         argv = [settings.swarm_python if a == sys.executable else str(a) for a in argv]
+        if confine and network and alias == node.name:  # what link_address dials
+            argv = self._relays.wrap(node.name, settings.swarm_python, argv,
+                                     str(Path(log_path).with_name(f"relay-{node.name}.log")))
         task_env = {k: v for k, v in os.environ.items()
                     if k.startswith(PASSED_ENV_PREFIXES) and k not in SECRET_ENV_VARS}
         if "PYTHONPATH" in task_env:  # the task's folder is not the controller's
