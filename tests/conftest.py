@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -92,6 +94,25 @@ def _one_thread_per_process(monkeypatch):
     # Training processes on a 2-core machine: one OpenMP thread each keeps runs stable.
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+# Stop signals a test may leave ignored, and what Python starts with for each.
+STOP_SIGNAL_DEFAULTS = {signal.SIGINT: signal.default_int_handler,
+                        signal.SIGTERM: signal.SIG_DFL, signal.SIGHUP: signal.SIG_DFL}
+
+
+@pytest.fixture(autouse=True)
+def _stop_signals_not_left_ignored():
+    """Every test starts with the stop signals handled, not ignored. A sweep run in this
+    process that was stopped leaves them ignored on its way out (``StopRequest``), and a
+    child inherits an ignored signal: a later test's Ctrl-C to its child would go unheard
+    (one CI run: an image build that finished where the test expected exit 130)."""
+    yield
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig, default in STOP_SIGNAL_DEFAULTS.items():
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, default)
 
 
 @pytest.fixture

@@ -159,6 +159,13 @@ def test_a_rebuild_with_nothing_changed_reuses_the_image(docker_host, built, tmp
     assert {image.id for image in client.images.list()} == images
 
 
+def _as_from_a_shell() -> None:
+    """The child's Ctrl-C as a user's shell starts it: handled (not ignored, not blocked,
+    whatever this test process inherited), so that the SIGINT below is heard."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_a_build_interrupted_leaves_nothing_behind(docker_host, tmp_path):
     """Ctrl-C while mmdebstrap makes the root: exit 130, no work folder, no process,
     no mount, no image. (Interrupted in the import, the daemon never tags the image:
@@ -173,7 +180,8 @@ def test_a_build_interrupted_leaves_nothing_behind(docker_host, tmp_path):
         [sys.executable, "-m", "profiler.cli", "image", "build", "--arch", "amd64",
          "--docker-host", docker_host, "--tag-prefix", "edgeprof-test-interrupted",
          "--work-dir", str(tmp_path)],
-        cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        preexec_fn=_as_from_a_shell)
     for line in process.stderr:
         if "root: mmdebstrap" in line:
             break
