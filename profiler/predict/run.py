@@ -54,6 +54,7 @@ def run_predict(s: PredictSettings) -> tuple[list[Prediction], list[StepModel], 
     prices = prices_of(s)
     models = with_epochs(models, s.samples, read_sweep_meta(Path(s.sweep_dir)))
     measured = one_device_steps(list(s.rates_from))
+    _check_rates_match(s.rates_from, measured, models)
     predictions = [predict(m, n, Target(name, link), catalog, prices,
                            measured.get(base_key(m.group)))
                    for m in models for name in names for link in links for n in devices
@@ -62,6 +63,19 @@ def run_predict(s: PredictSettings) -> tuple[list[Prediction], list[StepModel], 
                 f"at most {m.max_devices} stages" for m in models for n in devices
                 if not m.can_run(n)]
     return predictions, models, skipped
+
+
+def _check_rates_match(rates_from: tuple[Path, ...], measured: dict, models: list[StepModel]
+                       ) -> None:
+    """``--rates-from`` that measured none of the fitted configurations would scale no
+    board, and the prediction would fall back on calibrated rates unsaid: one line."""
+    if not rates_from or any(base_key(m.group) in measured for m in models):
+        return
+    fitted = "; ".join(sorted({" ".join(str(v) for v in base_key(m.group)) for m in models}))
+    raise ConfigError(
+        f"--rates-from {', '.join(str(d) for d in rates_from)}: no one-device cell of a "
+        f"configuration fitted here (model layers batch engine partition dataset: {fitted}): "
+        "give a sweep that ran one of them on one device of the target board")
 
 
 def with_epochs(models: list[StepModel], samples: int | None, meta: dict) -> list[StepModel]:

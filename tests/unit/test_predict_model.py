@@ -186,6 +186,24 @@ def test_a_sweeps_one_device_cells_give_the_board_ratio():
     assert one_device_of([("runs/local", [local])]) == {}
 
 
+def test_rates_from_that_measured_no_fitted_configuration_is_one_line():
+    # --rates-from naming a sweep of another model would scale no board: said, not silent.
+    from pathlib import Path
+
+    from profiler.predict.run import _check_rates_match
+    scheme, truth = _truth_master(base_ms=46.0)
+    model = fit_group(_group(scheme, truth, board="pi4-park2019"), CATALOG)
+    lenet = _group(scheme, lambda n: 150.0, devices=(), board=BOARD)
+    other = Group(("resnet", *lenet.key[1:]), scheme, [], lenet.base)
+    measured = one_device_of([("runs/resnet", [other])])
+    with pytest.raises(ConfigError, match=r"^--rates-from runs/resnet: no one-device cell"
+                       r".*lenet-mlp"):
+        _check_rates_match((Path("runs/resnet"),), measured, [model])
+    matching = one_device_of([("runs/pi3b", [_group(scheme, truth, devices=(), board=BOARD)])])
+    _check_rates_match((Path("runs/pi3b"),), matching, [model])  # no error
+    _check_rates_match((), {}, [model])  # not asked: nothing to check
+
+
 def test_sync_follows_the_slowest_board_async_adds_the_workers_rates():
     truth_sync = _truth_master()
     sync = fit_group(_group(*truth_sync), CATALOG)
