@@ -271,11 +271,11 @@ def _recalibrate(measure, workload: Workload, target: float, quota: float, first
         # the tolerance is, as it would move every ratio by more than the band allows.
         if not within(ratio, 2 * tolerance):
             raise
-        noisy = "" if within(ratio, tolerance) else \
-            f", outside the check's x/÷{1 + tolerance:g}: the host is busy"
+        outside = "" if within(ratio, tolerance) else \
+            f", outside the check's x/÷{1 + tolerance:g}"
         report(f"{workload.label}: not within {RECALIBRATE_TOLERANCE:.0%} in "
-               f"{len(exc.steps)} measurements; the closest, {best.quota_cores:.4f} cores "
-               f"({ratio:.2f} x{noisy}), is taken")
+               f"{len(exc.steps)} quotas ({exc.why}); the closest, {best.quota_cores:.4f} "
+               f"cores ({ratio:.2f} x{outside}), is taken")
         return best
 
 

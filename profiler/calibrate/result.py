@@ -16,6 +16,7 @@ class Measurement:
     quota_cores: float
     samples_per_s: float
     train_s: float
+    repeats: int = 1  # measurements pooled into this one (their median rate)
 
 
 @dataclass
