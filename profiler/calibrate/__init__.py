@@ -61,7 +61,8 @@ MONOTONIC_SLACK = 0.05
 # twice as fast (slope above this) are one measurement off, not the curve: a check on
 # a quiet host (issue 47) measured 1.61 x the board at 0.0949 cores, then 0.86-0.87 x
 # at 0.0706, 0.0751 and 0.0787, and interpolated towards the 1.61 without getting near.
-# The farther of the two from the target is measured once more.
+# The farther of the two from the target is measured twice more, and the median of
+# the three taken (a median of two is their mean, which one outlier still moves).
 MOST_SLOPE = 2.0
 # ... and only where the two rates differ by more than repeats at one quota do (up to
 # 23% seen, above): near the target the search tries quotas a few % apart, whose noise
@@ -220,7 +221,7 @@ def _search(measure: "_Measurer", workload: Workload, target: float, quota: floa
     """
     most = most_cores or float(len(os.sched_getaffinity(0)))
     steps: list[Measurement] = []
-    spreads: list[float] = []  # (largest - smallest) / median of each quota measured twice
+    spreads: list[float] = []  # (largest - smallest) / median of each quota measured again
     for _ in range(MAX_STEPS):
         step = first if first is not None and not steps else measure(workload, quota, target)
         report(_said(workload, step, target))
@@ -231,8 +232,11 @@ def _search(measure: "_Measurer", workload: Workload, target: float, quota: floa
             spreads.append(spread)
         steps.append(step)
         if (jump := _jump(steps)) is not None:
-            steps, spread = _measured_again(steps, jump, measure, workload, target, report)
+            steps, pooled, spread = _measured_again(steps, jump, measure, workload, target,
+                                                    report)
             spreads.append(spread)
+            if abs(pooled.samples_per_s / target - 1) <= tolerance:
+                return [m for m in steps if m is not pooled] + [pooled]  # found: last
             step = steps[-1]
         if abs(step.samples_per_s / target - 1) <= tolerance:
             return steps
@@ -249,7 +253,7 @@ def _search(measure: "_Measurer", workload: Workload, target: float, quota: floa
                 "lighter workload")
     why = _why_not(steps, spreads, target)
     raise NotSettled(f"the rate did not settle within {tolerance:.0%} of {target:g} in "
-                     f"{MAX_STEPS} quotas ({MAX_STEPS + len(spreads)} measurements): {why}; "
+                     f"{MAX_STEPS} quotas ({sum(m.repeats for m in steps)} measurements): {why}; "
                      "run it again on a quieter machine", steps, why)
 
 
@@ -287,15 +291,18 @@ def _jump(steps: list[Measurement]) -> tuple[Measurement, Measurement] | None:
 
 def _measured_again(steps: list[Measurement], pair: tuple[Measurement, Measurement],
                     measure, workload: Workload, target: float,
-                    report: Callable[[str], None]) -> tuple[list[Measurement], float]:
-    """``steps`` with the member of ``pair`` farther from ``target`` measured once more
+                    report: Callable[[str], None]
+                    ) -> tuple[list[Measurement], Measurement, float]:
+    """``steps`` with the member of ``pair`` farther from ``target`` measured twice more
     and pooled in its place (its order kept, so the search's latest step stays last),
-    and that quota's spread."""
+    the pooled measurement, and that quota's spread."""
     odd = max(pair, key=lambda m: abs(math.log(m.samples_per_s / target)))
-    again = measure(workload, odd.quota_cores, target)
-    report(_said(workload, again, target, again=True))
-    pooled, spread = _pooled([odd, again])
-    return [pooled if m is odd else m for m in steps], spread
+    repeats = [odd]
+    for _ in range(2):
+        repeats.append(measure(workload, odd.quota_cores, target))
+        report(_said(workload, repeats[-1], target, again=True))
+    pooled, spread = _pooled(repeats)
+    return [pooled if m is odd else m for m in steps], pooled, spread
 
 
 def _pooled(repeats: list[Measurement]) -> tuple[Measurement, float]:

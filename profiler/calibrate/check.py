@@ -35,7 +35,8 @@ from typing import Callable
 
 from ..cluster.profiles import MAX_NODE_CORES, Profile, dilation, load_catalog
 from ..errors import ConfigError
-from . import NotSettled, Workload, _Measurer, _refuse_a_running_cluster, _search
+from . import (NotSettled, Workload, _Measurer, _pooled, _refuse_a_running_cluster, _said,
+               _search)
 from .exchange import ExchangeCheck, check_exchanges
 from .profiles_file import write_user_profile
 from .result import Measurement
@@ -70,6 +71,13 @@ CHECK_TRAIN_S = 2.5
 # measurement's few % of noise. If five quotas do not get there, the closest is taken
 # when it lies within the check's own tolerance.
 RECALIBRATE_TOLERANCE = 0.05
+# A first measurement off the board's rate is confirmed before the profile is changed:
+# this many at its quota in all, their median taken. One measurement is not the host:
+# on a quiet host (issue 47, 2026-11-29) a check measured LeNet-MLP at 1.61 x the board
+# at 0.0949 cores and re-calibrated it to 0.0751 (0.87 x); the next run's check measured
+# the same quota at 1.02 x, and the study's one-device cells at 0.0751 trained at
+# 0.73-1.06 x. A median of three outlasts one such measurement.
+CONFIRM_MEASUREMENTS = 3
 
 
 def within(ratio: float, tolerance: float) -> bool:
@@ -185,7 +193,13 @@ def _check_one(profile: Profile, model: str, k: float, measure, mode: str,
     rate = profile.board_rates[model]
     quota = profile.cpu_cores_for(model, k)
     workload = Workload(rate.model, rate.layers, rate.batch)
-    step = measure(workload, quota, rate.samples_per_s * k)
+    target = rate.samples_per_s * k
+    step = measure(workload, quota, target)
+    if not within(step.samples_per_s / target, tolerance):
+        report(f"{workload.label}: {step.samples_per_s / target:.2f} x the board at "
+               f"{quota:.4f} cores; measured {CONFIRM_MEASUREMENTS - 1} more times to "
+               "confirm (their median is the check's)")
+        step = _confirmed(step, measure, workload, target, report)
     check = Check(profile.name, model, workload.label, k, quota, rate.samples_per_s,
                   step.samples_per_s, tolerance, train_s=step.train_s)
     report(("ok: " if check.within else "off: ") + check.line())
@@ -253,6 +267,17 @@ def check_links(profile_name: str, cells, mode: str, speedup: float,
     todo = exchanges_used(profile, cells, speedup, float(len(os.sched_getaffinity(0))))
     with tempfile.TemporaryDirectory(prefix="edgeprof-exchange-check-") as tmp:
         return check_exchanges(profile, todo, mode=mode, work=Path(tmp), report=report)
+
+
+def _confirmed(first: Measurement, measure, workload: Workload, target: float,
+               report: Callable[[str], None]) -> Measurement:
+    """``first`` pooled with ``CONFIRM_MEASUREMENTS - 1`` more at its quota: their
+    median rate (``calibrate._pooled``), which the search then starts from."""
+    repeats = [first]
+    for _ in range(CONFIRM_MEASUREMENTS - 1):
+        repeats.append(measure(workload, first.quota_cores, target))
+        report(_said(workload, repeats[-1], target, again=True))
+    return _pooled(repeats)[0]
 
 
 def _recalibrate(measure, workload: Workload, target: float, quota: float, first,
