@@ -76,7 +76,7 @@ RECALIBRATE_TOLERANCE = 0.05
 # on a quiet host (issue 47, 2026-11-29) a check measured LeNet-MLP at 1.61 x the board
 # at 0.0949 cores and re-calibrated it to 0.0751 (0.87 x); the next run's check measured
 # the same quota at 1.02 x, and the study's one-device cells at 0.0751 trained at
-# 0.73-1.06 x. A median of three outlasts one such measurement.
+# 0.65-0.94 x. A median of three outlasts one such measurement.
 CONFIRM_MEASUREMENTS = 3
 
 
