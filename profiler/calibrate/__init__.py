@@ -195,7 +195,7 @@ class QuotaOutOfReach(ClusterError):
 
 
 class NotSettled(ClusterError):
-    """The measured rate kept missing the target (a busy host)."""
+    """The measured rate kept missing the target (``why``: what the measurements showed)."""
 
     def __init__(self, message: str, steps: list | None = None, why: str = ""):
         super().__init__(message)
@@ -214,7 +214,9 @@ def _search(measure: "_Measurer", workload: Workload, target: float, quota: floa
     quota, not quite in proportion, and measurements are noisy: scaling alone can swing
     back and forth across the target). A measurement that contradicts that growth (a
     larger quota slower than a smaller one by more than ``MONOTONIC_SLACK``) is made once
-    more and the quota's rate is the median of the two, before the next quota is chosen.
+    more and the quota's rate is the median of the two, before the next quota is chosen;
+    of two neighbouring quotas whose rates grew faster than any pace does (``_jump``),
+    the one farther from the target is measured twice more (the median of three).
     ``first``: a measurement at ``quota`` already made. Returns one measurement per quota
     tried (a repeated one: its median); ``NotSettled`` carries them, and says whether the
     rate was not monotonic in the quota and how far repeats at one quota differed.
@@ -226,9 +228,7 @@ def _search(measure: "_Measurer", workload: Workload, target: float, quota: floa
         step = first if first is not None and not steps else measure(workload, quota, target)
         report(_said(workload, step, target))
         if any(_inversion([step, earlier]) for earlier in steps):
-            again = measure(workload, quota, target)
-            report(_said(workload, again, target, again=True))
-            step, spread = _pooled([step, again])
+            step, spread = measured_more(step, 1, measure, workload, target, report)
             spreads.append(spread)
         steps.append(step)
         if (jump := _jump(steps)) is not None:
@@ -297,12 +297,20 @@ def _measured_again(steps: list[Measurement], pair: tuple[Measurement, Measureme
     and pooled in its place (its order kept, so the search's latest step stays last),
     the pooled measurement, and that quota's spread."""
     odd = max(pair, key=lambda m: abs(math.log(m.samples_per_s / target)))
-    repeats = [odd]
-    for _ in range(2):
-        repeats.append(measure(workload, odd.quota_cores, target))
-        report(_said(workload, repeats[-1], target, again=True))
-    pooled, spread = _pooled(repeats)
+    pooled, spread = measured_more(odd, 2, measure, workload, target, report)
     return [pooled if m is odd else m for m in steps], pooled, spread
+
+
+def measured_more(first: Measurement, more: int, measure, workload: Workload,
+                  target: float, report: Callable[[str], None]
+                  ) -> tuple[Measurement, float]:
+    """``first`` and ``more`` measurements again at its quota, each reported, pooled
+    (``_pooled``: their median rate) with their spread."""
+    repeats = [first]
+    for _ in range(more):
+        repeats.append(measure(workload, first.quota_cores, target))
+        report(_said(workload, repeats[-1], target, again=True))
+    return _pooled(repeats)
 
 
 def _pooled(repeats: list[Measurement]) -> tuple[Measurement, float]:

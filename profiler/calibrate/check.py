@@ -35,8 +35,8 @@ from typing import Callable
 
 from ..cluster.profiles import MAX_NODE_CORES, Profile, dilation, load_catalog
 from ..errors import ConfigError
-from . import (NotSettled, Workload, _Measurer, _pooled, _refuse_a_running_cluster, _said,
-               _search)
+from . import (NotSettled, Workload, _Measurer, _refuse_a_running_cluster, _search,
+               measured_more)
 from .exchange import ExchangeCheck, check_exchanges
 from .profiles_file import write_user_profile
 from .result import Measurement
@@ -199,7 +199,8 @@ def _check_one(profile: Profile, model: str, k: float, measure, mode: str,
         report(f"{workload.label}: {step.samples_per_s / target:.2f} x the board at "
                f"{quota:.4f} cores; measured {CONFIRM_MEASUREMENTS - 1} more times to "
                "confirm (their median is the check's)")
-        step = _confirmed(step, measure, workload, target, report)
+        step, _ = measured_more(step, CONFIRM_MEASUREMENTS - 1, measure, workload, target,
+                                report)
     check = Check(profile.name, model, workload.label, k, quota, rate.samples_per_s,
                   step.samples_per_s, tolerance, train_s=step.train_s)
     report(("ok: " if check.within else "off: ") + check.line())
@@ -267,17 +268,6 @@ def check_links(profile_name: str, cells, mode: str, speedup: float,
     todo = exchanges_used(profile, cells, speedup, float(len(os.sched_getaffinity(0))))
     with tempfile.TemporaryDirectory(prefix="edgeprof-exchange-check-") as tmp:
         return check_exchanges(profile, todo, mode=mode, work=Path(tmp), report=report)
-
-
-def _confirmed(first: Measurement, measure, workload: Workload, target: float,
-               report: Callable[[str], None]) -> Measurement:
-    """``first`` pooled with ``CONFIRM_MEASUREMENTS - 1`` more at its quota: their
-    median rate (``calibrate._pooled``), which the search then starts from."""
-    repeats = [first]
-    for _ in range(CONFIRM_MEASUREMENTS - 1):
-        repeats.append(measure(workload, first.quota_cores, target))
-        report(_said(workload, repeats[-1], target, again=True))
-    return _pooled(repeats)[0]
 
 
 def _recalibrate(measure, workload: Workload, target: float, quota: float, first,
