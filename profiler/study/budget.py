@@ -20,8 +20,7 @@ The rule, kept simple (the printed plan says what it chose and what it left out)
    cell gets the largest calibrated factor its nodes and this host allow
    (``profiles.dilation``), which the estimate already follows.
 4. **The profile check** that runs first (``--profile-check``) is not in the estimate:
-   ``CHECK_S`` of the budget is kept for it when it will run; once it ran, what it
-   took, plus up to ``RECHECK_S`` for each later repeat's check of the quotas.
+   ``CHECK_S`` of the budget is kept for it when it will run.
 5. **At run time** (``Keeper``) the budget is kept to its time whatever the estimate
    said: a cell starts only when it is expected to end within the budget plus
    ``OVERRUN``, its estimate scaled by how the run's finished cells compared with
@@ -50,9 +49,6 @@ SCALES = (1.0, 0.5, 0.2, 0.1, 0.05, 0.02, 0.01, 0.005, 0.002, 0.001, 0.0001)
 # The profile check before the study (docs/study.md: about 4 minutes when it
 # re-calibrates every model family at the dilations its cells get).
 CHECK_S = 240.0
-# Each later repeat's check of the quotas (plan.run; the link is not checked again): an
-# ok check of LeNet-MLP trains 2.5 s, ResNet-32's at speedup 4 about 70 s.
-RECHECK_S = 90.0
 _UNITS_S = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 

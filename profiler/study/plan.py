@@ -152,10 +152,6 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
         checked = profile and settings.profile_check != "off" and profile not in catalog.mixes
         reserved_s = settings.check_spent_s if settings.check_spent_s is not None else \
             budget.CHECK_S if checked else 0.0
-        if checked and settings.check_spent_s is not None:
-            # Checked again before each later repeat (``run``): the quotas only, so no
-            # longer than the first check (which also probed the link), nor RECHECK_S.
-            reserved_s += min(settings.check_spent_s, budget.RECHECK_S) * (repeats - 1)
         grid, _, scale = budget.grid_within(study, parsed, settings.engine, available,
                                             settings.budget_s, grid_s, reserved_s)
     seconds = grid_s(grid)
@@ -180,8 +176,7 @@ def plan(study: Study, settings: StudySettings) -> StudyPlan:
         notes.append(f"first the profile {profile} is checked on this host ({check} if "
                      f"off by more than {settings.profile_tolerance:.0%}; then its link, "
                      "with a step's exchange between two nodes; a minute, a few more if it "
-                     "re-calibrates)" + ("; its quotas again before each later repeat"
-                                         if repeats > 1 else ""))
+                     "re-calibrates)")
     notes += pace_notes(paces)
     return StudyPlan(study, sweep, grid, seconds, notes, check, settings.profile_tolerance,
                      settings, lambda cell: estimate.cell_s(study, cell, rate(cell),
@@ -269,17 +264,8 @@ def run(study_plan: StudyPlan, *, progress: bool = True,
             _say(why + "\n" + again.describe())
         study_plan = again
     keeper = _keeper(study_plan, started_s)
-    outcome = None
-    for repeat in _checked_repeats(study_plan):
-        if repeat:
-            _check_again(study_plan, repeat, _say if progress else None)
-        # A block of repeats is a sweep run of its own (the next resumes it): the
-        # emulated cluster is built again on the quotas the check just left.
-        sweep = replace(study_plan.sweep, resume=study_plan.sweep.resume or bool(repeat),
-                        may_start=_up_to(repeat, keeper))
-        outcome = run_sweep(sweep, progress=progress,
-                            on_start=None if repeat else on_start,
-                            on_record=keeper.observe if keeper else None)
+    outcome = run_sweep(study_plan.sweep, progress=progress, on_start=on_start,
+                        on_record=keeper.observe if keeper else None)
     if outcome.held_back and progress:
         _say_sweep(f"{outcome.held_back} cell{'s' if outcome.held_back > 1 else ''} not "
                    f"run: {outcome.held_reason}; `--resume --out {outcome.sweep_dir}` runs "
@@ -322,57 +308,9 @@ def _keeper(study_plan: StudyPlan, started_s: float) -> "budget.Keeper | None":
     settings = study_plan.settings
     if settings is None or settings.budget_s is None or study_plan.cell_s is None:
         return None
-    return budget.Keeper(started_s + settings.budget_s * budget.OVERRUN, study_plan.cell_s)
-
-
-def _checked_repeats(study_plan: StudyPlan) -> list[int | None]:
-    """The repeats before which the profile is checked again, each a block of the sweep
-    (``run``): every repeat after the first when the study repeats its cells on checked
-    nodes; else ``[None]``, the sweep in one run.
-
-    Why: on this project's slower host a node of a few hundredths of a core trained at a
-    pace that moved with the host over minutes, not from one cell to the next (issue 47,
-    docs/study.md "The pace drifts with the host"): the profile's quota in five fresh
-    clusters gave 1.05-1.12 x the board in one minute and 1.16-1.32 x a few minutes
-    later, and two study runs checked at 0.95 and 1.02 x trained their one-device cells
-    at 0.71-0.93 and 1.09-1.20 x. One check before a 20-minute study vouches for its
-    first minutes only; every N / 1 ratio divides by that pace."""
-    repeats = study_plan.sweep.extra.get("repeats", 1)
-    if repeats < 2 or study_plan.profile_check == "off" or study_plan.sweep.resume or \
-            not study_plan.sweep.extra.get("profile_check"):
-        return [None]
-    return list(range(repeats))
-
-
-def _up_to(repeat: int | None, keeper) -> Callable[[CellConfig], str | None] | None:
-    """``SweepSettings.may_start`` for the block ending at ``repeat``: later repeats
-    wait for the next check; the budget's keeper has its say on the rest."""
-    if repeat is None:
-        return keeper
-
-    def may_start(cell: CellConfig) -> str | None:
-        if cell.repeat > repeat:
-            return f"repeat {cell.repeat} waits for the profile check before it"
-        return keeper(cell) if keeper else None
-    return may_start
-
-
-def _check_again(study_plan: StudyPlan, repeat: int, report) -> None:
-    """The profile checked again before ``repeat`` (every family of its cells, at the
-    dilations they get; the link is not: it measured 0.99-1.02 x in every run), re-
-    calibrating in the study's mode; the records join ``profile_check``, marked with
-    the repeat they were made before."""
-    from ..calibrate.check import check_profile
-
-    sweep = study_plan.sweep
-    checks = check_profile(
-        sweep.cluster.node_profile, [c for c in sweep.cells if c.repeat == repeat],
-        mode=study_plan.profile_check, speedup=sweep.cluster.max_speedup,
-        tolerance=study_plan.profile_tolerance,
-        report=(lambda line: report(f"before repeat {repeat + 1}: {line}"))
-        if report else (lambda line: None))
-    sweep.extra["profile_check"] = [*sweep.extra.get("profile_check", []),
-                                    *({**c.as_record(), "repeat": repeat} for c in checks)]
+    keeper = budget.Keeper(started_s + settings.budget_s * budget.OVERRUN, study_plan.cell_s)
+    study_plan.sweep.may_start = keeper
+    return keeper
 
 
 def _say_sweep(line: str) -> None:

@@ -209,9 +209,7 @@ def test_a_profile_far_faster_than_its_board_is_refused_or_recalibrated_and_repl
     assert not (tmp_path / "refused" / "results.jsonl").exists()  # no cell ran
 
     out = tmp_path / "recalibrated"
-    # Twice: the quotas are checked again before the second repeat (plan.run), on the
-    # profile the first check wrote.
-    done = study("recalibrate", out, "--scale", "0.005", "--repeats", "2")
+    done = study("recalibrate", out, "--scale", "0.005")
     assert done.returncode == 0, done.stderr
     new_quota = load_catalog([profiles]).profiles["pi3b-2x"].cpu_cores_for("lenet-mlp")
     assert new_quota < quota / 2, new_quota  # about a quarter: the board's rate
@@ -220,16 +218,9 @@ def test_a_profile_far_faster_than_its_board_is_refused_or_recalibrated_and_repl
     # The new plan no longer announces the check it follows, and the first plan did.
     assert done.stderr.count("first the profile pi3b-2x is checked") == 1
     meta = json.loads((out / "sweep.json").read_text())
-    first, again = meta["extra"]["profile_check"]
-    assert first["action"] == "recalibrated" and "repeat" not in first, first
-    # Before repeat 2, at the quota the first check wrote: within its tolerance, or
-    # re-calibrated once more (two short measurements on a busy host can differ so).
-    assert again["repeat"] == 1 and again["action"] in ("ok", "recalibrated"), again
-    assert again["quota_cores"] == pytest.approx(new_quota, rel=0.02) or \
-        again["action"] == "recalibrated", again
-    assert "profile check: before repeat 2: " in done.stderr, done.stderr
+    assert [c["action"] for c in meta["extra"]["profile_check"]] == ["recalibrated"]
     # How long the check's measurement trained (here a quarter of CHECK_TRAIN_S or
     # less: the quota trains four times the board's rate the measurement was sized for).
     assert all(c["train_s"] > 0 for c in meta["extra"]["profile_check"]), meta
     rows = list(csv.DictReader((out / "results.csv").open()))
-    assert [(r["repeat"], r["status"]) for r in rows] == [("0", "ok"), ("1", "ok")], rows
+    assert [r["status"] for r in rows] == ["ok"], rows

@@ -205,37 +205,3 @@ def test_a_check_that_measured_nothing_leaves_the_sweeps_record_as_it_was():
         extra={"study": "x"}), profile_check="off", profile_tolerance=0.1)
     assert not _check_unchecked(plan, lambda sweep, *a, **k: None, None)
     assert plan.sweep.extra == {"study": "x"}  # no empty profile_check (sweep.json)
-
-
-def test_a_repeated_study_is_checked_again_before_each_later_repeat():
-    """``plan.run`` runs a repeated, checked study in blocks of one repeat, the profile
-    checked again before each (the pace drifts with the host over minutes: issue 47);
-    ``_up_to`` holds the later repeats back and leaves the rest to the budget."""
-    from types import SimpleNamespace
-
-    from profiler.cell import CellConfig
-    from profiler.study.plan import _checked_repeats, _up_to
-    from profiler.sweep.sweep import SweepSettings
-
-    cells = [CellConfig(model="lenet-mlp", layers=None, batch=64, devices=1, repeat=k)
-             for k in range(3)]
-
-    def study_plan(check="recalibrate", resume=False, repeats=3, checked=True):
-        extra = {"repeats": repeats, **({"profile_check": [{"model": "lenet-mlp"}]}
-                                        if checked else {})}
-        return SimpleNamespace(sweep=SweepSettings(cells=cells, extra=extra, resume=resume),
-                               profile_check=check)
-
-    assert _checked_repeats(study_plan()) == [0, 1, 2]
-    assert _checked_repeats(study_plan(repeats=1)) == [None]
-    assert _checked_repeats(study_plan(check="off")) == [None]
-    assert _checked_repeats(study_plan(resume=True)) == [None]  # checked when it began
-    assert _checked_repeats(study_plan(checked=False)) == [None]  # nothing to check
-    over = []
-    keeper = lambda cell: "the budget is spent" if over else None  # noqa: E731
-    may_start = _up_to(1, keeper)
-    assert [may_start(c) for c in cells] == [
-        None, None, "repeat 2 waits for the profile check before it"]
-    over.append(True)
-    assert may_start(cells[0]) == "the budget is spent"
-    assert _up_to(None, keeper) is keeper and _up_to(0, None)(cells[0]) is None
