@@ -130,5 +130,8 @@ def read_steps(path: str | Path) -> list[dict]:
             continue
         # A line whose times are not numbers was not written by ``StepLog``: skipped.
         if well_formed(record, NUMBER_FIELDS):
-            out.append(record)
+            # A null time is an absent one: readers take their default (``get(k, 0.0)``),
+            # not None.
+            out.append({k: v for k, v in record.items()
+                        if v is not None or k not in NUMBER_FIELDS})
     return out

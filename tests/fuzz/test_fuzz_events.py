@@ -96,6 +96,9 @@ def _files(**named) -> dict[str, bytes]:
          ).via("a step's sampling that is text")
 @example(_files(worker_0=[START, EPOCH, END], steps_worker_0=[{**STEP, "data_s": "x"}])
          ).via("a step's phase time that is text")
+@example(_files(worker_0=[START, EPOCH, END], steps_worker_0=[{**STEP, "data_s": None},
+                                                              {**STEP, "exchange_s": None}])
+         ).via("a step's phase times that are null (found by the fuzzer in CI)")
 @example(_files(worker_0=[START, EPOCH, END], steps_worker_0=[{**STEP, "t": float("inf")}])
          ).via("a step at an infinite time")
 @example({"worker-0.jsonl": (DEEP_JSON + "\n").encode(),
