@@ -6,7 +6,10 @@ one bad sample.
 
 The loop waits on an ``Event`` (``stop()`` wakes it at once) against a monotonic
 schedule, so ticks do not drift by the time sampling takes. All points of a tick share
-one wall-clock timestamp (ms). Node-level points are tagged with the roles present on
+one wall-clock timestamp (ms), and each tick's is later than the last one's: the last
+sample on stop can follow a tick within the millisecond (a tick takes 0.5-1 ms here),
+and a series holds one point per timestamp, so InfluxDB would keep only one of the two
+(a CI run lost one tick so). Node-level points are tagged with the roles present on
 the node (``role="worker"``, ``"scheduler+server"``; ``"none"`` before the cell's
 processes start); process points carry their own role.
 """
@@ -92,6 +95,7 @@ class Sampler:
         self._stop = stop or threading.Event()
         self._failed: set[str] = set()
         self._role = "none"
+        self._last_ms = 0  # the last tick's timestamp: the next one is later (docstring)
 
     def tick(self) -> int:
         """Sample once; returns the number of points written.
@@ -101,7 +105,7 @@ class Sampler:
         collector for the agent's lifetime (a broken sensor would otherwise log every
         tick). The spool's own failures (disk full) are handled by ``SpoolWriter``.
         """
-        time_ms = int(time.time() * 1000)
+        time_ms = self._last_ms = max(int(time.time() * 1000), self._last_ms + 1)
         try:
             role = self._role = self.processes.role_tag()
         except Exception as exc:  # noqa: BLE001 - keep the last good roles, not lose the tick

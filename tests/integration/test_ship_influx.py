@@ -70,6 +70,26 @@ def _influx_counts(server, sweep_id: str) -> Counter:
     return counts
 
 
+def _influx_missing(server, sweep_dir: Path) -> list[str]:
+    """The spooled points InfluxDB does not hold (measurement, node, time), for a failure's
+    message: which tick went missing says where it was lost."""
+    stored = set()
+    for series in influx_query(server.url, "edgeprof",
+                               "SELECT * FROM /.*/ WHERE sweep = 'outage' GROUP BY node"):
+        for row in series["values"]:
+            stored.add((series["name"], series["tags"]["node"], row[0]))
+    missing, seen = [], set()
+    for spool in find_spools(sweep_dir):
+        for base, point in read_points(spool):
+            key = (point.measurement, base.get("node", point.tags.get("node")), point.time_ms)
+            if key not in stored:
+                missing.append(f"{key} not stored")
+            elif key in seen and point.measurement != "cpu_core":
+                missing.append(f"{key} spooled twice")  # one series, one time: one point
+            seen.add(key)
+    return missing
+
+
 def _vm_counts(server, sweep_id: str, expected: Counter, timeout_s: float = 60.0) -> Counter:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -179,7 +199,7 @@ def test_outage_mid_run_every_point_exactly_once(tmp_path, kind):
         points, samples = _expected(sweep)
         assert sum(points.values()) >= at_restart >= at_outage + OUTAGE_POINTS
         if kind == "influxdb1":
-            assert _influx_counts(server, "outage") == points
+            assert _influx_counts(server, "outage") == points, _influx_missing(server, sweep)
         else:
             assert _vm_counts(server, "outage", samples) == samples
         assert shipper.points_sent == sum(points.values())

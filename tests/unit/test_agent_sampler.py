@@ -149,3 +149,15 @@ def test_a_throttled_board_is_named_in_the_cell_summary(tmp_path, monkeypatch):
     plain.spool.close()
     row = summarize_cell(tmp_path / "plain", ["n3"], t_start, time.time())
     assert row["throttled_nodes"] is None and row["throttle_flags_by_node"] is None
+
+
+def test_ticks_within_one_millisecond_get_distinct_timestamps(tmp_path, monkeypatch):
+    """The last sample on stop can follow a tick within the millisecond; InfluxDB keeps
+    one point per series and timestamp, so the second would overwrite the first."""
+    sampler = _sampler(tmp_path)
+    monkeypatch.setattr(time, "time", lambda: 1_800_000_000.0004)  # a clock that stands
+    for _ in range(3):
+        sampler.tick()
+    sampler.spool.close()
+    stamps = sorted({p.time_ms for _, p in read_points(tmp_path / "spool", ["agent"])})
+    assert stamps == [1_800_000_000_000, 1_800_000_000_001, 1_800_000_000_002]
