@@ -3,15 +3,19 @@
 nodes, and the time to deploy the image to ten nodes (issue 49).
 
 Run as root: ``python benchmarks/bench_swarm.py [--nodes 2] [--repeats 3]
-[--engines torch-ddp,mxnet] [--deploy-nodes 10]``.
+[--engines torch-ddp,mxnet] [--deploy-nodes 10] [--swarm-mtu 1400,8950]
+[--swarm-limits profile,none]``.
 
 1. An emulated cluster of ``--nodes`` Pi 4s (``EDGEPROF_CLUSTER_INSTANCE`` picks which),
    a dockerd in each node's network namespace joined into one Swarm, the development
    image on each (``tests/support/swarm.py``, as the Swarm tests do).
 2. ``--repeats`` rounds, each one sweep of the engines' cells as processes and one as
-   services, the order alternating round by round so that the host's drift cancels in
-   the medians. ``--no-agent`` in both: the agent does not sample containers yet, and
-   the same sampler runs in both modes instead (every ``SAMPLE_S``):
+   services per overlay MTU of ``--swarm-mtu`` (the emulated links carry 9000-byte
+   frames, so the overlay can take 8950: as few packets as the processes send) and
+   task limit of ``--swarm-limits`` (``none``: the node's cgroup is the board), the
+   order rotating round by round so that the host's drift cancels in the medians.
+   ``--no-agent`` in both: the same sampler runs in every mode instead (every
+   ``SAMPLE_S``):
    - each node's **bytes sent**, read on the bridge's end of its veth (what the node's
      eth0 put on its link: the overlay's VXLAN packets, headers and all, on Swarm);
    - each node's **memory**: its cgroup's ``memory.stat`` (``total_rss``: the anonymous
@@ -52,8 +56,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from profiler.cluster import emulated, netns  # noqa: E402
-from tests.support.swarm import (Daemon, SwarmOnNodes, dev_image_tar,  # noqa: E402
-                                 dev_mounts, host_iptables)
+from tests.support.swarm import (OVERLAY_MTU, Daemon, SwarmOnNodes,  # noqa: E402
+                                 dev_image_tar, dev_mounts, host_iptables)
 
 IMAGE = "edgeprof-dev:bench"
 SAMPLE_S = 0.1
@@ -131,6 +135,9 @@ def _outside_rss(daemons, controller_pid: int | None) -> dict[str, int]:
 
 
 def _sweep(mode: str, swarm: SwarmOnNodes, out: Path, args, sampler: Sampler) -> list[dict]:
+    """One sweep of the engines' cells: ``emulated`` (processes) or ``swarm@MTU:LIMITS``."""
+    mode, _, rest = mode.partition("@")
+    mtu, _, limits = rest.partition(":")
     cell = ["--engine", args.engines, "--placement", "colocated", "--model", args.model,
             "--batch", "32", "--devices", str(args.nodes), "--epochs", "1",
             "--max-samples", str(args.samples), "--val-samples", "64", "--no-agent",
@@ -140,7 +147,7 @@ def _sweep(mode: str, swarm: SwarmOnNodes, out: Path, args, sampler: Sampler) ->
         argv += ["--swarm-host", swarm.manager_url, "--swarm-image", IMAGE,
                  "--swarm-python", sys.executable,
                  "--swarm-mounts", ",".join(dev_mounts(ROOT)),
-                 "--swarm-limits", args.swarm_limits]
+                 "--swarm-limits", limits, "--swarm-mtu", mtu]
     log = out.with_suffix(".log")
     with open(log, "wb") as output:
         sweep = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, cwd=ROOT)
@@ -221,10 +228,11 @@ def cost(args, work: Path, tar: Path) -> tuple[dict, dict, float, float]:
         swarm.start()
         swarm.import_image(tar, IMAGE)
         idle = idle_bytes_per_s(nodes)
+        every = ["emulated", *swarm_modes(args)]
         for round_ in range(args.repeats):
-            modes = ("emulated", "swarm") if round_ % 2 == 0 else ("swarm", "emulated")
-            for mode in modes:
-                out = work / f"{mode}-{round_}"
+            shift = round_ % len(every)
+            for mode in every[shift:] + every[:shift]:
+                out = work / f"{mode.replace('@', '-').replace(':', '-')}-{round_}"
                 sampler = Sampler(nodes, swarm.daemons)
                 sampler.start()
                 try:
@@ -234,7 +242,7 @@ def cost(args, work: Path, tar: Path) -> tuple[dict, dict, float, float]:
                 for record in records:
                     figures = measure(record, out, points, nodes)
                     runs.setdefault((mode, record["engine"]), []).append(figures)
-                    print(f"round {round_} {mode:8s} {record['engine']:10s} "
+                    print(f"round {round_} {mode:19s} {record['engine']:10s} "
                           + " ".join(f"{k} {v:.4g}" for k, v in figures.items()), flush=True)
     finally:
         swarm.stop()
@@ -305,20 +313,26 @@ def deploy(count: int, work: Path, tar: Path) -> dict:
         emulated.down()
 
 
+def swarm_modes(args) -> list[str]:
+    """``swarm@MTU:LIMITS`` for every overlay MTU and task limit asked."""
+    return [f"swarm@{mtu}:{limits}" for mtu in args.swarm_mtu.split(",")
+            for limits in args.swarm_limits.split(",")]
+
+
 def _spread(values: list[float], fmt: str = "{:.4g}") -> str:
     return (f"{fmt.format(statistics.median(values))} "
             f"({fmt.format(min(values))}-{fmt.format(max(values))})")
 
 
-def table(runs: dict, engines: list[str]) -> list[str]:
-    lines = [f"{'engine':10s} {'figure':22s} {'processes':>22s} {'swarm':>22s} "
+def table(runs: dict, engines: list[str], swarm_mode: str) -> list[str]:
+    lines = [f"{'engine':10s} {'figure':22s} {'processes':>22s} {swarm_mode:>22s} "
              f"{'ratio of medians':>16s} {'paired ratio':>22s}"]
     figures = ("samples_per_s", "first_step_s", "kb_per_step", "over_floor",
                "node_rss_mb", "shim_rss_mb", "task_processes_rss_mb")
     for engine in engines:
         for figure in figures:
             bare = [r[figure] for r in runs[("emulated", engine)]]
-            swarm = [r[figure] for r in runs[("swarm", engine)]]
+            swarm = [r[figure] for r in runs[(swarm_mode, engine)]]
             ratio = paired = ""
             if all(bare):
                 ratio = f"{statistics.median(swarm) / statistics.median(bare):.3f}"
@@ -342,9 +356,16 @@ def main() -> None:
     parser.add_argument("--model", default="lenet-mlp")
     parser.add_argument("--samples", type=int, default=24000)
     parser.add_argument("--deploy-nodes", type=int, default=10, help="0: no deploy")
-    parser.add_argument("--swarm-limits", default="profile", choices=("profile", "none"),
-                        help="none: a task limited by its node's cgroup only (the daemon's "
-                             "--cgroup-parent), not also by its container's quota")
+    # none by default: the node's cgroup is the board, as a real board is its own limit
+    # (profile nests the container's 100 ms-period quota under the node's: 0.93 x).
+    parser.add_argument("--swarm-limits", default="none",
+                        help="profile, none or both (profile,none); none: a task limited "
+                             "by its node's cgroup only (the daemon's --cgroup-parent), not "
+                             "also by its container's quota")
+    parser.add_argument("--swarm-mtu", default=str(OVERLAY_MTU),
+                        help="the overlay's MTU, or several (1400,8950): each a mode of its "
+                             "own, compared with the processes [default: the emulated "
+                             "links' 9000 less VXLAN's 50]")
     parser.add_argument("--image-tar", type=Path, default=DEFAULT_TAR,
                         help="the development image's root (made by mmdebstrap if missing)")
     parser.add_argument("--work", type=Path, default=Path("/var/tmp/edgeprof-bench-swarm"))
@@ -360,7 +381,8 @@ def main() -> None:
     print(f"\n{args.nodes} x pi4, {args.model}, {args.samples} samples, {args.repeats} "
           "rounds (median (min-max)); kb_per_step: what a node sends per step, "
           "floor_kb: the gradients it must send")
-    print("\n".join(table(runs, engines)))
+    for mode in swarm_modes(args):
+        print("\n".join(table(runs, engines, mode)))
     print(f"Swarm formed in {formed_s:.1f} s; idle Swarm traffic {idle:.0f} bytes/s a node")
     if args.deploy_nodes:
         result = deploy(args.deploy_nodes, work, tar)

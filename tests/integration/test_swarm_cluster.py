@@ -101,11 +101,12 @@ def nothing_left(swarm):
 
 def _argv(swarm, out: Path, *args: str, image: str = IMAGE,
           host: str | None = None) -> list[str]:
-    from tests.support.swarm import dev_mounts
+    from tests.support.swarm import OVERLAY_MTU, dev_mounts
 
     return [sys.executable, "-m", "profiler.cli", "sweep", "--cluster", "swarm",
             "--swarm-host", host or swarm.manager_url, "--swarm-image", image,
             "--swarm-python", sys.executable, "--swarm-mounts", ",".join(dev_mounts(ROOT)),
+            "--swarm-mtu", str(OVERLAY_MTU),
             "--interval", "0.2", "--out", str(out), *args]
 
 

@@ -45,6 +45,7 @@ from pathlib import Path
 
 from profiler.cluster import netns
 from profiler.cluster.base import Node
+from profiler.cluster.swarm import VXLAN_OVERHEAD_BYTES
 
 DAEMON_START_TIMEOUT_S = 60
 DAEMON_STOP_TIMEOUT_S = 20
@@ -52,6 +53,9 @@ KEY_FILE = Path("/etc/docker/key.json")
 # The overlay networks' subnets, away from the emulated cluster's 10.213.x.0/24.
 ADDRESS_POOL = "10.199.0.0/16"
 EMULATED_CONTROLLERS = ("cpu", "cpuacct", "memory")
+# The cells' overlay on the emulated links (9000-byte frames): as few packets as the
+# processes send (``--swarm-mtu``; the default 1400 is for a board's Ethernet).
+OVERLAY_MTU = netns.LINK_MTU - VXLAN_OVERHEAD_BYTES
 # What the venv's wheels load from the system and minbase lacks: MXNet's OpenMP and
 # quad-precision maths, Horovod's Open MPI (it loads libmpi at import), the Python's
 # ctypes, ssl and sqlite3; tc (iproute2), with which an emulated board's task

@@ -24,9 +24,22 @@ def test_a_host_label_gives_its_boards_and_a_bad_one_is_refused():
 def test_a_task_whose_link_cannot_be_shaped_ends_before_the_trainer(tmp_path):
     log = tmp_path / "worker-0.log"
     command = shaped_command(["/bin/sh", "-c", 'exec "$@" >>"$0" 2>&1', str(log),
-                              "touch", str(tmp_path / "trainer-ran")], 100)
+                              "touch", str(tmp_path / "trainer-ran")], 100, 1400)
     # No tc on the PATH: an image without iproute2.
     done = subprocess.run(command, env={"PATH": str(tmp_path)})
     assert done.returncode == NOT_SHAPED_STATUS
     assert "cannot shape the emulated board's link (100 Mbit)" in log.read_text()
     assert not (tmp_path / "trainer-ran").exists()
+
+
+@pytest.mark.parametrize("mtu", [1400, 8950])
+def test_a_board_shapes_its_link_for_the_overlay_s_frames(mtu):
+    """The bucket holds two of the overlay's frames (tbf drops a larger one), and the rate
+    gives TCP's payload a 1500-byte Ethernet's pace, as the emulated links do."""
+    from profiler.cluster.netns import ETHERNET_HEADER_BYTES, tbf_rate_mbit
+
+    script = shaped_command(["/bin/sh", "-c", "true", "log"], 100, mtu)[2]
+    tc = script.split(" >>")[0].split()
+    burst = int(tc[tc.index("burst") + 1])
+    assert burst >= 2 * (mtu + ETHERNET_HEADER_BYTES)
+    assert tc[tc.index("rate") + 1] == f"{int(tbf_rate_mbit(100, mtu) * 1000)}kbit"

@@ -26,7 +26,11 @@ DEFAULT_IMAGE = "edgeprof:latest"
 # Where the trainer's Python is in edgeprof's image (`edgeprof image build`).
 DEFAULT_PYTHON = "/opt/edgeprof/venv/bin/python"
 # Swarm's VXLAN overlay adds 50 bytes to each packet: under a 1450-byte underlay its
-# default 1450 breaks, 1400 fits every Ethernet link.
+# default 1450 breaks, 1400 fits every Ethernet link. On edgeprof's emulated nodes (links
+# of 9000-byte frames, ``netns.LINK_MTU``) 8950 sends as few packets as the processes
+# do: at 1400 the overlay's per-packet work under the nodes' quotas cost DDP a quarter
+# of its samples/s (docs/swarm.md, the cost benchmark).
+VXLAN_OVERHEAD_BYTES = 50
 DEFAULT_MTU = 1400
 DEFAULT_SHM_MB = 256
 LIMITS = ("profile", "none")
@@ -122,7 +126,8 @@ class SwarmSettings(ClusterSettings):
         ProviderOption(
             "swarm_mtu", default=DEFAULT_MTU, parse=_mtu, metavar="BYTES", identity=True,
             help="--cluster swarm: MTU of each cell's overlay network (VXLAN takes 50 "
-                 "bytes of the underlay's)."),
+                 "bytes of the underlay's: 8950 on edgeprof's emulated nodes, whose "
+                 "links carry 9000-byte frames)."),
         ProviderOption(
             "swarm_shm_mb", default=DEFAULT_SHM_MB, parse=_shm_mb, metavar="MB",
             help="--cluster swarm: size of each task's /dev/shm (a tmpfs mount: services "

@@ -26,7 +26,7 @@ import shlex
 from typing import Sequence
 
 from ...errors import ConfigError
-from ..netns import tbf_argv
+from ..netns import tbf_argv, tbf_rate_mbit
 
 BOARDS_LABEL = "edgeprof.boards"
 MAX_BOARDS_PER_HOST = 250
@@ -58,13 +58,15 @@ def board_names(host: str, count: int) -> list[str]:
     return [f"{host}-b{i}" for i in range(count)]
 
 
-def shaped_command(command: Sequence[str], link_mbit: float) -> list[str]:
-    """``command`` (``sh -c SCRIPT LOG ARGV...``, the task's) with the link shaped first;
-    a task whose link cannot be shaped (no
+def shaped_command(command: Sequence[str], link_mbit: float, mtu: int) -> list[str]:
+    """``command`` (``sh -c SCRIPT LOG ARGV...``, the task's) with the link shaped first,
+    for the overlay's frames of ``mtu`` bytes (the bucket holds two of them; the rate
+    gives TCP's payload a 1500-byte Ethernet's pace, as the emulated links do:
+    ``netns.tbf_rate_mbit``); a task whose link cannot be shaped (no
     ``tc`` in the image, no ``NET_ADMIN``) ends with ``NOT_SHAPED_STATUS``, its reason
     in the log, before the trainer starts."""
     shell, flag, script, *rest = command
-    tc = shlex.join(tbf_argv(OVERLAY_IFACE, link_mbit))
+    tc = shlex.join(tbf_argv(OVERLAY_IFACE, tbf_rate_mbit(link_mbit, mtu), mtu=mtu))
     shape = (f'{tc} >>"$0" 2>&1 || {{ echo "edgeprof swarm: cannot shape the emulated '
              f'board\'s link ({link_mbit:g} Mbit): the image needs tc (iproute2) and the '
              f'task NET_ADMIN" >>"$0"; exit {NOT_SHAPED_STATUS}; }}; ')

@@ -316,7 +316,8 @@ class SwarmCluster(Cluster):
                                          *argv])
         swarm_node = self._swarm[node.name]
         if swarm_node.host:  # an emulated board shapes its link (boards.py)
-            command = shaped_command(command, self._link_mbit[node.name])
+            command = shaped_command(command, self._link_mbit[node.name],
+                                     settings.swarm_mtu)
         container = ContainerSpec(
             settings.swarm_image, command=command, env=task_env, labels=labels,
             mounts=mounts, workdir=str(cell_dir), hostname=alias,
