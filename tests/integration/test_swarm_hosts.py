@@ -25,7 +25,9 @@ from pathlib import Path
 
 import pytest
 
+from profiler.cluster.netns import tbf_rate_mbit
 from tests.conftest import ROOT, assert_one_line, need, need_binary, need_root
+from tests.support.swarm import OVERLAY_MTU
 # dev_image_tar: the session's image root; nothing_left (autouse): after every test, no
 # service, network or container of edgeprof's on the Swarm or on any machine.
 from tests.integration.test_swarm_cluster import (  # noqa: F401
@@ -128,7 +130,10 @@ def test_boards_on_both_machines_each_under_its_profile(swarm, tmp_path):
         assert worker["cpu_cores"] == pytest.approx(quota_us / period_us, abs=1e-3), name
         assert worker["memory_bytes"] == board.memory_mb * 1024 * 1024, name
         assert worker["qdisc"]["kind"] == "tbf", (name, worker["qdisc"])
-        assert worker["qdisc"]["options"]["rate"] * 8 == board.link_mbit * 1e6, name
+        # The rate at which the overlay's frames carry TCP's payload as fast as a 1500-byte
+        # Ethernet of the profile's link does (tc keeps it in kbit).
+        rate_kbit = int(tbf_rate_mbit(board.link_mbit, OVERLAY_MTU) * 1000)
+        assert worker["qdisc"]["options"]["rate"] * 8 == rate_kbit * 1000, name
     starts = [json.loads((next(out.glob("cells/*/attempt-1/events")) / f"worker-{r}.jsonl")
                          .open().readline())["node"] for r in range(workers)]
     assert sorted(starts) == sorted(running)
