@@ -129,7 +129,8 @@ _RUNNER = _group("runner", "profiler.sweep.record", [
     ("timeout_s", "float", "s", "the cell's time limit (empty or 0: none)", False),
 ])
 _PARAMETERS = _group("events", "profiler.sweep.events", [
-    ("parameters", "int", "", "the model's trainable parameters, counted by a worker"),
+    ("parameters", "int", "",
+     "the model's trainable parameters, counted by a worker (a pipeline's stages summed)"),
 ])
 _STRAGGLERS = _group("stragglers", "profiler.sweep.stragglers", [
     ("straggler_node", "str", "", "the node --straggler slowed"),

@@ -48,6 +48,19 @@ class CellEvents:
         epochs = kinds.count("epoch")
         return f"after epoch {epochs}" if epochs else "in its first epoch"
 
+    def parameters(self) -> int | None:
+        """The model's trainable parameters, as the workers counted them: rank 0's count,
+        or a pipeline's (its start names a ``stage``) summed over its replica's stages,
+        each of which holds only its own layers."""
+        start0 = self.start0()
+        if start0.get("stage") is None:
+            return start0.get("param_count")
+        stages = {e.get("stage"): e.get("param_count") for e in self.of("start")
+                  if e.get("replica") == start0.get("replica")}
+        if None in stages.values() or len(stages) != start0.get("stages", len(stages)):
+            return None  # a stage that did not say: no count rather than a part of one
+        return sum(stages.values())
+
     def train_window(self) -> tuple[float, float] | None:
         """(first worker start, last worker end), the training window, or None."""
         starts, ends = self.of("start"), self.of("end")
@@ -125,7 +138,7 @@ class CellEvents:
             # replicated or many-epoch cell trains more, samples_trained says how many.
             "train_samples": start0.get("train_samples"),
             "samples_trained": self.samples_trained(),
-            "parameters": start0.get("param_count"),  # trainable, counted by the worker
+            "parameters": self.parameters(),
             "steady_s_per_sample": _steady_s_per_sample(rank0_epochs, start0),
             "lr_applied": start0.get("lr_applied"),
             "train_loss_per_epoch": divergence.loss_per_epoch(self.epochs_by_rank()),

@@ -71,3 +71,24 @@ def test_a_pipelines_stages_share_one_shard(tmp_path):
                     samples_per_s=50.0 if rank == 0 else 0.0, syncs=10)
     # (2.0 - 0.2) s over 9 steps of 10 samples, once.
     assert read_cell_events(tmp_path).columns(0.0)["steady_s_per_sample"] == 0.02
+
+
+def test_a_pipelines_parameters_are_its_stages_summed(tmp_path):
+    """Each stage holds only its own layers: the cell's parameters are one pipeline's
+    stages' counts summed (two replicas of two stages here), not stage 0's alone."""
+    counts = {0: 1000, 1: 234}
+    for rank in range(4):
+        stage, replica = rank % 2, rank // 2
+        with EventWriter(tmp_path, rank) as ev:
+            ev.emit("start", num_workers=4, batch=10, stage=stage, stages=2,
+                    replica=replica, replicas=2, param_count=counts[stage])
+    assert read_cell_events(tmp_path).parameters() == 1234
+
+
+def test_a_pipeline_stage_that_did_not_start_gives_no_count(tmp_path):
+    with EventWriter(tmp_path, 0) as ev:
+        ev.emit("start", num_workers=2, stage=0, stages=2, replica=0, param_count=1000)
+    assert read_cell_events(tmp_path).parameters() is None
+    with EventWriter(tmp_path / "plain", 0) as ev:
+        ev.emit("start", num_workers=1, param_count=1000)
+    assert read_cell_events(tmp_path / "plain").parameters() == 1000
