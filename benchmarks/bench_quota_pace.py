@@ -14,15 +14,18 @@ of ``--processes`` fresh processes trains ``--steps`` LeNet-MLP steps (batch 64,
 - ``6 ms``: the same share in slices six times as long (6 ms every 6 periods);
 
 with MXNet's shared-pool engine (``ThreadedEngine``, what pi3b-park2019 gives the LeNets)
-and without engine threads (``NaiveEngine``). It prints each variant's CPU ms a step
-(per round: the median of its processes and their spread), the inflation (÷ the free
-median of the same round), the spread of the round medians across rounds, and the
+and without engine threads (``NaiveEngine``); with ``--pin``, each variant again with the
+process and its threads held to one CPU (``sched_setaffinity``, the host's last), which
+the kernel otherwise may move to another CPU after each freeze, caches cold. It prints
+each variant's CPU ms a step (per round: the median of its processes and their spread),
+the inflation (÷ the free median of the same round), the spread of the round medians across rounds, and the
 wall time over CPU time ÷ quota (1.00: the quota is enforced exactly, and the pace is
 the step's CPU time).
 
     sudo .venv/bin/python benchmarks/bench_quota_pace.py            # 3 rounds, ~4 min
     sudo .venv/bin/python benchmarks/bench_quota_pace.py --rounds 2 --processes 3 \\
         --quota 0.0611 --out pace.json
+    sudo .venv/bin/python benchmarks/bench_quota_pace.py --engines ThreadedEngine --pin
 
 Run it on a quiet host: anything else running is a cause of its own.
 """
@@ -49,6 +52,8 @@ SLICE_MS = {"1 ms": 1, "6 ms": 6}
 
 CHILD = """
 import json, os, sys, time
+if {pin!r} is not None:  # before MXNet starts its threads, which inherit it
+    os.sched_setaffinity(0, {{{pin!r}}})
 sys.path.insert(0, {root!r})
 import numpy as np
 import mxnet as mx
@@ -96,15 +101,23 @@ def _set_slices(group, quota_cores: float, slice_ms: int) -> None:
         (group.cpu_dir / "cpu.max").write_text(f"{quota_us} {period_us}")
 
 
-def _train(group, engine: str, steps: int) -> dict:
+def _train(group, engine: str, steps: int, pin: int | None = None) -> dict:
     """One fresh process, in ``group``'s CPU quota (None: none) from its first warm-up
-    step on: its CPU and wall ms a step."""
+    step on, on CPU ``pin`` alone when given: its CPU and wall ms a step."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MXNET_ENGINE_TYPE": engine}
     join = str(group.cpu_dir / "cgroup.procs") if group is not None else ""
     out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT), steps=steps,
-                                                             warm=WARM_STEPS, join=join)],
+                                                             warm=WARM_STEPS, join=join,
+                                                             pin=pin)],
                          env=env, capture_output=True, text=True, timeout=600, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _setting(variant: str) -> str:
+    """A variant's engine and affinity: ``ThreadedEngine pinned 1 ms`` -> ``ThreadedEngine
+    pinned``, whose ``free`` variant it is divided by."""
+    return next(variant.removesuffix(f" {label}") for label in ("free", *SLICE_MS)
+                if variant.endswith(f" {label}"))
 
 
 def _spread(values: list[float]) -> float:
@@ -118,8 +131,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--engines", default=",".join(ENGINES),
+                        help="MXNet engines to measure, comma-separated")
+    parser.add_argument("--pin", action="store_true",
+                        help="each variant also with the process held to one CPU")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    engines = args.engines.split(",")
+    pins = [None, os.cpu_count() - 1] if args.pin else [None]
     if os.geteuid() != 0:
         sys.exit("bench_quota_pace: needs root (a cgroup of its own): run with sudo")
     from profiler.cluster import cgroups
@@ -130,13 +149,16 @@ def main() -> None:
     measured: dict[str, list[list[dict]]] = {}
     try:
         for _ in range(args.rounds):
-            for engine in ENGINES:
-                runs = [_train(None, engine, 2 * args.steps) for _ in range(args.processes)]
-                measured.setdefault(f"{engine} free", []).append(runs)
+            for engine, pin in ((e, p) for e in engines for p in pins):
+                name = engine if pin is None else f"{engine} pinned"
+                runs = [_train(None, engine, 2 * args.steps, pin)
+                        for _ in range(args.processes)]
+                measured.setdefault(f"{name} free", []).append(runs)
                 for label, slice_ms in SLICE_MS.items():
                     _set_slices(group, args.quota, slice_ms)
-                    runs = [_train(group, engine, args.steps) for _ in range(args.processes)]
-                    measured.setdefault(f"{engine} {label}", []).append(runs)
+                    runs = [_train(group, engine, args.steps, pin)
+                            for _ in range(args.processes)]
+                    measured.setdefault(f"{name} {label}", []).append(runs)
     finally:
         cgroups.remove_all(layout)
     print(f"LeNet-MLP b64, quota {args.quota} cores, {args.rounds} rounds x "
@@ -145,7 +167,7 @@ def main() -> None:
           f"{'x free':>14} {'rounds':>7} {'wall/(cpu/q)':>12}")
     summary = {}
     for name, rounds in measured.items():
-        engine = name.split()[0]
+        engine = _setting(name)
         medians = [statistics.median(r["cpu_ms"] for r in runs) for runs in rounds]
         frees = [statistics.median(r["cpu_ms"] for r in runs)
                  for runs in measured[f"{engine} free"]]
