@@ -18,9 +18,9 @@ and without engine threads (``NaiveEngine``); with ``--pin``, each variant again
 process and its threads held to one CPU (``sched_setaffinity``, the host's last), which
 the kernel otherwise may move to another CPU after each freeze, caches cold. It prints
 each variant's CPU ms a step (per round: the median of its processes and their spread),
-the inflation (÷ the free median of the same round), the spread of the round medians across rounds, and the
-wall time over CPU time ÷ quota (1.00: the quota is enforced exactly, and the pace is
-the step's CPU time).
+the inflation (÷ the free median of the same round), the spread of the round medians
+across rounds, and the wall time over CPU time ÷ quota (1.00: the quota is enforced
+exactly, and the pace is the step's CPU time).
 
     sudo .venv/bin/python benchmarks/bench_quota_pace.py            # 3 rounds, ~4 min
     sudo .venv/bin/python benchmarks/bench_quota_pace.py --rounds 2 --processes 3 \\
