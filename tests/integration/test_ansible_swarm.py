@@ -3,12 +3,14 @@
 Two emulated nodes (network namespaces on this host, Debian's sshd in each:
 ``tests.support.sshd``) make the inventory's ``[swarm]`` group, n0 the manager
 (``edgeprof_swarm_manager``), n0 a ``pi4`` and n1 a ``pi3b`` (``edgeprof_swarm_profile``,
-whatever the emulated profile: the label is the inventory's). The playbook installs
+whatever the emulated profile: the label is the inventory's), n0 an ``edge`` and n1 an
+``end`` device (``edgeprof_tier``, as ``--cluster inventory`` reads it). The playbook installs
 Debian's docker.io on them (already on this host: the apt task finds it), starts their
 engines, forms the Swarm, labels the nodes and loads the image; a second run changes
-nothing; a third, after a new image under the same tag and n1's profile taken out of the
-inventory, reloads the image and drains n1, nothing else; an image the controller does
-not hold stops the play with one message.
+nothing; a third, after a new image under the same tag and n1's profile and tier taken
+out of the inventory, reloads the image and drains n1 without those labels, nothing else;
+an image the controller does not hold, and a tier that is not one, stop the play with one
+message.
 
 The image: not ``edgeprof image build``'s (minutes to build), but a tiny one, a tar of
 one small file ``docker import``ed into "the controller's engine": a third emulated
@@ -56,6 +58,7 @@ from tests.support.playbook import BIN, play_recap, playbook_env, task_output
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 IMAGE = "edgeprof-tiny:test"
 PROFILES = {"n0": "pi4", "n1": "pi3b"}
+TIERS = {"n0": "edge", "n1": "end"}
 ADDRESS_POOL = "10.199.0.0/16"   # the overlays' subnets, away from the nodes' 10.213.x
 DAEMON_STOP_TIMEOUT_S = 20
 LOAD_TASK = "swarm : Load it into the node's engine"
@@ -112,13 +115,16 @@ def _stop_role_daemon(root: Path, node) -> None:
     remove_leftovers(root, node)
 
 
-def _write_inventory(sshd, work: Path, daemons: Path, profiles: dict[str, str]) -> Path:
+def _write_inventory(sshd, work: Path, daemons: Path, profiles: dict[str, str],
+                     tiers: dict[str, str]) -> Path:
     """The [swarm] group of n0 and n1, each with its dockerd's folder, its folder for the
-    image's copy and its profile in ``profiles`` (none if missing)."""
+    image's copy, its profile in ``profiles`` and its tier in ``tiers`` (none if
+    missing)."""
     host_vars = {name: {"edgeprof_swarm_dockerd_root": str(daemons / name),
                         "edgeprof_swarm_image_tmp_dir": str(work / name / "tmp"),
                         **({"edgeprof_swarm_profile": profiles[name]}
-                           if name in profiles else {})}
+                           if name in profiles else {}),
+                        **({"edgeprof_tier": tiers[name]} if name in tiers else {})}
                  for name in PROFILES}
     return sshd.write_inventory(work / "inventory.ini", {"swarm": list(PROFILES)},
                                 host_vars=host_vars)
@@ -155,7 +161,7 @@ def provisioned(tmp_path_factory):
             source_id = _reimport(engine, "one", work)
             for name in PROFILES:
                 (work / name / "tmp").mkdir(parents=True)
-            inventory = _write_inventory(sshd, work, daemons, PROFILES)
+            inventory = _write_inventory(sshd, work, daemons, PROFILES, TIERS)
             settings = work / "test-vars.json"
             settings.write_text(json.dumps({
                 "edgeprof_swarm_manager": "n0", "edgeprof_swarm_image": IMAGE,
@@ -197,20 +203,21 @@ def test_first_run_forms_a_labelled_swarm_and_loads_the_image(provisioned):
     done = provisioned["runs"][0][0]
     assert all(counts["changed"] > 0 and counts["failed"] == 0 for counts in recap.values())
     for task in ("Start the dockerd unless it runs", "Load it into the node's engine",
-                 "Label the node with its profile and name"):
+                 "Label the node with its profile, name and tier"):
         result = task_output(done.stdout, f"swarm : {task}")
         # The labels are set on the manager: "changed: [n1 -> n0(address)]".
         assert "changed: [n0]" in result and "changed: [n1" in result, (task, result)
     assert "changed: [n0]" in task_output(done.stdout, "swarm : Form the Swarm on the manager")
     assert "changed: [n1]" in task_output(done.stdout, "swarm : Join the Swarm")
-    # The provider reads the Swarm as the role left it: both nodes, their profiles from
-    # the inventory, n0 the manager.
+    # The provider reads the Swarm as the role left it: both nodes, their profiles and
+    # tiers from the inventory, n0 the manager.
     status = subprocess.run([sys.executable, "-m", "profiler.cli", "cluster", "status",
                              "--cluster", "swarm", "--swarm-host", provisioned["manager"],
                              "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert status.returncode == 0, status.stderr
-    assert [(n["name"], n["role"], n["profile"]) for n in json.loads(status.stdout)] == [
-        ("n0", "manager", "pi4"), ("n1", "worker", "pi3b")]
+    assert [(n["name"], n["role"], n["profile"], n["tier"])
+            for n in json.loads(status.stdout)] == [
+        ("n0", "manager", "pi4", "edge"), ("n1", "worker", "pi3b", "end")]
     import docker
     with contextlib.closing(docker.DockerClient(base_url=provisioned["manager"])) as client:
         attrs = client.swarm.attrs
@@ -236,21 +243,22 @@ def test_second_run_changes_nothing(provisioned):
 
 
 def test_a_rerun_after_two_changes_makes_exactly_those(provisioned):
-    """A new image under the same tag in the controller's engine, and n1's profile taken
-    out of the inventory: the swarm role alone (``--tags swarm``, as docs/swarm.md says
-    to redeploy the image) reloads the image on both nodes (their copies' id is stale)
-    and drains n1 without its profile label (a host with no profile manages or idles,
-    runs no task); nothing else changes."""
+    """A new image under the same tag in the controller's engine, and n1's profile and
+    tier taken out of the inventory: the swarm role alone (``--tags swarm``, as
+    docs/swarm.md says to redeploy the image) reloads the image on both nodes (their
+    copies' id is stale) and drains n1 without its profile and tier labels (a host with
+    no profile manages or idles, runs no task); nothing else changes."""
     import docker
     work = provisioned["work"]
     new_id = _reimport(provisioned["engine"], "two", work)
     assert new_id != provisioned["source_id"]
-    _write_inventory(provisioned["sshd"], work, provisioned["daemons"], {"n0": "pi4"})
+    _write_inventory(provisioned["sshd"], work, provisioned["daemons"], {"n0": "pi4"},
+                     {"n0": "edge"})
     run = _run(provisioned["argv"], work, "--tags", "swarm")
     recap = _succeeded(run, "--tags swarm after the image and n1's profile changed")
     result = task_output(run[0].stdout, LOAD_TASK)
     assert "changed: [n0]" in result and "changed: [n1]" in result, result
-    result = task_output(run[0].stdout, "swarm : Label the node with its profile and name")
+    result = task_output(run[0].stdout, "swarm : Label the node with its profile, name and tier")
     assert "skipping: [n0]" in result and "changed: [n1" in result, result
     # On each node copy, load, remove the copy; on n1 the labels; the save on the
     # controller counts on the first host.
@@ -260,6 +268,7 @@ def test_a_rerun_after_two_changes_makes_exactly_those(provisioned):
         specs = {node.attrs["Spec"]["Labels"]["edgeprof.node"]: node.attrs["Spec"]
                  for node in client.nodes.list()}
     assert specs["n1"]["Labels"] == {"edgeprof.node": "n1"}, specs["n1"]
+    assert specs["n0"]["Labels"]["edgeprof.tier"] == "edge"
     assert (specs["n0"]["Availability"], specs["n1"]["Availability"]) == ("active", "drain")
 
 
@@ -270,3 +279,12 @@ def test_an_image_the_controller_lacks_stops_the_play_naming_it(provisioned):
     assert "edgeprof_swarm_image edgeprof-absent:1 is not in the Docker Engine at" in \
         done.stdout, done.stdout[-3000:]
     assert "edgeprof image build --docker-host" in done.stdout
+
+
+def test_a_tier_that_is_not_one_stops_the_play_before_it_installs(provisioned):
+    done, _ = _run(provisioned["argv"], provisioned["work"], "--tags", "swarm", "--limit",
+                   "n0", "-e", "edgeprof_tier=fog")
+    assert done.returncode != 0
+    assert "n0: edgeprof_tier (edgeprof_swarm_tier) is fog, not a tier: use end, edge or " \
+        "cloud" in done.stdout, done.stdout[-3000:]
+    assert "Install the container engine" not in done.stdout

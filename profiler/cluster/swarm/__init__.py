@@ -167,15 +167,16 @@ class SwarmSettings(ClusterSettings):
         return f"swarm cluster ({self.swarm_host or 'local Engine'}, {self.swarm_image})"
 
     def status(self) -> list[dict]:
-        """The Swarm's ready nodes: name, id, role, address, profile and the limits a task
-        gets there (``edgeprof cluster status --swarm-host URL``)."""
+        """The Swarm's ready nodes: name, id, role, address, profile, tier (its label; None:
+        its profile's) and the limits a task gets there (``edgeprof cluster status
+        --swarm-host URL``)."""
         from .cluster import task_limits
         from .engine import connect, swarm_nodes
 
         with connect(self.swarm_host) as client:
             found = swarm_nodes(client, self.swarm_host)
         return [{"name": n.name, "id": n.id[:12], "role": n.role, "address": n.address,
-                 "profile": n.profile,
+                 "profile": n.profile, "tier": n.tier,
                  **task_limits(n.profile, "profile" if n.host else self.swarm_limits)}
                 for n in found]
 
