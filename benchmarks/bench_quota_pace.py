@@ -16,7 +16,10 @@ of ``--processes`` fresh processes trains ``--steps`` LeNet-MLP steps (batch 64,
 with MXNet's shared-pool engine (``ThreadedEngine``, what pi3b-park2019 gives the LeNets)
 and without engine threads (``NaiveEngine``); with ``--pin``, each variant again with the
 process and its threads held to one CPU (``sched_setaffinity``, the host's last), which
-the kernel otherwise may move to another CPU after each freeze, caches cold. It prints
+the kernel otherwise may move to another CPU after each freeze, caches cold; and with
+``--busy``, held there beside an idle-class busy loop on the same CPU, which takes only
+what the process leaves (``SCHED_IDLE``) but keeps the CPU from idling through each
+freeze (a VM's idle vCPU halts, and its core may clock down or serve another guest). It prints
 each variant's CPU ms a step (per round: the median of its processes and their spread),
 the inflation (÷ the free median of the same round), the spread of the round medians
 across rounds, and the wall time over CPU time ÷ quota (1.00: the quota is enforced
@@ -25,7 +28,8 @@ exactly, and the pace is the step's CPU time).
     sudo .venv/bin/python benchmarks/bench_quota_pace.py            # 3 rounds, ~4 min
     sudo .venv/bin/python benchmarks/bench_quota_pace.py --rounds 2 --processes 3 \\
         --quota 0.0611 --out pace.json
-    sudo .venv/bin/python benchmarks/bench_quota_pace.py --engines ThreadedEngine --pin
+    sudo .venv/bin/python benchmarks/bench_quota_pace.py --engines ThreadedEngine --pin \\
+        --busy --slices 1
 
 Run it on a quiet host: anything else running is a cause of its own.
 """
@@ -101,6 +105,20 @@ def _set_slices(group, quota_cores: float, slice_ms: int) -> None:
         (group.cpu_dir / "cpu.max").write_text(f"{quota_us} {period_us}")
 
 
+BUSY_LOOP = """
+import os
+os.sched_setaffinity(0, {{{cpu}}})
+os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+while True:
+    pass
+"""
+
+
+def _busy_loop(cpu: int) -> subprocess.Popen:
+    """An idle-class busy loop on ``cpu``: it runs only when nothing else there would."""
+    return subprocess.Popen([sys.executable, "-c", BUSY_LOOP.format(cpu=cpu)])
+
+
 def _train(group, engine: str, steps: int, pin: int | None = None) -> dict:
     """One fresh process, in ``group``'s CPU quota (None: none) from its first warm-up
     step on, on CPU ``pin`` alone when given: its CPU and wall ms a step."""
@@ -135,10 +153,19 @@ def main() -> None:
                         help="MXNet engines to measure, comma-separated")
     parser.add_argument("--pin", action="store_true",
                         help="each variant also with the process held to one CPU")
+    parser.add_argument("--busy", action="store_true",
+                        help="each variant also pinned beside an idle-class busy loop")
+    parser.add_argument("--slices", default=",".join(str(v) for v in SLICE_MS.values()),
+                        help="ms of CPU a slice to measure (1: the cluster's)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     engines = args.engines.split(",")
-    pins = [None, os.cpu_count() - 1] if args.pin else [None]
+    cpu = os.cpu_count() - 1
+    # (name suffix, CPU to hold the process to, a busy loop beside it)
+    settings = [("", None, False), *([(" pinned", cpu, False)] if args.pin else []),
+                *([(" pinned busy", cpu, True)] if args.busy else [])]
+    slices = {label: ms for label, ms in SLICE_MS.items()
+              if str(ms) in args.slices.split(",")}
     if os.geteuid() != 0:
         sys.exit("bench_quota_pace: needs root (a cgroup of its own): run with sudo")
     from profiler.cluster import cgroups
@@ -149,21 +176,27 @@ def main() -> None:
     measured: dict[str, list[list[dict]]] = {}
     try:
         for _ in range(args.rounds):
-            for engine, pin in ((e, p) for e in engines for p in pins):
-                name = engine if pin is None else f"{engine} pinned"
-                runs = [_train(None, engine, 2 * args.steps, pin)
-                        for _ in range(args.processes)]
-                measured.setdefault(f"{name} free", []).append(runs)
-                for label, slice_ms in SLICE_MS.items():
-                    _set_slices(group, args.quota, slice_ms)
-                    runs = [_train(group, engine, args.steps, pin)
+            for engine, (suffix, pin, busy) in ((e, s) for e in engines for s in settings):
+                name = engine + suffix
+                loop = _busy_loop(pin) if busy else None
+                try:
+                    runs = [_train(None, engine, 2 * args.steps, pin)
                             for _ in range(args.processes)]
-                    measured.setdefault(f"{name} {label}", []).append(runs)
+                    measured.setdefault(f"{name} free", []).append(runs)
+                    for label, slice_ms in slices.items():
+                        _set_slices(group, args.quota, slice_ms)
+                        runs = [_train(group, engine, args.steps, pin)
+                                for _ in range(args.processes)]
+                        measured.setdefault(f"{name} {label}", []).append(runs)
+                finally:
+                    if loop is not None:
+                        loop.kill()
+                        loop.wait()
     finally:
         cgroups.remove_all(layout)
     print(f"LeNet-MLP b64, quota {args.quota} cores, {args.rounds} rounds x "
           f"{args.processes} processes, {time.monotonic() - started:.0f} s")
-    print(f"   {'variant':<24} {'CPU ms a step, per round (spread)':<44} "
+    print(f"   {'variant':<30} {'CPU ms a step, per round (spread)':<44} "
           f"{'x free':>14} {'rounds':>7} {'wall/(cpu/q)':>12}")
     summary = {}
     for name, rounds in measured.items():
@@ -176,7 +209,7 @@ def main() -> None:
                              for m, runs in zip(medians, rounds))
         exact = [r["wall_ms"] / (r["cpu_ms"] / args.quota) for runs in rounds for r in runs] \
             if "free" not in name else []
-        print(f"   {name:<24} {per_round:<44} "
+        print(f"   {name:<30} {per_round:<44} "
               f"{min(inflation):>6.2f}-{max(inflation):<6.2f} {_spread(medians):>7.0%} "
               f"{(f'{min(exact):.2f}-{max(exact):.2f}' if exact else ''):>12}")
         summary[name] = {"cpu_ms_by_round": rounds, "median_cpu_ms": medians,
