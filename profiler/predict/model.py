@@ -160,7 +160,7 @@ def _device_counts(group: Group, example: str) -> list[int]:
     """The multi-device counts measured; ``ConfigError`` with fewer than two."""
     counts = sorted({c.devices for c in group.cells})
     if len(counts) < 2:
-        have = f" (has {counts[0]})" if counts else ""
+        have = f" (its cells are at {counts[0]} only)" if counts else ""
         raise ConfigError(f"needs cells at >= 2 device counts above 1 for {group.label}"
                           f"{have}: sweep e.g. {example}")
     return counts

@@ -222,7 +222,7 @@ def test_sync_follows_the_slowest_board_async_adds_the_workers_rates():
 def test_what_is_missing_to_fit_is_named():
     scheme, truth = _truth_master()
     with pytest.raises(ConfigError, match=r"needs cells at >= 2 device counts .* "
-                                          r"lenet-mlp b64 mxnet sync \(has 2\)"):
+                                          r"lenet-mlp b64 mxnet sync \(its cells are at 2 only\)"):
         fit_group(_group(scheme, truth, devices=(2,)), CATALOG)
     no_base = _group(scheme, truth)
     no_base.base = []
