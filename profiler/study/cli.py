@@ -177,11 +177,15 @@ def _said(study, outcome) -> None:
     """The cells' statuses and how many of the study's ratios fell within their band."""
     from ..report.ratios import summary
     from ..report.sweep_data import load_sweep
+    from ..cluster.profiles import load_catalog
     from ..sweep.table import status_counts
+    from .pace import denominator_note, one_device_paces
     section = study.section(load_sweep(outcome.sweep_dir).records)
     counts = summary(section.ratios if section else [])
     statuses = status_counts(outcome.records)
     click.echo(f"cells: {', '.join(f'{n} {s}' for s, n in statuses.items())}")
+    if note := denominator_note(one_device_paces(outcome.records, load_catalog())):
+        click.echo(note)
     click.echo(f"the study's ratios: {counts['within']} within their band, "
                f"{counts['outside']} outside, {counts['too_few_steps']} too few steps, "
                f"{counts['not_comparable']} not comparable (other data); "

@@ -9,9 +9,20 @@ cell "raised to 2.5 s" by the window (window.py) trained 1.73-1.75 s. So the pla
 (``plan.replanned``) takes the pace the check measured: per (model family, dilation k),
 the rate measured over the board's rate times k. After a re-calibration that is the
 last measurement of the search, at the new quota (``Check.new_samples_per_s``).
+
+After the study, ``denominator_note`` says what the one-device cells themselves
+trained at against the board's rate: every N / 1 ratio divides by them, so a study's
+verdicts hold as far as they do (issue 47: at 0.94-1.18 x on one host the same rows
+were within in three runs; at 0.65-1.20 x on another, rows 10-16% from an edge flipped).
 """
 
 from __future__ import annotations
+
+from statistics import median
+
+# How far the one-device cells may train from the board's rate before the closing note
+# warns: the profile check's own tolerance (``--profile-tolerance``'s default).
+DENOMINATOR_TOLERANCE = 0.10
 
 # (model family, dilation k) -> samples/s measured / (board's samples/s x k).
 Paces = dict[tuple[str, float], float]
@@ -46,3 +57,40 @@ def pace_notes(paces: Paces | None) -> list[str]:
             + ", ".join(f"{model} {pace:.2f} x the board"
                         + (f" at speedup {k:g}" if k != 1 else "")
                         for (model, k), pace in sorted(paces.items()))]
+
+
+def one_device_paces(records: list[dict], catalog) -> dict[str, list[float]]:
+    """model -> the rate each finished one-device cell trained at, in the board's time,
+    over its profile's ``board_rates`` entry for that model (cells at another batch or
+    depth than the board's rate was measured at, or on a mix, give none)."""
+    from ..report.ratios import per_sample_s
+    paces: dict[str, list[float]] = {}
+    for r in records:
+        names = set((r.get("node_profiles") or {}).values())
+        if r.get("devices") != 1 or r.get("status") != "ok" or len(names) != 1:
+            continue
+        profile = catalog.profiles.get(names.pop())
+        rate = profile.board_rates.get(r.get("model")) if profile else None
+        if rate is None or r.get("batch") != rate.batch \
+                or (rate.layers is not None and r.get("layers") != rate.layers):
+            continue
+        if seconds := per_sample_s(r):
+            paces.setdefault(r["model"], []).append(1.0 / seconds / rate.samples_per_s)
+    return paces
+
+
+def denominator_note(paces: dict[str, list[float]],
+                     tolerance: float = DENOMINATOR_TOLERANCE) -> str | None:
+    """One line: the one-device cells' paces per model, and a warning when a model's
+    median lies off the board's rate by more than ``tolerance``."""
+    if not paces:
+        return None
+    shown = ", ".join(f"{model} {min(v):.2f}-{max(v):.2f}" if len(v) > 1
+                      else f"{model} {v[0]:.2f}" for model, v in sorted(paces.items()))
+    off = [m for m, v in sorted(paces.items())
+           if not 1 / (1 + tolerance) <= median(v) <= 1 + tolerance]
+    warning = (f"; {', '.join(off)} off by more than x/\u00f7{1 + tolerance:g}: its ratios to "
+               "one device carry that factor (docs/study.md, \"The Show on a slow host\")"
+               if off else "")
+    return f"the one-device cells (every N / 1 ratio's denominator) trained at {shown} " \
+           f"x the board's rate{warning}"
