@@ -20,9 +20,7 @@ from __future__ import annotations
 
 from statistics import median
 
-# How far the one-device cells may train from the board's rate before the closing note
-# warns: the profile check's own tolerance (``--profile-tolerance``'s default).
-DENOMINATOR_TOLERANCE = 0.10
+from ..calibrate.check import CHECK_TOLERANCE
 
 # (model family, dilation k) -> samples/s measured / (board's samples/s x k).
 Paces = dict[tuple[str, float], float]
@@ -80,9 +78,10 @@ def one_device_paces(records: list[dict], catalog) -> dict[str, list[float]]:
 
 
 def denominator_note(paces: dict[str, list[float]],
-                     tolerance: float = DENOMINATOR_TOLERANCE) -> str | None:
+                     tolerance: float = CHECK_TOLERANCE) -> str | None:
     """One line: the one-device cells' paces per model, and a warning when a model's
-    median lies off the board's rate by more than ``tolerance``."""
+    median lies off the board's rate by more than ``tolerance`` (the profile check's
+    own, by default)."""
     if not paces:
         return None
     shown = ", ".join(f"{model} {min(v):.2f}-{max(v):.2f}" if len(v) > 1
