@@ -175,9 +175,9 @@ def _given_on_command_line() -> set[str]:
 
 def _said(study, outcome) -> None:
     """The cells' statuses and how many of the study's ratios fell within their band."""
+    from ..cluster.profiles import load_catalog
     from ..report.ratios import summary
     from ..report.sweep_data import load_sweep
-    from ..cluster.profiles import load_catalog
     from ..sweep.table import status_counts
     from .pace import denominator_note, one_device_paces
     section = study.section(load_sweep(outcome.sweep_dir).records)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from statistics import median
 
-from ..calibrate.check import CHECK_TOLERANCE
+from ..calibrate.check import CHECK_TOLERANCE, within
 
 # (model family, dilation k) -> samples/s measured / (board's samples/s x k).
 Paces = dict[tuple[str, float], float]
@@ -86,8 +86,7 @@ def denominator_note(paces: dict[str, list[float]],
         return None
     shown = ", ".join(f"{model} {min(v):.2f}-{max(v):.2f}" if len(v) > 1
                       else f"{model} {v[0]:.2f}" for model, v in sorted(paces.items()))
-    off = [m for m, v in sorted(paces.items())
-           if not 1 / (1 + tolerance) <= median(v) <= 1 + tolerance]
+    off = [m for m, v in sorted(paces.items()) if not within(median(v), tolerance)]
     warning = (f"; {', '.join(off)} off by more than x/\u00f7{1 + tolerance:g}: its ratios to "
                "one device carry that factor (docs/study.md, \"The Show on a slow host\")"
                if off else "")
